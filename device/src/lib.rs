@@ -1,0 +1,2 @@
+//! weft-device (placeholder)
+#![forbid(unsafe_code)]

@@ -1,0 +1,2 @@
+//! weft-macros (placeholder)
+#![forbid(unsafe_code)]
