@@ -1,0 +1,1 @@
+//! Kernel launches: argument packing and the launch itself.
