@@ -1,0 +1,231 @@
+//! The one error type of weft-host.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::version::Version;
+
+/// Everything that can go wrong in weft's host runtime.
+///
+/// NCCL failures keep the result code, NCCL's description of it and the text of `ncclGetLastError`;
+/// every other variant says what to change.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// libnccl could not be opened: none of the candidate paths held a loadable NCCL.
+    #[error(
+        "libnccl could not be loaded (tried: {}); install NCCL (pip install nvidia-nccl-cu13) or set NCCL_HOME \
+         to the directory holding lib/libnccl.so.2",
+        LoadAttempt::list(tried)
+    )]
+    LibraryNotFound {
+        /// Each path tried and why it failed.
+        tried: Vec<LoadAttempt>,
+    },
+
+    /// An NCCL call returned an error.
+    #[error("{call} failed: {code} ({description}){}", last_error_suffix(last_error))]
+    Nccl {
+        /// The NCCL function that failed.
+        call: &'static str,
+        /// The result code.
+        code: ResultCode,
+        /// `ncclGetErrorString` of the code.
+        description: String,
+        /// `ncclGetLastError` right after the failure (often the only useful detail); empty if NCCL gave none.
+        last_error: String,
+    },
+
+    /// The loaded libnccl is too old for this call.
+    #[error("{call} needs NCCL {needs} or later, but the loaded libnccl is {found}; install a newer NCCL or set NCCL_HOME to one")]
+    Unsupported {
+        /// The NCCL function (or struct field) that is missing.
+        call: &'static str,
+        /// The first release that has it.
+        needs: Version,
+        /// The release that was loaded.
+        found: Version,
+    },
+
+    /// An argument was rejected before NCCL saw it.
+    #[error("invalid argument `{argument}`: {problem}")]
+    InvalidArgument {
+        /// The parameter at fault.
+        argument: &'static str,
+        /// What is wrong with it and what to pass instead.
+        problem: String,
+    },
+
+    /// A non-blocking operation did not complete within its deadline; the communicator was aborted.
+    #[error("{operation} did not complete within {after:?}; the communicator was aborted (is every rank calling it? raise the timeout if the job is just slow)")]
+    Timeout {
+        /// What was being waited for.
+        operation: &'static str,
+        /// The deadline that passed.
+        after: Duration,
+    },
+
+    /// The communicator lacks a capability the request needs.
+    #[error("the communicator does not support {capability}: {reason}")]
+    MissingCapability {
+        /// The capability asked for (LSA, GIN, multimem, symmetric windows, …).
+        capability: &'static str,
+        /// Why not, from the communicator's properties, and what would provide it.
+        reason: String,
+    },
+
+    /// A CUDA driver call failed.
+    #[error("CUDA error: {0}")]
+    Cuda(#[from] cudarc::driver::DriverError),
+}
+
+/// One place libnccl was looked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadAttempt {
+    /// The path (or bare soname) handed to the dynamic linker.
+    pub path: String,
+    /// Why it could not be used.
+    pub error: String,
+}
+
+impl LoadAttempt {
+    fn list(tried: &[LoadAttempt]) -> String {
+        if tried.is_empty() {
+            return "nothing".into();
+        }
+        tried.iter().map(|a| format!("{}: {}", a.path, a.error)).collect::<Vec<_>>().join("; ")
+    }
+}
+
+fn last_error_suffix(last_error: &str) -> String {
+    if last_error.is_empty() {
+        String::new()
+    } else {
+        format!(": {last_error}")
+    }
+}
+
+/// `ncclResult_t`, as a Rust enum that keeps codes it does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResultCode {
+    /// `ncclUnhandledCudaError`: a CUDA call inside NCCL failed.
+    UnhandledCudaError,
+    /// `ncclSystemError`: a system call (socket, memory, …) failed.
+    SystemError,
+    /// `ncclInternalError`: an NCCL bug or corrupted state.
+    InternalError,
+    /// `ncclInvalidArgument`: a bad argument.
+    InvalidArgument,
+    /// `ncclInvalidUsage`: a call made in the wrong order or state.
+    InvalidUsage,
+    /// `ncclRemoteError`: a peer failed or went away.
+    RemoteError,
+    /// `ncclInProgress`: a non-blocking operation is still running (an error only where completion was required).
+    InProgress,
+    /// `ncclTimeout` (2.32+): an NCCL-side timeout.
+    Timeout,
+    /// A code this build of weft does not know.
+    Other(i32),
+}
+
+impl ResultCode {
+    /// The code as NCCL numbers it.
+    pub fn raw(self) -> i32 {
+        match self {
+            ResultCode::UnhandledCudaError => 1,
+            ResultCode::SystemError => 2,
+            ResultCode::InternalError => 3,
+            ResultCode::InvalidArgument => 4,
+            ResultCode::InvalidUsage => 5,
+            ResultCode::RemoteError => 6,
+            ResultCode::InProgress => 7,
+            ResultCode::Timeout => 8,
+            ResultCode::Other(code) => code,
+        }
+    }
+
+    /// The code for NCCL's number `raw` (0, success, is not an error and maps to `Other(0)`).
+    pub fn from_raw(raw: i32) -> ResultCode {
+        match raw {
+            1 => ResultCode::UnhandledCudaError,
+            2 => ResultCode::SystemError,
+            3 => ResultCode::InternalError,
+            4 => ResultCode::InvalidArgument,
+            5 => ResultCode::InvalidUsage,
+            6 => ResultCode::RemoteError,
+            7 => ResultCode::InProgress,
+            8 => ResultCode::Timeout,
+            other => ResultCode::Other(other),
+        }
+    }
+}
+
+impl fmt::Display for ResultCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            ResultCode::UnhandledCudaError => "ncclUnhandledCudaError",
+            ResultCode::SystemError => "ncclSystemError",
+            ResultCode::InternalError => "ncclInternalError",
+            ResultCode::InvalidArgument => "ncclInvalidArgument",
+            ResultCode::InvalidUsage => "ncclInvalidUsage",
+            ResultCode::RemoteError => "ncclRemoteError",
+            ResultCode::InProgress => "ncclInProgress",
+            ResultCode::Timeout => "ncclTimeout",
+            ResultCode::Other(code) => return write!(f, "ncclResult_t {code}"),
+        };
+        f.write_str(name)
+    }
+}
+
+impl Error {
+    /// The NCCL result code, if this is an NCCL failure.
+    pub fn nccl_code(&self) -> Option<ResultCode> {
+        match self {
+            Error::Nccl { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn invalid(argument: &'static str, problem: impl Into<String>) -> Error {
+        Error::InvalidArgument { argument, problem: problem.into() }
+    }
+}
+
+/// `Result` with weft-host's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_name_themselves() {
+        for raw in 1..=9 {
+            assert_eq!(ResultCode::from_raw(raw).raw(), raw);
+        }
+        assert_eq!(ResultCode::InvalidUsage.to_string(), "ncclInvalidUsage");
+        assert_eq!(ResultCode::Other(42).to_string(), "ncclResult_t 42");
+    }
+
+    #[test]
+    fn messages_name_the_fix() {
+        let unsupported = Error::Unsupported {
+            call: "ncclCommSuspend",
+            needs: Version::new(2, 29, 0),
+            found: Version::new(2, 28, 9),
+        };
+        let text = unsupported.to_string();
+        assert!(text.contains("ncclCommSuspend") && text.contains("2.29.0") && text.contains("2.28.9"), "{text}");
+        let missing = Error::LibraryNotFound { tried: vec![] };
+        assert!(missing.to_string().contains("NCCL_HOME"));
+        let nccl = Error::Nccl {
+            call: "ncclAllReduce",
+            code: ResultCode::InvalidArgument,
+            description: "invalid argument".into(),
+            last_error: "count is 0".into(),
+        };
+        assert_eq!(nccl.nccl_code(), Some(ResultCode::InvalidArgument));
+        assert!(nccl.to_string().ends_with(": count is 0"), "{nccl}");
+    }
+}
