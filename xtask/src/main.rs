@@ -1,1 +1,274 @@
-fn main() {}
+//! `cargo xtask test|bench|doctor|provision`: provisions weft's pinned CUDA/NCCL toolchain and
+//! runs the suites against it. See docs/toolchain.md for what lands where and why.
+
+mod doctor;
+mod nccl_version;
+mod probe;
+mod provision;
+mod toolchain;
+
+use std::ffi::OsString;
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Context, Result};
+
+use crate::provision::ensure_toolchain;
+use crate::toolchain::{nvcc_version, workspace_root, Toolchain};
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  test [-- <cargo test args>]    provision the toolchain if needed, then `cargo test --workspace`
+  bench [-- <cargo bench args>]  provision the toolchain if needed, then `cargo bench --workspace`
+  doctor                         report libnccl, NCCL headers, nvcc and GPUs, with fixes
+  provision                      only provision the toolchain (target/weft-toolchain)
+  help                           this text
+
+Arguments after `--` go to cargo; test-binary arguments need a second `--`:
+  cargo xtask test -- -p weft-host -- --nocapture
+
+Environment: WEFT_SKIP_PROVISION=1 never runs pip (offline, with an existing toolchain).";
+
+/// A command line the user got wrong: exit 2 with the usage, unlike failures of the work.
+#[derive(Debug)]
+struct UsageError(String);
+
+/// What the user asked for.
+#[derive(Debug, PartialEq)]
+enum Task {
+    Test(Vec<OsString>),
+    Bench(Vec<OsString>),
+    Doctor,
+    Provision,
+    Help,
+}
+
+fn main() -> ExitCode {
+    let arguments: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let task = match parse(&arguments) {
+        Ok(task) => task,
+        Err(UsageError(message)) => {
+            eprintln!("error: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(task) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("xtask: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse(arguments: &[OsString]) -> Result<Task, UsageError> {
+    let Some((command, rest)) = arguments.split_first() else {
+        return Err(UsageError("no command given".into()));
+    };
+    let forwarded = |rest: &[OsString]| -> Result<Vec<OsString>, UsageError> {
+        match rest.split_first() {
+            None => Ok(Vec::new()),
+            Some((separator, cargo_args)) if separator == "--" => Ok(cargo_args.to_vec()),
+            Some((unexpected, _)) => Err(UsageError(format!(
+                "unexpected argument {unexpected:?}; pass cargo's arguments after `--`"
+            ))),
+        }
+    };
+    let no_arguments = |task: Task| -> Result<Task, UsageError> {
+        match rest.first() {
+            None => Ok(task),
+            Some(unexpected) => Err(UsageError(format!(
+                "{} takes no arguments, got {unexpected:?}",
+                command.to_string_lossy()
+            ))),
+        }
+    };
+    match command.to_str() {
+        Some("test") => Ok(Task::Test(forwarded(rest)?)),
+        Some("bench") => Ok(Task::Bench(forwarded(rest)?)),
+        Some("doctor") => no_arguments(Task::Doctor),
+        Some("provision") => no_arguments(Task::Provision),
+        Some("help" | "--help" | "-h") => Ok(Task::Help),
+        _ => Err(UsageError(format!("unknown command {command:?}"))),
+    }
+}
+
+fn run(task: Task) -> Result<ExitCode> {
+    let root = workspace_root();
+    match task {
+        Task::Help => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Task::Doctor => {
+            doctor::doctor(&root);
+            Ok(ExitCode::SUCCESS)
+        }
+        Task::Provision => {
+            let toolchain = ensure_toolchain(&root)?;
+            describe(&toolchain)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Task::Test(cargo_args) => run_cargo_suite("test", &cargo_args),
+        Task::Bench(cargo_args) => run_cargo_suite("bench", &cargo_args),
+    }
+}
+
+/// `cargo test|bench --workspace <args>` with the toolchain's environment; cargo's output
+/// streams straight through and its exit status becomes ours.
+fn run_cargo_suite(subcommand: &str, cargo_args: &[OsString]) -> Result<ExitCode> {
+    let root = workspace_root();
+    let toolchain = ensure_toolchain(&root)?;
+    describe(&toolchain)?;
+
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command.current_dir(&root).arg(subcommand);
+    // cargo lets --workspace override -p, which would silently run everything.
+    if !selects_packages(cargo_args) {
+        command.arg("--workspace");
+    }
+    command.args(cargo_args);
+    for (name, value) in toolchain.env()? {
+        command.env(name, value);
+    }
+    say(&format!("running {}", describe_command(&command)));
+    let status = command
+        .status()
+        .with_context(|| format!("cannot run cargo {subcommand}"))?;
+    if status.success() {
+        say(&format!("cargo {subcommand}: passed"));
+        return Ok(ExitCode::SUCCESS);
+    }
+    say(&format!("cargo {subcommand}: FAILED ({status})"));
+    // A signal-killed cargo has no code; still fail.
+    let code = status.code().and_then(|code| u8::try_from(code).ok());
+    Ok(code
+        .filter(|&code| code != 0)
+        .map_or(ExitCode::FAILURE, ExitCode::from))
+}
+
+/// Whether cargo arguments (before any `--` meant for the test binaries) pick packages.
+fn selects_packages(cargo_args: &[OsString]) -> bool {
+    cargo_args
+        .iter()
+        .take_while(|argument| *argument != "--")
+        .filter_map(|argument| argument.to_str())
+        .any(|argument| {
+            argument == "--package"
+                || argument.starts_with("--package=")
+                || argument.starts_with("-p")
+        })
+}
+
+/// Prints what the toolchain holds and the environment the suites will get.
+fn describe(toolchain: &Toolchain) -> Result<()> {
+    say(&format!("toolchain  {}", toolchain.dir.display()));
+    let version = nvcc_version(&toolchain.nvcc).with_context(|| {
+        format!(
+            "the provisioned nvcc does not run: {}",
+            toolchain.nvcc.display()
+        )
+    })?;
+    say(&format!(
+        "nvcc       {} ({version})",
+        toolchain.nvcc.display()
+    ));
+    for install in &toolchain.nccl {
+        say(&format!(
+            "NCCL {:<6} headers {} (NCCL_VERSION_CODE {})",
+            install.version,
+            install.include_dir.display(),
+            install.version.code()
+        ));
+        say(&format!(
+            "NCCL {:<6} libnccl {}",
+            install.version,
+            install.libnccl.display()
+        ));
+    }
+    for (name, value) in toolchain.env()? {
+        say(&format!("export {name}={}", value.to_string_lossy()));
+    }
+    if std::env::var_os("NCCL_HOME").is_some() {
+        say("note: NCCL_HOME is set in your environment and passed through unchanged");
+    }
+    Ok(())
+}
+
+/// Progress for humans, on stderr like cargo's own, so the two interleave in order.
+pub(crate) fn say(message: &str) {
+    eprintln!("xtask: {message}");
+}
+
+/// Runs a command with inherited output; a non-zero exit is an error naming the command.
+pub(crate) fn run_checked(command: &mut Command) -> Result<()> {
+    let shown = describe_command(command);
+    say(&format!("running {shown}"));
+    let status = command
+        .status()
+        .with_context(|| format!("cannot start {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed ({status})");
+    }
+    Ok(())
+}
+
+fn describe_command(command: &Command) -> String {
+    std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|part| part.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arguments(words: &[&str]) -> Vec<OsString> {
+        words.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn parses_commands() {
+        assert_eq!(parse(&arguments(&["test"])).unwrap(), Task::Test(vec![]));
+        assert_eq!(parse(&arguments(&["doctor"])).unwrap(), Task::Doctor);
+        assert_eq!(parse(&arguments(&["provision"])).unwrap(), Task::Provision);
+        assert_eq!(parse(&arguments(&["bench"])).unwrap(), Task::Bench(vec![]));
+    }
+
+    #[test]
+    fn forwards_everything_after_the_separator() {
+        assert_eq!(
+            parse(&arguments(&[
+                "test",
+                "--",
+                "-p",
+                "weft-host",
+                "--",
+                "--nocapture"
+            ]))
+            .unwrap(),
+            Task::Test(arguments(&["-p", "weft-host", "--", "--nocapture"]))
+        );
+    }
+
+    #[test]
+    fn rejects_bad_command_lines() {
+        assert!(parse(&arguments(&[])).is_err());
+        assert!(parse(&arguments(&["tset"])).is_err());
+        assert!(parse(&arguments(&["test", "--release"])).is_err());
+        assert!(parse(&arguments(&["doctor", "--verbose"])).is_err());
+    }
+
+    #[test]
+    fn package_selection_is_detected_before_the_test_binary_separator() {
+        assert!(selects_packages(&arguments(&["-p", "weft-host"])));
+        assert!(selects_packages(&arguments(&["-pweft-host"])));
+        assert!(selects_packages(&arguments(&["--package=weft-host"])));
+        assert!(!selects_packages(&arguments(&["--release"])));
+        assert!(!selects_packages(&arguments(&["--", "-p"])));
+    }
+}
