@@ -12,3 +12,14 @@ pub mod version;
 
 pub use error::{Error, ResultCode};
 pub use version::Version;
+pub mod comm;
+pub mod config;
+pub mod properties;
+
+pub use comm::{
+    Abortable, Active, Blocking, Communicator, Finalized, Initialized, MemStat, Mode, NonBlocking, Pending, Polled,
+    Revoked, State, Suspended, TransitionError, UniqueId, Uninit,
+};
+pub use comm::SuspendFlags;
+pub use config::{Config, CtaPolicy};
+pub use properties::{GinConnectionType, GinType, Properties};

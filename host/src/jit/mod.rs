@@ -1,1 +1,101 @@
-//! Run-time compilation of generated CUDA C++ with nvcc, and the on-disk cubin cache.
+//! Run-time compilation of generated CUDA C++ with nvcc, the on-disk cubin cache, and module loading.
+//!
+//! The path of a launch: [`function`] looks the kernel up in the process-wide [`KernelRegistry`]; the first
+//! time in a CUDA context it finds the [`Toolchain`] (nvcc, CUDA's headers, the NCCL headers of the loaded
+//! libnccl), gets the cubin from the [`KernelCache`] (memory, then disk, then nvcc), and loads it. nvcc rather
+//! than NVRTC, because NVRTC cannot compile NCCL's GIN backend headers. `docs/jit.md` describes discovery, the
+//! cache layout and every failure.
+//!
+//! Environment: `WEFT_NVCC`, `CUDA_HOME`, `WEFT_TOOLCHAIN_DIR` (nvcc); `WEFT_NCCL_INCLUDE`, `NCCL_HOME` (NCCL
+//! headers); `WEFT_CACHE_DIR` (cache); `WEFT_PRINT_CUDA=1` (print each kernel's source to stderr when this
+//! process first needs it).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DriverError};
+
+mod cache;
+mod compile;
+mod error;
+mod registry;
+mod toolchain;
+
+#[cfg(test)]
+mod test_support;
+#[cfg(test)]
+mod tests;
+
+pub use cache::{CacheKey, KernelCache};
+pub use compile::{CacheOrigin, CompileRequest, CompiledKernel, GpuArch};
+pub use error::JitError;
+pub use registry::{KernelRegistry, KernelSpec};
+pub use toolchain::{LoadedNccl, Toolchain};
+
+/// The device header kernels are compiled against.
+// TODO(wiring): `weft_device::WEFT_CUH` once the device crate exports it; until then any compile through the
+// process-wide registry fails loudly rather than against a stale copy.
+pub(crate) const WEFT_HEADER: &str =
+    "#error \"weft.cuh is not wired into weft-host yet: jit::WEFT_HEADER must be weft_device::WEFT_CUH\"\n";
+
+/// The launch function of `spec` in `ctx`, compiled and loaded on first use (process-wide registry).
+///
+/// This is what `#[weft::kernel]` launchers call; after the first call per context it is two map lookups.
+pub fn function(ctx: &Arc<CudaContext>, spec: &KernelSpec) -> Result<CudaFunction, JitError> {
+    KernelRegistry::global().function(ctx, spec)
+}
+
+/// The process-wide toolchain: discovered once, with the NCCL headers checked against the libnccl this process
+/// loaded (which is opened here if it is not yet).
+pub fn toolchain() -> Result<&'static Toolchain, JitError> {
+    static TOOLCHAIN: OnceLock<Toolchain> = OnceLock::new();
+    if let Some(toolchain) = TOOLCHAIN.get() {
+        return Ok(toolchain);
+    }
+    let library = crate::sys::library().map_err(|e| JitError::NcclNotLoaded { reason: e.to_string() })?;
+    let toolchain = Toolchain::discover(Some(LoadedNccl { library: library.path(), version: library.version() }))?;
+    Ok(TOOLCHAIN.get_or_init(|| toolchain))
+}
+
+/// The cubin for `req`, through the process-wide [`KernelCache`] (memory, then disk, then nvcc).
+pub fn compile_cubin(tc: &Toolchain, req: &CompileRequest<'_>) -> Result<CompiledKernel, JitError> {
+    KernelCache::global()?.get_or_compile(tc, req)
+}
+
+/// Loads a compiled kernel's cubin into `ctx`.
+pub fn load(ctx: &Arc<CudaContext>, compiled: &CompiledKernel) -> Result<Arc<CudaModule>, JitError> {
+    let started = Instant::now();
+    let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(compiled.cubin.to_vec())).map_err(|source| {
+        JitError::ModuleLoad {
+            kernel: compiled.name.clone(),
+            arch: compiled.arch.to_string(),
+            device: ctx.ordinal(),
+            source,
+        }
+    })?;
+    tracing::debug!(
+        "loaded kernel `{}` on device {} in {:.2} ms",
+        compiled.name,
+        ctx.ordinal(),
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(module)
+}
+
+/// The entry point `entry_point` of `kernel`'s loaded module.
+pub fn load_function(module: &Arc<CudaModule>, kernel: &str, entry_point: &str) -> Result<CudaFunction, JitError> {
+    check_name("entry point", entry_point)?;
+    module.load_function(entry_point).map_err(|source: DriverError| JitError::EntryPointNotFound {
+        kernel: kernel.to_string(),
+        entry_point: entry_point.to_string(),
+        source,
+    })
+}
+
+/// Rejects names nvcc and the driver cannot take (cudarc panics on an interior NUL).
+fn check_name(what: &'static str, name: &str) -> Result<(), JitError> {
+    if name.is_empty() || name.contains('\0') {
+        return Err(JitError::InvalidName { what, name: name.to_string() });
+    }
+    Ok(())
+}

@@ -1,0 +1,280 @@
+//! Creating communicators: unique ids, `init`, `initialize` (several ids), `init_all`.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use cudarc::driver::CudaContext;
+
+use super::pending::Resolve;
+use super::{read_identity, Active, Blocking, Communicator, Mode, NonBlocking, Uninit, NULL};
+use crate::config::Config;
+use crate::error::Error;
+use crate::result;
+use crate::sys::{self, ncclComm_t, Library};
+
+/// The token every rank of a new communicator must share (`ncclUniqueId`, 128 bytes).
+///
+/// Rank 0 (or the root of a grow) creates it with [`UniqueId::new`] and sends it to the others out of band:
+/// as bytes ([`UniqueId::as_bytes`], [`UniqueId::from_bytes`]), as hex text (`Display` / `FromStr`), or with
+/// serde (feature `serde`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UniqueId {
+    bytes: [u8; UniqueId::LEN],
+}
+
+impl UniqueId {
+    /// Size of the id in bytes (`NCCL_UNIQUE_ID_BYTES`).
+    pub const LEN: usize = sys::NCCL_UNIQUE_ID_BYTES as usize;
+
+    /// A fresh id from `ncclGetUniqueId` (this process becomes the bootstrap root).
+    pub fn new() -> Result<UniqueId, Error> {
+        let library = crate::sys::library()?;
+        let raw = result::get_unique_id(library)?;
+        Ok(UniqueId::from_raw(&raw))
+    }
+
+    /// The id's bytes, to send to the other ranks.
+    pub fn as_bytes(&self) -> &[u8; UniqueId::LEN] {
+        &self.bytes
+    }
+
+    /// An id received from the root. Fails unless `bytes` is exactly [`UniqueId::LEN`] long.
+    pub fn from_bytes(bytes: &[u8]) -> Result<UniqueId, Error> {
+        let bytes = <[u8; UniqueId::LEN]>::try_from(bytes).map_err(|_| {
+            Error::invalid("bytes", format!("a unique id is {} bytes, got {}", UniqueId::LEN, bytes.len()))
+        })?;
+        Ok(UniqueId { bytes })
+    }
+
+    pub(crate) fn from_raw(raw: &sys::ncclUniqueId) -> UniqueId {
+        UniqueId { bytes: raw.internal.map(|b| b as u8) }
+    }
+
+    pub(crate) fn to_raw(self) -> sys::ncclUniqueId {
+        sys::ncclUniqueId { internal: self.bytes.map(|b| b as core::ffi::c_char) }
+    }
+}
+
+impl fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "UniqueId({}…)", &hex::encode(&self.bytes[..8]))
+    }
+}
+
+/// Lower-case hex, 256 characters.
+impl fmt::Display for UniqueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex::encode(self.bytes))
+    }
+}
+
+impl FromStr for UniqueId {
+    type Err = Error;
+    fn from_str(text: &str) -> Result<UniqueId, Error> {
+        let bytes = hex::decode(text.trim())
+            .map_err(|e| Error::invalid("text", format!("a unique id is {} hex digits: {e}", 2 * UniqueId::LEN)))?;
+        UniqueId::from_bytes(&bytes)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for UniqueId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            serializer.serialize_str(&self.to_string())
+        } else {
+            serializer.serialize_bytes(&self.bytes)
+        }
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for UniqueId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<UniqueId, D::Error> {
+        if deserializer.is_human_readable() {
+            let text = <String as serde::Deserialize>::deserialize(deserializer)?;
+            text.parse().map_err(serde::de::Error::custom)
+        } else {
+            let bytes = <Vec<u8> as serde::Deserialize>::deserialize(deserializer)?;
+            UniqueId::from_bytes(&bytes).map_err(serde::de::Error::custom)
+        }
+    }
+}
+
+fn cuda_context(device: usize) -> Result<Arc<CudaContext>, Error> {
+    let count = CudaContext::device_count()?;
+    if device >= count as usize {
+        return Err(Error::invalid(
+            "device",
+            format!("CUDA device {device} does not exist: this machine has {count} (valid: 0..{count})"),
+        ));
+    }
+    Ok(CudaContext::new(device)?)
+}
+
+fn check_rank(nranks: usize, rank: usize) -> Result<i32, Error> {
+    if nranks == 0 {
+        return Err(Error::invalid("nranks", "a communicator needs at least one rank"));
+    }
+    if rank >= nranks {
+        return Err(Error::invalid("rank", format!("rank {rank} is not below nranks {nranks} (valid: 0..{nranks})")));
+    }
+    i32::try_from(nranks).map_err(|_| Error::invalid("nranks", format!("{nranks} ranks do not fit in a C int")))
+}
+
+impl Communicator<Uninit, Blocking> {
+    /// An uninitialised, blocking communicator for CUDA device `device`: nccl4py's null communicator.
+    pub fn uninit(device: usize) -> Result<Self, Error> {
+        Ok(Communicator::from_parts(NULL, crate::sys::library()?, cuda_context(device)?, None))
+    }
+
+    /// Initialises one rank of a blocking communicator on `device`: [`Communicator::uninit`] + [`init`](Communicator::init).
+    pub fn init_rank(
+        device: usize,
+        nranks: usize,
+        rank: usize,
+        id: &UniqueId,
+        config: &Config,
+    ) -> Result<Communicator<Active>, Error> {
+        Communicator::uninit(device)?.init(nranks, rank, id, config)
+    }
+
+    /// One blocking communicator per listed device, all in this process (`ncclCommInitAll`): rank `i` runs on
+    /// `devices[i]`.
+    pub fn init_all(devices: &[usize]) -> Result<Vec<Communicator<Active>>, Error> {
+        let library = crate::sys::library()?;
+        if devices.is_empty() {
+            return Err(Error::invalid("devices", "list at least one CUDA device"));
+        }
+        let mut ordinals = Vec::with_capacity(devices.len());
+        let mut contexts = Vec::with_capacity(devices.len());
+        for (i, &device) in devices.iter().enumerate() {
+            if devices[..i].contains(&device) {
+                return Err(Error::invalid("devices", format!("device {device} is listed twice")));
+            }
+            contexts.push(cuda_context(device)?);
+            ordinals.push(device as i32);
+        }
+        // SAFETY: every ordinal was checked against the device count and is listed once.
+        let raws = unsafe { result::comm_init_all(library, &ordinals) }?;
+        // Wrap every handle first so that a failure below aborts them all (Drop).
+        let mut comms: Vec<Communicator<Active>> = raws
+            .into_iter()
+            .zip(contexts)
+            .map(|(raw, context)| Communicator::from_parts(raw, library, context, None))
+            .collect();
+        for comm in &mut comms {
+            let identity = read_identity(library, comm.raw())?;
+            comm.set_identity(identity);
+        }
+        Ok(comms)
+    }
+}
+
+impl Communicator<Uninit, NonBlocking> {
+    /// An uninitialised, non-blocking communicator for CUDA device `device`: its initialisation and every
+    /// later transition yield a [`Pending`](super::Pending).
+    pub fn uninit_nonblocking(device: usize) -> Result<Self, Error> {
+        Ok(Communicator::from_parts(NULL, crate::sys::library()?, cuda_context(device)?, None))
+    }
+}
+
+impl<M: Mode> Communicator<Uninit, M> {
+    /// Initialises this rank of an `nranks`-rank communicator (`ncclCommInitRankConfig`); every rank calls
+    /// it with the same `id`. Blocking communicators return once all ranks joined; non-blocking ones return a
+    /// [`Pending`](super::Pending) at once.
+    pub fn init(
+        self,
+        nranks: usize,
+        rank: usize,
+        id: &UniqueId,
+        config: &Config,
+    ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
+        let nranks_c = check_rank(nranks, rank)?;
+        let mut raw_config = config.to_raw(self.library().version(), M::BLOCKING)?;
+        self.context().bind_to_thread()?;
+        // SAFETY: the device's context is current; the config is laid out for the loaded version and
+        // outlives the call (`raw_config` lives to the end of this function; NCCL copies what it keeps).
+        let (raw, progress) = unsafe {
+            result::comm_init_rank_config(self.library(), nranks_c, &id.to_raw(), rank as i32, raw_config.as_mut_ptr())
+        }?;
+        self.finish_init(raw, progress)
+    }
+
+    /// Initialises this rank from several unique ids (`ncclCommInitRankScalable`), spreading the bootstrap
+    /// over several roots for large jobs. Every rank passes the same ids in the same order.
+    pub fn initialize(
+        self,
+        nranks: usize,
+        rank: usize,
+        ids: &[UniqueId],
+        config: &Config,
+    ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
+        let nranks_c = check_rank(nranks, rank)?;
+        if ids.is_empty() {
+            return Err(Error::invalid("ids", "pass at least one unique id"));
+        }
+        let mut raw_ids: Vec<_> = ids.iter().map(|id| id.to_raw()).collect();
+        let mut raw_config = config.to_raw(self.library().version(), M::BLOCKING)?;
+        self.context().bind_to_thread()?;
+        // SAFETY: as in `init`; `raw_ids` outlives the call.
+        let (raw, progress) = unsafe {
+            result::comm_init_rank_scalable(self.library(), nranks_c, rank as i32, &mut raw_ids, raw_config.as_mut_ptr())
+        }?;
+        self.finish_init(raw, progress)
+    }
+
+    fn finish_init(self, raw: ncclComm_t, progress: result::Progress) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
+        let comm: Communicator<Active, M> = Communicator::from_parts(raw, self.library(), self.context().clone(), None);
+        let comm = if M::BLOCKING { comm.finish()? } else { comm };
+        Ok(M::wrap(comm, progress))
+    }
+}
+
+impl<S: super::State, M: Mode> Resolve for Communicator<S, M> {
+    fn handles(&self) -> Vec<(&'static Library, ncclComm_t)> {
+        if self.raw().is_null() {
+            Vec::new()
+        } else {
+            vec![(self.library(), self.raw())]
+        }
+    }
+
+    fn finish(mut self) -> Result<Self, Error> {
+        if !self.has_identity() && !self.raw().is_null() {
+            let identity = read_identity(self.library(), self.raw())?;
+            self.set_identity(identity);
+        }
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_ids_round_trip_through_bytes_and_hex() {
+        let mut bytes = [0u8; UniqueId::LEN];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (i * 7 + 3) as u8;
+        }
+        let id = UniqueId::from_bytes(&bytes).unwrap();
+        assert_eq!(id.as_bytes(), &bytes);
+        let text = id.to_string();
+        assert_eq!(text.len(), 256);
+        assert_eq!(text.parse::<UniqueId>().unwrap(), id);
+        assert_eq!(UniqueId::from_raw(&id.to_raw()), id);
+        assert!(matches!(UniqueId::from_bytes(&bytes[..5]), Err(Error::InvalidArgument { argument: "bytes", .. })));
+        assert!("zz".parse::<UniqueId>().is_err());
+    }
+
+    #[test]
+    fn ranks_are_validated_before_nccl_sees_them() {
+        assert!(check_rank(0, 0).is_err());
+        let err = check_rank(4, 4).unwrap_err().to_string();
+        assert!(err.contains("rank 4 is not below nranks 4"), "{err}");
+        assert_eq!(check_rank(4, 3).unwrap(), 4);
+    }
+}

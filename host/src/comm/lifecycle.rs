@@ -1,0 +1,259 @@
+//! State transitions: finalize, destroy, revoke, suspend/resume, split, shrink, grow.
+
+use super::init::UniqueId;
+use super::{Active, Communicator, Finalized, Initialized, Mode, Revoked, Suspended, TransitionError, Uninit, NULL};
+use crate::config::Config;
+use crate::error::Error;
+use crate::result::{self, Progress};
+use crate::sys;
+
+/// What `suspend` releases (`ncclCommSuspend` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SuspendFlags(i32);
+
+impl SuspendFlags {
+    /// Release the communicator's dynamic GPU memory (`NCCL_SUSPEND_MEM`).
+    pub const MEMORY: SuspendFlags = SuspendFlags(sys::NCCL_SUSPEND_MEM as i32);
+    /// Release nothing beyond what NCCL always releases.
+    pub const NONE: SuspendFlags = SuspendFlags(0);
+}
+
+type Transition<From, To, M> = Result<<M as Mode>::Wrap<Communicator<To, M>>, TransitionError<Communicator<From, M>>>;
+
+impl<S: Initialized, M: Mode> Communicator<S, M> {
+    /// Runs `call` on the raw handle; on success moves into state `T`, on failure hands `self` back.
+    fn transition<T: Initialized>(
+        self,
+        call: impl FnOnce(&'static sys::Library, sys::ncclComm_t) -> Result<Progress, Error>,
+    ) -> Transition<S, T, M> {
+        match call(self.library(), self.raw()) {
+            Ok(progress) => Ok(M::wrap(self.into_state::<T>(), progress)),
+            Err(error) => Err(TransitionError { communicator: self, error }),
+        }
+    }
+}
+
+impl<M: Mode> Communicator<Active, M> {
+    /// Flushes outstanding operations and releases resources shared with other ranks
+    /// (`ncclCommFinalize`); collective over all ranks. Destroy the result to free the rest.
+    ///
+    /// Every resource borrowing the communicator (windows, registrations, device communicators) must be
+    /// gone first: the borrow checker enforces it.
+    pub fn finalize(self) -> Transition<Active, Finalized, M> {
+        // SAFETY: `raw` is our live, active communicator; finalize is allowed in this state.
+        self.transition(|library, raw| unsafe { result::comm_finalize(library, raw) })
+    }
+
+    /// Stops outstanding operations without waiting (`ncclCommRevoke`). A revoked communicator can only be
+    /// shrunk, destroyed or aborted.
+    pub fn revoke(self) -> Transition<Active, Revoked, M> {
+        // SAFETY: as in `finalize`.
+        self.transition(|library, raw| unsafe { result::comm_revoke(library, raw, sys::NCCL_REVOKE_DEFAULT as i32) })
+    }
+
+    /// Releases the communicator's suspendable resources (`ncclCommSuspend`, NCCL 2.29+) until [`resume`].
+    ///
+    /// [`resume`]: Communicator::resume
+    pub fn suspend(self, flags: SuspendFlags) -> Transition<Active, Suspended, M> {
+        // SAFETY: as in `finalize`.
+        self.transition(|library, raw| unsafe { result::comm_suspend(library, raw, flags.0) })
+    }
+
+    /// Splits the communicator by `color` (`ncclCommSplit`); collective over all ranks. Ranks passing the
+    /// same color form a new communicator, ordered by `key` (then by old rank). `color: None` opts out and
+    /// yields no communicator.
+    pub fn split(
+        &self,
+        color: Option<u32>,
+        key: i32,
+        config: Option<&Config>,
+    ) -> Result<M::Wrap<Option<Communicator<Active, M>>>, Error> {
+        let color = match color {
+            None => sys::NCCL_SPLIT_NOCOLOR,
+            Some(c) => i32::try_from(c).map_err(|_| Error::invalid("color", format!("{c} exceeds i32::MAX")))?,
+        };
+        let mut raw_config = config.map(|c| c.to_raw(self.library().version(), M::BLOCKING)).transpose()?;
+        let config_ptr = raw_config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
+        self.context().bind_to_thread()?;
+        // SAFETY: our live, active communicator; the config (or null: inherit) outlives the call.
+        let (raw, progress) = unsafe { result::comm_split(self.library(), self.raw(), color, key, config_ptr) }?;
+        self.child(raw, progress)
+    }
+
+    /// A new communicator without the ranks in `exclude` (`ncclCommShrink`); called by every remaining
+    /// rank with the same list. With `abort_outstanding`, operations still running on this communicator are
+    /// aborted first (`NCCL_SHRINK_ABORT`), for shrinking away failed ranks.
+    pub fn shrink(
+        &self,
+        exclude: &[usize],
+        config: Option<&Config>,
+        abort_outstanding: bool,
+    ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
+        shrink(self, exclude, config, abort_outstanding)
+    }
+
+    /// The id new ranks use to join through [`grow`](Communicator::grow) (`ncclCommGetUniqueId`, NCCL 2.29+);
+    /// called on the grow root only.
+    pub fn grow_id(&self) -> Result<UniqueId, Error> {
+        // SAFETY: our live, active communicator.
+        let raw = unsafe { result::comm_get_unique_id(self.library(), self.raw()) }?;
+        Ok(UniqueId::from_raw(&raw))
+    }
+
+    /// Grows the communicator to `nranks` ranks (`ncclCommGrow`, NCCL 2.29+), as an existing rank. The root
+    /// passes the id from [`grow_id`](Communicator::grow_id), the other existing ranks `None`; new ranks call
+    /// [`Communicator::join`] with the same id.
+    pub fn grow(
+        &self,
+        nranks: usize,
+        root_id: Option<&UniqueId>,
+        config: Option<&Config>,
+    ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
+        if nranks <= self.nranks() {
+            return Err(Error::invalid(
+                "nranks",
+                format!("growing needs more ranks than the current {}, got {nranks}", self.nranks()),
+            ));
+        }
+        let nranks = i32::try_from(nranks).map_err(|_| Error::invalid("nranks", "does not fit in a C int"))?;
+        let raw_id = root_id.map(|id| id.to_raw());
+        let mut raw_config = config.map(|c| c.to_raw(self.library().version(), M::BLOCKING)).transpose()?;
+        let config_ptr = raw_config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
+        self.context().bind_to_thread()?;
+        // SAFETY: our live, active communicator, the existing-rank role (rank -1), an id that outlives the call.
+        let (raw, progress) =
+            unsafe { result::comm_grow(self.library(), self.raw(), nranks, raw_id.as_ref(), -1, config_ptr) }?;
+        new_communicator::<M>(self.library(), self.context(), raw, progress, "ncclCommGrow")
+    }
+
+    fn child(&self, raw: sys::ncclComm_t, progress: Progress) -> Result<M::Wrap<Option<Communicator<Active, M>>>, Error> {
+        let child = (!raw.is_null())
+            .then(|| Communicator::from_parts(raw, self.library(), self.context().clone(), None));
+        let child = if M::BLOCKING { pending_finish(child)? } else { child };
+        Ok(M::wrap(child, progress))
+    }
+}
+
+fn pending_finish<T: super::pending::Resolve>(value: T) -> Result<T, Error> {
+    value.finish()
+}
+
+/// Wraps a handle NCCL just created (shrink, grow, join), which must not be null.
+fn new_communicator<M: Mode>(
+    library: &'static sys::Library,
+    context: &std::sync::Arc<cudarc::driver::CudaContext>,
+    raw: sys::ncclComm_t,
+    progress: Progress,
+    call: &'static str,
+) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
+    if raw.is_null() {
+        return Err(Error::Nccl {
+            call,
+            code: crate::error::ResultCode::InternalError,
+            description: "returned success but no communicator".into(),
+            last_error: result::last_error(library, NULL),
+        });
+    }
+    let comm: Communicator<Active, M> = Communicator::from_parts(raw, library, context.clone(), None);
+    let comm = if M::BLOCKING { pending_finish(comm)? } else { comm };
+    Ok(M::wrap(comm, progress))
+}
+
+fn shrink<S: Initialized, M: Mode>(
+    comm: &Communicator<S, M>,
+    exclude: &[usize],
+    config: Option<&Config>,
+    abort_outstanding: bool,
+) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
+    let nranks = comm.nranks();
+    let mut list = Vec::with_capacity(exclude.len());
+    for (i, &rank) in exclude.iter().enumerate() {
+        if rank >= nranks {
+            return Err(Error::invalid("exclude", format!("rank {rank} is not below nranks {nranks}")));
+        }
+        if exclude[..i].contains(&rank) {
+            return Err(Error::invalid("exclude", format!("rank {rank} is listed twice")));
+        }
+        list.push(rank as i32);
+    }
+    if list.len() >= nranks {
+        return Err(Error::invalid("exclude", "excluding every rank leaves no communicator"));
+    }
+    if exclude.contains(&comm.rank()) {
+        return Err(Error::invalid("exclude", "an excluded rank does not call shrink; only the remaining ranks do"));
+    }
+    let flags = if abort_outstanding { sys::NCCL_SHRINK_ABORT } else { sys::NCCL_SHRINK_DEFAULT } as i32;
+    let mut raw_config = config.map(|c| c.to_raw(comm.library().version(), M::BLOCKING)).transpose()?;
+    let config_ptr = raw_config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
+    comm.context().bind_to_thread()?;
+    // SAFETY: a live communicator in a state NCCL allows shrinking from (active or revoked); the rank list
+    // was validated and the config outlives the call.
+    let (raw, progress) = unsafe { result::comm_shrink(comm.library(), comm.raw(), &list, config_ptr, flags) }?;
+    new_communicator::<M>(comm.library(), comm.context(), raw, progress, "ncclCommShrink")
+}
+
+impl<M: Mode> Communicator<Suspended, M> {
+    /// Reacquires what `suspend` released (`ncclCommResume`).
+    pub fn resume(self) -> Transition<Suspended, Active, M> {
+        // SAFETY: our live, suspended communicator; resume is allowed in this state.
+        self.transition(|library, raw| unsafe { result::comm_resume(library, raw) })
+    }
+}
+
+impl<M: Mode> Communicator<Revoked, M> {
+    /// Shrinks a revoked communicator (the only way to keep working after a revoke); see
+    /// [`Communicator::shrink`].
+    pub fn shrink(&self, exclude: &[usize], config: Option<&Config>) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
+        shrink(self, exclude, config, false)
+    }
+
+    /// Frees a revoked communicator's local resources (`ncclCommDestroy`).
+    pub fn destroy(self) -> Result<(), TransitionError<Self>> {
+        destroy(self)
+    }
+}
+
+impl<M: Mode> Communicator<Finalized, M> {
+    /// Frees the communicator's local resources (`ncclCommDestroy`). Never waits for other ranks.
+    pub fn destroy(self) -> Result<(), TransitionError<Self>> {
+        destroy(self)
+    }
+}
+
+fn destroy<S: Initialized, M: Mode>(comm: Communicator<S, M>) -> Result<(), TransitionError<Communicator<S, M>>> {
+    // SAFETY: our live communicator in a state where NCCL allows destroy (finalized or revoked).
+    match unsafe { result::comm_destroy(comm.library(), comm.raw()) } {
+        Ok(_) => {
+            let _ = comm.into_raw();
+            Ok(())
+        }
+        Err(error) => Err(TransitionError { communicator: comm, error }),
+    }
+}
+
+impl<M: Mode> Communicator<Uninit, M> {
+    /// Joins a growing communicator as a new rank (`ncclCommGrow` with no parent): `rank` is the rank
+    /// assigned to this process in the grown communicator of `nranks` ranks, `id` the root's
+    /// [`grow_id`](Communicator::grow_id).
+    pub fn join(
+        self,
+        nranks: usize,
+        rank: usize,
+        id: &UniqueId,
+        config: &Config,
+    ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
+        if rank >= nranks {
+            return Err(Error::invalid("rank", format!("rank {rank} is not below nranks {nranks}")));
+        }
+        let nranks = i32::try_from(nranks).map_err(|_| Error::invalid("nranks", "does not fit in a C int"))?;
+        let raw_id = id.to_raw();
+        let mut raw_config = config.to_raw(self.library().version(), M::BLOCKING)?;
+        self.context().bind_to_thread()?;
+        // SAFETY: the new-rank role (null parent, id, assigned rank); the context is current and the config
+        // outlives the call.
+        let (raw, progress) = unsafe {
+            result::comm_grow(self.library(), NULL, nranks, Some(&raw_id), rank as i32, raw_config.as_mut_ptr())
+        }?;
+        new_communicator::<M>(self.library(), self.context(), raw, progress, "ncclCommGrow")
+    }
+}

@@ -1,0 +1,335 @@
+//! The typestate communicator.
+//!
+//! A [`Communicator<S, M>`] is one rank's handle on an NCCL communicator. `S` is its lifecycle state (type
+//! state) and `M` whether it was configured blocking or non-blocking:
+//!
+//! ```text
+//! Communicator<Uninit> --init / initialize / init_all--> Communicator<Active>
+//! Active --suspend(flags)--> Suspended --resume--> Active
+//! Active --finalize--> Finalized --destroy--> ()         Active/Suspended/Finalized/Revoked --abort--> ()
+//! Active --revoke--> Revoked (only destroy, abort, shrink)  Active --split/shrink/grow--> new Communicator<Active>
+//! ```
+//!
+//! Each method exists only in the states where NCCL allows the call, so reading `rank` on an uninitialised
+//! communicator, a collective on a suspended one, or finalizing while a window is registered are compile
+//! errors. Transitions consume the communicator; a failed transition hands it back inside
+//! [`TransitionError`] so the caller can still abort it.
+//!
+//! With a non-blocking configuration ([`NonBlocking`]), every transition returns a [`Pending`] whose value
+//! is reachable only by polling it to completion.
+//!
+//! Dropping a live communicator never panics and never waits for other ranks: it aborts (a finalized one is
+//! destroyed) and logs what it did.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use cudarc::driver::CudaContext;
+
+use crate::error::Error;
+use crate::result;
+use crate::sys::{ncclComm_t, Library};
+
+mod init;
+mod lifecycle;
+mod pending;
+mod status;
+
+pub use init::UniqueId;
+pub use pending::{Pending, Polled};
+pub use lifecycle::SuspendFlags;
+pub use status::MemStat;
+
+mod sealed {
+    pub trait State {}
+    pub trait Mode {}
+}
+
+/// A lifecycle state of a [`Communicator`] (type state).
+pub trait State: sealed::State + 'static {
+    /// The state's name, for messages.
+    const NAME: &'static str;
+}
+
+/// States in which the communicator is initialised: it has a rank, a size and a device.
+pub trait Initialized: State {}
+
+/// States from which [`Communicator::abort`] is allowed (every initialised state).
+pub trait Abortable: Initialized {}
+
+macro_rules! state {
+    ($(#[$doc:meta])* $name:ident $(: $($extra:ident),*)?) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+        pub struct $name;
+        impl sealed::State for $name {}
+        impl State for $name {
+            const NAME: &'static str = stringify!($name);
+        }
+        $($(impl $extra for $name {})*)?
+    };
+}
+
+state!(
+    /// Not initialised yet (type state): nccl4py's null communicator. Only initialisation is possible.
+    Uninit
+);
+state!(
+    /// Initialised and usable (type state): collectives, resources, device communicators, transitions.
+    Active: Initialized, Abortable
+);
+state!(
+    /// Suspended (type state): its suspendable memory is released; only `resume`, `abort` and queries.
+    Suspended: Initialized, Abortable
+);
+state!(
+    /// Finalized (type state): outstanding work is flushed; only `destroy`, `abort` and queries.
+    Finalized: Initialized, Abortable
+);
+state!(
+    /// Revoked (type state): outstanding work was stopped; only `shrink`, `destroy` and `abort`.
+    Revoked: Initialized, Abortable
+);
+
+/// Whether the communicator's calls block until done or may return "in progress" (type state).
+pub trait Mode: sealed::Mode + 'static {
+    /// What a transition yields: the value itself, or a [`Pending`] that must be polled to get it.
+    type Wrap<T: pending::Resolve>;
+    /// The `blocking` value of `ncclConfig_t`.
+    const BLOCKING: bool;
+    #[doc(hidden)]
+    fn wrap<T: pending::Resolve>(value: T, progress: result::Progress) -> Self::Wrap<T>;
+}
+
+/// Calls block until NCCL is done (the default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Blocking;
+/// Calls may return while NCCL continues in the background; transitions yield [`Pending`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NonBlocking;
+
+impl sealed::Mode for Blocking {}
+impl sealed::Mode for NonBlocking {}
+
+impl Mode for Blocking {
+    type Wrap<T: pending::Resolve> = T;
+    const BLOCKING: bool = true;
+    fn wrap<T: pending::Resolve>(value: T, _progress: result::Progress) -> T {
+        // A blocking communicator never reports InProgress; if NCCL did, the value is still complete,
+        // because blocking calls return only after the operation finished.
+        value
+    }
+}
+
+impl Mode for NonBlocking {
+    type Wrap<T: pending::Resolve> = Pending<T>;
+    const BLOCKING: bool = false;
+    fn wrap<T: pending::Resolve>(value: T, _progress: result::Progress) -> Pending<T> {
+        // Even a call that returned ncclSuccess is polled once more through ncclCommGetAsyncError, which
+        // then answers at once: one code path, and asynchronous errors are never missed.
+        Pending::new(value)
+    }
+}
+
+/// What an initialised communicator knows about itself, read once when initialisation completes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Identity {
+    pub(crate) rank: i32,
+    pub(crate) nranks: i32,
+    pub(crate) cuda_device: i32,
+}
+
+/// One rank's NCCL communicator in state `S` (type state) and mode `M`. See the [module docs](self).
+pub struct Communicator<S: State = Active, M: Mode = Blocking> {
+    raw: ncclComm_t,
+    library: &'static Library,
+    context: Arc<CudaContext>,
+    identity: Option<Identity>,
+    state: PhantomData<(S, M)>,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread, one thread at a time; `Communicator` is not
+// `Sync`, so shared references never cross threads and every call through it is serialized by the borrow.
+unsafe impl<S: State, M: Mode> Send for Communicator<S, M> {}
+
+impl<S: State, M: Mode> Communicator<S, M> {
+    /// Wraps a raw handle. `identity` is `None` for `Uninit` and until a non-blocking initialisation completes.
+    pub(crate) fn from_parts(
+        raw: ncclComm_t,
+        library: &'static Library,
+        context: Arc<CudaContext>,
+        identity: Option<Identity>,
+    ) -> Self {
+        Communicator { raw, library, context, identity, state: PhantomData }
+    }
+
+    /// Moves the handle into another state; `self`'s `Drop` does not run.
+    pub(crate) fn into_state<T: State>(mut self) -> Communicator<T, M> {
+        let raw = std::mem::replace(&mut self.raw, NULL);
+        Communicator { raw, library: self.library, context: self.context.clone(), identity: self.identity, state: PhantomData }
+    }
+
+    /// Gives up ownership of the raw handle (the caller becomes responsible for it).
+    pub(crate) fn into_raw(mut self) -> ncclComm_t {
+        std::mem::replace(&mut self.raw, NULL)
+    }
+
+    pub(crate) fn set_identity(&mut self, identity: Identity) {
+        self.identity = Some(identity);
+    }
+
+    pub(crate) fn has_identity(&self) -> bool {
+        self.identity.is_some()
+    }
+
+    pub(crate) fn library(&self) -> &'static Library {
+        self.library
+    }
+
+    pub(crate) fn raw(&self) -> ncclComm_t {
+        self.raw
+    }
+
+    /// The (primary) CUDA context of this rank's device, for streams and buffers.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.context
+    }
+
+    /// The libnccl this communicator was made with.
+    pub fn nccl_version(&self) -> crate::Version {
+        self.library.version()
+    }
+}
+
+impl<S: Initialized, M: Mode> Communicator<S, M> {
+    fn identity(&self) -> Identity {
+        // Every way to reach an initialised state fills the identity first (blocking constructors directly,
+        // non-blocking ones in `Resolve::finish` before `Pending` releases the value).
+        self.identity.unwrap_or(Identity { rank: -1, nranks: 0, cuda_device: -1 })
+    }
+
+    /// The raw `ncclComm_t`.
+    ///
+    /// # Safety
+    /// The handle stays owned by this `Communicator`: do not finalize, destroy, abort, revoke, suspend or
+    /// resume it behind weft's back, and do not use it after this `Communicator` is gone.
+    pub unsafe fn as_raw(&self) -> ncclComm_t {
+        self.raw
+    }
+
+    /// The number of ranks.
+    pub fn nranks(&self) -> usize {
+        self.identity().nranks as usize
+    }
+
+    /// This rank, in `0..nranks()`.
+    pub fn rank(&self) -> usize {
+        self.identity().rank as usize
+    }
+
+    /// The CUDA device ordinal this rank runs on.
+    pub fn cuda_device(&self) -> usize {
+        self.identity().cuda_device as usize
+    }
+
+
+    /// Aborts the communicator: stops outstanding operations and frees it without waiting for other ranks.
+    pub fn abort(self) -> Result<(), Error> {
+        let library = self.library;
+        let raw = self.into_raw();
+        // SAFETY: `raw` is a live communicator owned by us until now; abort is allowed in every initialised
+        // state, and nothing can use the handle afterwards because `self` is consumed.
+        unsafe { result::comm_abort(library, raw) }.map(|_| ())
+    }
+}
+
+impl<S: State, M: Mode> Drop for Communicator<S, M> {
+    fn drop(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        let finalized = std::any::TypeId::of::<S>() == std::any::TypeId::of::<Finalized>();
+        let (what, outcome) = if finalized {
+            // SAFETY: a finalized communicator owned by us; destroy after finalize is local.
+            ("destroyed", unsafe { result::comm_destroy(self.library, self.raw) })
+        } else {
+            // SAFETY: a live communicator owned by us; abort never waits for other ranks.
+            ("aborted", unsafe { result::comm_abort(self.library, self.raw) })
+        };
+        self.raw = std::ptr::null_mut();
+        match outcome {
+            Ok(_) if finalized => tracing::debug!("dropped a finalized NCCL communicator: destroyed"),
+            Ok(_) => tracing::warn!(
+                state = S::NAME,
+                "dropped a live NCCL communicator: {what} it (call finalize + destroy for an orderly shutdown)"
+            ),
+            Err(error) => tracing::error!(state = S::NAME, %error, "dropping an NCCL communicator failed"),
+        }
+    }
+}
+
+impl<S: State, M: Mode> fmt::Debug for Communicator<S, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = f.debug_struct("Communicator");
+        out.field("state", &S::NAME).field("blocking", &M::BLOCKING);
+        if let Some(identity) = self.identity {
+            out.field("rank", &identity.rank).field("nranks", &identity.nranks).field("cuda_device", &identity.cuda_device);
+        }
+        out.finish()
+    }
+}
+
+/// A transition that failed; the communicator comes back in its previous state so it can still be aborted
+/// (or dropped, which aborts it).
+pub struct TransitionError<C> {
+    /// The communicator, unchanged.
+    pub communicator: C,
+    /// Why the transition failed.
+    pub error: Error,
+}
+
+impl<C> TransitionError<C> {
+    /// Discards the communicator (dropping it aborts it) and keeps the error.
+    pub fn into_error(self) -> Error {
+        self.error
+    }
+}
+
+impl<C> fmt::Debug for TransitionError<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TransitionError").field("error", &self.error).finish_non_exhaustive()
+    }
+}
+
+impl<C> fmt::Display for TransitionError<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<C> std::error::Error for TransitionError<C> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<C> From<TransitionError<C>> for Error {
+    fn from(failure: TransitionError<C>) -> Error {
+        failure.error
+    }
+}
+
+/// Reads rank, size and device of a freshly initialised handle.
+pub(crate) fn read_identity(library: &'static Library, raw: ncclComm_t) -> Result<Identity, Error> {
+    // SAFETY (three calls): `raw` was just initialised by NCCL and is owned by the caller.
+    let rank = unsafe { result::comm_user_rank(library, raw) }?;
+    // SAFETY: as above.
+    let nranks = unsafe { result::comm_count(library, raw) }?;
+    // SAFETY: as above.
+    let cuda_device = unsafe { result::comm_cu_device(library, raw) }?;
+    Ok(Identity { rank, nranks, cuda_device })
+}
+
+/// The null communicator handle (for `Uninit`, and split results without a color).
+pub(crate) const NULL: ncclComm_t = std::ptr::null_mut();

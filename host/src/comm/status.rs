@@ -1,0 +1,58 @@
+//! Status queries: last and asynchronous errors, memory statistics.
+
+use super::{Communicator, Initialized, Mode};
+use crate::error::Error;
+use crate::result::{self, Progress};
+use crate::sys;
+
+/// A communicator memory statistic (`ncclCommMemStat_t`, NCCL 2.29+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MemStat {
+    /// GPU memory that `suspend` can release (bytes).
+    Suspendable,
+    /// Whether the suspendable memory is currently released (0 or 1).
+    Suspended,
+    /// GPU memory that stays allocated while suspended (bytes).
+    Persistent,
+    /// All GPU memory NCCL tracks for the communicator (bytes).
+    Total,
+}
+
+impl MemStat {
+    fn raw(self) -> sys::ncclCommMemStat_t {
+        match self {
+            MemStat::Suspendable => sys::ncclCommMemStat_t::ncclStatGpuMemSuspend,
+            MemStat::Suspended => sys::ncclCommMemStat_t::ncclStatGpuMemSuspended,
+            MemStat::Persistent => sys::ncclCommMemStat_t::ncclStatGpuMemPersist,
+            MemStat::Total => sys::ncclCommMemStat_t::ncclStatGpuMemTotal,
+        }
+    }
+}
+
+impl<S: Initialized, M: Mode> Communicator<S, M> {
+    /// The text of the last error NCCL logged (`ncclGetLastError`); empty when there was none.
+    pub fn last_error(&self) -> String {
+        result::last_error(self.library(), self.raw())
+    }
+
+    /// The communicator's asynchronous state (`ncclCommGetAsyncError`): `Ok(false)` when healthy and idle,
+    /// `Ok(true)` while a non-blocking operation is still running, or the asynchronous error (a failed peer,
+    /// a network error, …).
+    pub fn async_error(&self) -> Result<bool, Error> {
+        // SAFETY: our live, initialised communicator.
+        let progress = unsafe { result::comm_get_async_error(self.library(), self.raw()) }?;
+        Ok(progress == Progress::InProgress)
+    }
+
+    /// A memory statistic (`ncclCommMemStats`, NCCL 2.29+).
+    pub fn mem_stat(&self, stat: MemStat) -> Result<u64, Error> {
+        // SAFETY: our live, initialised communicator.
+        unsafe { result::comm_mem_stats(self.library(), self.raw(), stat.raw()) }
+    }
+
+    /// NCCL's description of a result code (`ncclGetErrorString`).
+    pub fn error_string(&self, code: crate::ResultCode) -> String {
+        result::error_string(self.library(), code.raw())
+    }
+}

@@ -1,0 +1,198 @@
+use std::fs;
+use std::path::Path;
+
+use super::*;
+use crate::jit::test_support::{fake_compiles, fake_cuda, fake_nccl_include};
+use crate::jit::GpuArch;
+
+const SOURCE: &str = "#include \"weft.cuh\"\nextern \"C\" __global__ void k() {}\n";
+const HEADER: &str = "// weft.cuh (test)\n";
+
+/// A toolchain whose nvcc is the fake script under `root/cuda`.
+fn fake_toolchain(root: &Path) -> Toolchain {
+    let nvcc = fake_cuda(&root.join("cuda"));
+    let include = fake_nccl_include(&root.join("nccl"), 22809, true);
+    Toolchain::from_paths(nvcc, include, None).unwrap()
+}
+
+fn request(source: &str) -> CompileRequest<'_> {
+    CompileRequest::new("k", source, HEADER, GpuArch::SM_90)
+}
+
+#[test]
+fn the_key_changes_with_every_input() {
+    let root = tempfile::tempdir().unwrap();
+    let tc = fake_toolchain(root.path());
+    let base = CacheKey::new(&tc, &request(SOURCE));
+    assert_eq!(base, CacheKey::new(&tc, &request(SOURCE)), "the key is deterministic");
+    assert_eq!(base.to_hex().len(), 64);
+
+    let mut changed = vec![
+        CacheKey::new(&tc, &request("other source")),
+        CacheKey::new(&tc, &CompileRequest { weft_header: "// other header", ..request(SOURCE) }),
+        CacheKey::new(&tc, &request(SOURCE).with_flags(&["-lineinfo"])),
+        CacheKey::new(&tc, &CompileRequest { arch: GpuArch { major: 10, minor: 0 }, ..request(SOURCE) }),
+    ];
+    let other_nvcc = Toolchain { nvcc_version: format!("{} (patched)", tc.nvcc_version), ..tc.clone() };
+    changed.push(CacheKey::new(&other_nvcc, &request(SOURCE)));
+    let other_nccl = Toolchain { nccl_version: crate::version::Version::new(2, 32, 3), ..tc.clone() };
+    changed.push(CacheKey::new(&other_nccl, &request(SOURCE)));
+    // The kernel's name is only a label: renaming a kernel with identical source reuses the cubin.
+    assert_eq!(base, CacheKey::new(&tc, &CompileRequest { name: "renamed", ..request(SOURCE) }));
+    for (i, key) in changed.iter().enumerate() {
+        assert_ne!(*key, base, "input {i} did not change the key");
+        for other in &changed[i + 1..] {
+            assert_ne!(key, other);
+        }
+    }
+}
+
+#[test]
+fn field_boundaries_are_part_of_the_key() {
+    let root = tempfile::tempdir().unwrap();
+    let tc = fake_toolchain(root.path());
+    let a = CacheKey::new(&tc, &CompileRequest::new("k", "ab", "c", GpuArch::SM_90));
+    let b = CacheKey::new(&tc, &CompileRequest::new("k", "a", "bc", GpuArch::SM_90));
+    assert_ne!(a, b);
+}
+
+#[test]
+fn entries_round_trip_and_damage_is_detected() {
+    let cubin = b"\x7fELF pretend cubin".to_vec();
+    let entry = encode_entry(&cubin);
+    assert_eq!(decode_entry(&entry).unwrap(), cubin.as_slice());
+    assert!(decode_entry(&entry[..entry.len() - 1]).unwrap_err().contains("trailer"));
+    assert!(decode_entry(&entry[..10]).unwrap_err().contains("shorter"));
+    assert!(decode_entry(&cubin).is_err(), "a bare cubin is not trusted");
+    let mut flipped = entry.clone();
+    flipped[3] ^= 1;
+    assert!(decode_entry(&flipped).unwrap_err().contains("SHA-256"));
+    let mut lying = entry[1..].to_vec();
+    lying.splice(0..0, [0u8; 0]);
+    assert!(decode_entry(&lying).is_err());
+    let empty = encode_entry(&[]);
+    assert_eq!(decode_entry(&empty).unwrap(), b"");
+}
+
+#[test]
+fn atomic_writes_leave_no_temporaries_and_replace_whole_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sub/entry.cubin");
+    write_atomically(&path, b"first").unwrap();
+    write_atomically(&path, b"second, longer").unwrap();
+    assert_eq!(fs::read(&path).unwrap(), b"second, longer");
+    let names: Vec<_> = fs::read_dir(dir.path().join("sub")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("entry.cubin")]);
+}
+
+#[test]
+fn concurrent_writers_of_one_entry_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("k.cubin");
+    let entry = encode_entry(&vec![7u8; 1 << 16]);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                for _ in 0..20 {
+                    write_atomically(&path, &entry).unwrap();
+                    let read = fs::read(&path).unwrap();
+                    assert!(decode_entry(&read).is_ok(), "a reader saw a partial entry");
+                }
+            });
+        }
+    });
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "temporaries left behind");
+}
+
+#[test]
+fn a_miss_compiles_then_memory_and_disk_hit() {
+    let root = tempfile::tempdir().unwrap();
+    let tc = fake_toolchain(root.path());
+    let cache = KernelCache::new(root.path().join("cache"));
+    let cold = cache.get_or_compile(&tc, &request(SOURCE)).unwrap();
+    assert_eq!(cold.origin, CacheOrigin::Compiled);
+    assert!(!cold.from_cache());
+    assert!(cold.cubin.starts_with(b"FAKECUBIN\n#include \"weft.cuh\""));
+    assert_eq!(cold.path, cache.dir().join(format!("{}.cubin", cold.key)));
+    assert_eq!(fs::read_to_string(&cold.source_path).unwrap(), SOURCE);
+    assert_eq!(decode_entry(&fs::read(&cold.path).unwrap()).unwrap(), &cold.cubin[..]);
+
+    let memo = cache.get_or_compile(&tc, &request(SOURCE)).unwrap();
+    assert_eq!((memo.origin, &memo.cubin), (CacheOrigin::Memory, &cold.cubin));
+
+    let fresh_process = KernelCache::new(cache.dir());
+    let disk = fresh_process.get_or_compile(&tc, &request(SOURCE)).unwrap();
+    assert_eq!((disk.origin, &disk.cubin), (CacheOrigin::Disk, &cold.cubin));
+    assert_eq!(fake_compiles(&root.path().join("cuda")), 1, "nvcc ran once");
+}
+
+#[test]
+fn the_weft_header_is_on_the_include_path() {
+    let root = tempfile::tempdir().unwrap();
+    let tc = fake_toolchain(root.path());
+    let cache = KernelCache::new(root.path().join("cache"));
+    cache.get_or_compile(&tc, &request(SOURCE)).unwrap();
+    let args = fs::read_to_string(root.path().join("cuda/invocations")).unwrap();
+    let include = args.split(' ').find_map(|a| a.strip_prefix("-I")).expect("an -I flag");
+    assert_eq!(fs::read_to_string(Path::new(include).join("weft.cuh")).unwrap(), HEADER);
+    assert!(include.starts_with(cache.dir().join("include").to_str().unwrap()), "{include}");
+}
+
+#[test]
+fn a_truncated_entry_is_recompiled_not_trusted() {
+    let root = tempfile::tempdir().unwrap();
+    let tc = fake_toolchain(root.path());
+    let dir = root.path().join("cache");
+    let first = KernelCache::new(&dir).get_or_compile(&tc, &request(SOURCE)).unwrap();
+    let stored = fs::read(&first.path).unwrap();
+    fs::write(&first.path, &stored[..stored.len() / 2]).unwrap();
+
+    let again = KernelCache::new(&dir).get_or_compile(&tc, &request(SOURCE)).unwrap();
+    assert_eq!(again.origin, CacheOrigin::Compiled);
+    assert_eq!(again.cubin, first.cubin);
+    assert_eq!(fs::read(&first.path).unwrap(), stored, "the entry was rewritten whole");
+    assert_eq!(fake_compiles(&root.path().join("cuda")), 2);
+
+    let mut corrupt = stored.clone();
+    corrupt[0] ^= 0xff;
+    fs::write(&first.path, &corrupt).unwrap();
+    let third = KernelCache::new(&dir).get_or_compile(&tc, &request(SOURCE)).unwrap();
+    assert_eq!((third.origin, fake_compiles(&root.path().join("cuda"))), (CacheOrigin::Compiled, 3));
+}
+
+#[test]
+fn compile_errors_carry_the_kernel_the_source_and_the_log() {
+    let root = tempfile::tempdir().unwrap();
+    let tc = fake_toolchain(root.path());
+    let cache = KernelCache::new(root.path().join("cache"));
+    let source = "#include \"weft.cuh\"\n#error nope\n";
+    let err = cache.get_or_compile(&tc, &CompileRequest::new("broken", source, HEADER, GpuArch::SM_90)).unwrap_err();
+    let text = err.to_string();
+    let JitError::CompileFailed { kernel, source_path, log_path, output, excerpt, .. } = err else {
+        panic!("expected CompileFailed, got {text}");
+    };
+    assert_eq!(kernel, "broken");
+    assert_eq!(fs::read_to_string(&source_path).unwrap(), source);
+    assert_eq!(fs::read_to_string(&log_path).unwrap(), output);
+    assert!(output.contains("note: preamble") && excerpt.contains("error: the kernel says no"), "{output}");
+    assert!(text.contains("`broken`") && text.contains(source_path.to_str().unwrap()), "{text}");
+    let leftovers: Vec<_> = fs::read_dir(cache.dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp") || n.ends_with(".cubin"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn threads_asking_for_one_kernel_compile_it_once() {
+    let root = tempfile::tempdir().unwrap();
+    let tc = fake_toolchain(root.path());
+    let cache = KernelCache::new(root.path().join("cache"));
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| cache.get_or_compile(&tc, &request(SOURCE)).unwrap());
+        }
+    });
+    assert_eq!(fake_compiles(&root.path().join("cuda")), 1);
+}

@@ -1,0 +1,285 @@
+//! One nvcc invocation: what to compile, the exact command line, and how failures are reported.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::cache::CacheKey;
+use super::{JitError, Toolchain};
+
+/// A GPU architecture, `sm_<major><minor>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GpuArch {
+    /// Compute capability major (9 on Hopper).
+    pub major: u32,
+    /// Compute capability minor.
+    pub minor: u32,
+}
+
+impl GpuArch {
+    /// Hopper (H100, H200).
+    pub const SM_90: GpuArch = GpuArch { major: 9, minor: 0 };
+
+    /// The architecture of a device whose compute capability is `(major, minor)`, as cudarc reports it.
+    pub fn from_compute_capability((major, minor): (i32, i32)) -> GpuArch {
+        GpuArch { major: major.max(0).unsigned_abs(), minor: minor.max(0).unsigned_abs() }
+    }
+}
+
+impl fmt::Display for GpuArch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sm_{}{}", self.major, self.minor)
+    }
+}
+
+/// What to compile: one generated translation unit.
+#[derive(Debug, Clone, Copy)]
+pub struct CompileRequest<'a> {
+    /// The kernel's name, for logs, errors and file names.
+    pub name: &'a str,
+    /// The complete `.cu` source (it includes `"weft.cuh"`).
+    pub source: &'a str,
+    /// The text of weft's device header, written as `weft.cuh` into a directory on the include path
+    /// (`weft_device::WEFT_CUH`).
+    pub weft_header: &'a str,
+    /// The GPU to compile for.
+    pub arch: GpuArch,
+    /// Flags appended to nvcc's command line after weft's own (part of the cache key).
+    pub extra_flags: &'a [&'a str],
+}
+
+impl<'a> CompileRequest<'a> {
+    /// A request with no extra flags.
+    pub fn new(name: &'a str, source: &'a str, weft_header: &'a str, arch: GpuArch) -> CompileRequest<'a> {
+        CompileRequest { name, source, weft_header, arch, extra_flags: &[] }
+    }
+
+    /// The same request with `flags` appended to nvcc's command line.
+    pub fn with_flags(self, flags: &'a [&'a str]) -> CompileRequest<'a> {
+        CompileRequest { extra_flags: flags, ..self }
+    }
+
+    /// The flags nvcc gets besides include directories and file names, in order; they are part of the cache
+    /// key.
+    pub fn flags(&self) -> Vec<String> {
+        let mut flags: Vec<String> = vec![
+            "-cubin".into(),
+            format!("-arch={}", self.arch),
+            "-std=c++17".into(),
+            "--extended-lambda".into(),
+            "--expt-relaxed-constexpr".into(),
+            "-O3".into(),
+        ];
+        flags.extend(self.extra_flags.iter().map(|f| f.to_string()));
+        flags
+    }
+}
+
+/// Where a [`CompiledKernel`]'s cubin came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOrigin {
+    /// nvcc ran.
+    Compiled,
+    /// Read from the on-disk cache (and verified).
+    Disk,
+    /// Already in this process's memory.
+    Memory,
+}
+
+/// A cubin ready to load, and how it was obtained.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CompiledKernel {
+    /// The kernel's name.
+    pub name: String,
+    /// The cache key (see `docs/jit.md`).
+    pub key: CacheKey,
+    /// The architecture it was compiled for.
+    pub arch: GpuArch,
+    /// The cubin (an ELF image), shared with the in-process cache.
+    pub cubin: Arc<[u8]>,
+    /// The cache entry on disk.
+    pub path: PathBuf,
+    /// The generated source, as written for nvcc (present once this process compiled it).
+    pub source_path: PathBuf,
+    /// Where the cubin came from.
+    pub origin: CacheOrigin,
+    /// How long getting it took (the compile, the disk read, or the memo lookup).
+    pub duration: Duration,
+}
+
+impl CompiledKernel {
+    /// Whether the cubin came from a cache (disk or memory) rather than a fresh nvcc run.
+    pub fn from_cache(&self) -> bool {
+        self.origin != CacheOrigin::Compiled
+    }
+}
+
+/// The complete argument list for compiling `source` to `output` with `header_dir` holding `weft.cuh`.
+pub(crate) fn nvcc_args(
+    tc: &Toolchain,
+    req: &CompileRequest<'_>,
+    header_dir: &Path,
+    source: &Path,
+    output: &Path,
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = req.flags().into_iter().map(OsString::from).collect();
+    let includes = [Some(header_dir), Some(tc.nccl_include.as_path()), Some(tc.cuda_include.as_path())]
+        .into_iter()
+        .chain([tc.cccl_include.as_deref()])
+        .flatten();
+    for dir in includes {
+        let mut flag = OsString::from("-I");
+        flag.push(dir);
+        args.push(flag);
+    }
+    args.push(source.into());
+    args.push("-o".into());
+    args.push(output.into());
+    args
+}
+
+/// Runs nvcc; on failure, writes its output to `<source>.log` and returns the error carrying it.
+pub(crate) fn run_nvcc(
+    tc: &Toolchain,
+    req: &CompileRequest<'_>,
+    header_dir: &Path,
+    source: &Path,
+    output: &Path,
+) -> Result<(), JitError> {
+    let args = nvcc_args(tc, req, header_dir, source, output);
+    tracing::trace!(nvcc = %tc.nvcc.display(), ?args, "running nvcc");
+    let result = Command::new(&tc.nvcc).args(&args).output().map_err(|e| JitError::NvccUnusable {
+        nvcc: tc.nvcc.clone(),
+        reason: e.to_string(),
+    })?;
+    let mut text = String::from_utf8_lossy(&result.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    if !stdout.trim().is_empty() {
+        text.push_str(&stdout);
+    }
+    if result.status.success() {
+        if !text.trim().is_empty() {
+            tracing::debug!(kernel = req.name, "nvcc said:\n{}", text.trim_end());
+        }
+        return Ok(());
+    }
+    let log_path = source.with_extension("cu.log");
+    if let Err(e) = std::fs::write(&log_path, &text) {
+        tracing::warn!(path = %log_path.display(), "could not keep nvcc's log: {e}");
+    }
+    Err(JitError::CompileFailed {
+        kernel: req.name.to_string(),
+        source_path: source.to_path_buf(),
+        log_path,
+        status: result.status.to_string(),
+        excerpt: excerpt(&text),
+        output: text,
+    })
+}
+
+const EXCERPT_LINES: usize = 30;
+const EXCERPT_LINE_CHARS: usize = 300;
+
+/// The part of nvcc's output worth putting in an error message: all of it when short, else a window starting
+/// just before the first error (template backtraces and warnings before it are noise), capped in lines and
+/// line length.
+pub(crate) fn excerpt(output: &str) -> String {
+    let lines: Vec<&str> = output.lines().collect();
+    let first_error = lines.iter().position(|l| l.contains("error")).unwrap_or(0);
+    let start = first_error.saturating_sub(2);
+    let shown = &lines[start..lines.len().min(start + EXCERPT_LINES)];
+    let mut text = String::new();
+    if start > 0 {
+        text.push_str(&format!("… ({start} lines before)\n"));
+    }
+    for line in shown {
+        match line.char_indices().nth(EXCERPT_LINE_CHARS) {
+            Some((cut, _)) => {
+                text.push_str(&line[..cut]);
+                text.push_str(" …\n");
+            }
+            None => {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+    }
+    let after = lines.len() - start - shown.len();
+    if after > 0 {
+        text.push_str(&format!("… ({after} more lines in the full log)\n"));
+    }
+    text.trim_end().to_string()
+}
+
+/// A file-name-safe version of a kernel name.
+pub(crate) fn file_stem(name: &str) -> String {
+    let stem: String =
+        name.chars().take(64).map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if stem.is_empty() {
+        "kernel".into()
+    } else {
+        stem
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arch_names_follow_nvcc() {
+        assert_eq!(GpuArch::SM_90.to_string(), "sm_90");
+        assert_eq!(GpuArch::from_compute_capability((10, 0)).to_string(), "sm_100");
+        assert_eq!(GpuArch::from_compute_capability((8, 6)), GpuArch { major: 8, minor: 6 });
+    }
+
+    #[test]
+    fn the_command_line_is_the_documented_one() {
+        let tc = Toolchain {
+            nvcc: "/cuda/bin/nvcc".into(),
+            nvcc_version: "V13.0.88".into(),
+            cuda_include: "/cuda/include".into(),
+            cccl_include: Some("/cuda/include/cccl".into()),
+            nccl_include: "/nccl/include".into(),
+            nccl_version: crate::version::Version::new(2, 28, 9),
+        };
+        let req = CompileRequest::new("k", "", "", GpuArch::SM_90).with_flags(&["-lineinfo"]);
+        let args = nvcc_args(&tc, &req, Path::new("/cache/include/abc"), Path::new("/src/k.cu"), Path::new("/o.cubin"));
+        let args: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            args.join(" "),
+            "-cubin -arch=sm_90 -std=c++17 --extended-lambda --expt-relaxed-constexpr -O3 -lineinfo \
+             -I/cache/include/abc -I/nccl/include -I/cuda/include -I/cuda/include/cccl /src/k.cu -o /o.cubin"
+        );
+    }
+
+    #[test]
+    fn short_output_is_kept_whole() {
+        assert_eq!(excerpt("a.cu(1): error: x\n"), "a.cu(1): error: x");
+    }
+
+    #[test]
+    fn long_output_is_cut_around_the_first_error() {
+        let mut log: Vec<String> = (0..50).map(|i| format!("warning {i}")).collect();
+        log.push("k.cu(7): error: identifier \"y\" is undefined".into());
+        log.extend((0..100).map(|i| format!("detail {i}")));
+        log.push("x".repeat(1000));
+        let text = excerpt(&log.join("\n"));
+        assert!(text.starts_with("… (48 lines before)\nwarning 48\nwarning 49\nk.cu(7): error"), "{text}");
+        assert!(text.ends_with("… (73 more lines in the full log)"), "{text}");
+        assert_eq!(text.lines().count(), EXCERPT_LINES + 2);
+        let long = excerpt(&format!("error: {}", "é".repeat(400)));
+        assert!(long.ends_with(" …") && long.chars().count() == EXCERPT_LINE_CHARS + 2, "{long}");
+    }
+
+    #[test]
+    fn file_stems_are_safe() {
+        assert_eq!(file_stem("allreduce_add"), "allreduce_add");
+        assert_eq!(file_stem("../evil name"), "___evil_name");
+        assert_eq!(file_stem(""), "kernel");
+    }
+}

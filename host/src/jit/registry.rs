@@ -1,0 +1,121 @@
+//! The process-wide table of loaded kernel modules, so a launch after the first costs two map lookups.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+
+use super::{load, load_function, CompileRequest, GpuArch, JitError, KernelCache, Toolchain};
+
+/// One kernel as the `#[weft::kernel]` macro describes it: its generated source and the entry point to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelSpec {
+    /// The kernel's name (`allreduce_add`).
+    pub name: &'static str,
+    /// The complete generated `.cu` source. Being `'static`, its address identifies it for the life of the
+    /// process, so lookups never hash it.
+    pub source: &'static str,
+    /// The `extern "C"` function to launch (`allreduce_add__f32`).
+    pub entry_point: &'static str,
+}
+
+/// Identifies one module: a source (by address and length; see [`KernelSpec::source`]) in one CUDA context.
+/// Entries keep their context alive, so a context's address cannot be reused by another while in the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct ModuleKey {
+    source: usize,
+    source_len: usize,
+    device: usize,
+    context: usize,
+}
+
+#[derive(Debug)]
+struct LoadedModule {
+    module: Arc<CudaModule>,
+    functions: Mutex<HashMap<&'static str, CudaFunction>>,
+}
+
+/// A module's slot; its mutex keeps two threads from compiling or loading the same module at once.
+type Slot = Arc<Mutex<Option<Arc<LoadedModule>>>>;
+
+/// Compiles, caches and loads kernels on demand, and remembers the loaded modules per CUDA context.
+///
+/// Generated launchers use the process-wide one through [`super::function`]. Loaded modules (and so their
+/// contexts) stay alive as long as the registry; [`KernelRegistry::clear`] lets them go.
+#[derive(Debug)]
+pub struct KernelRegistry {
+    weft_header: &'static str,
+    /// `None`: the process-wide [`super::toolchain`].
+    toolchain: Option<Toolchain>,
+    /// `None`: [`KernelCache::global`].
+    cache: Option<KernelCache>,
+    modules: Mutex<HashMap<ModuleKey, Slot>>,
+}
+
+impl KernelRegistry {
+    /// A registry with its own toolchain and cache, compiling against `weft_header` (`weft_device::WEFT_CUH`).
+    pub fn new(toolchain: Toolchain, cache: KernelCache, weft_header: &'static str) -> KernelRegistry {
+        KernelRegistry { weft_header, toolchain: Some(toolchain), cache: Some(cache), modules: Mutex::default() }
+    }
+
+    /// The process-wide registry: the discovered toolchain (checked against the loaded libnccl), the cache of
+    /// [`KernelCache::global`], and weft's own device header.
+    pub fn global() -> &'static KernelRegistry {
+        static GLOBAL: OnceLock<KernelRegistry> = OnceLock::new();
+        GLOBAL.get_or_init(|| KernelRegistry {
+            weft_header: super::WEFT_HEADER,
+            toolchain: None,
+            cache: None,
+            modules: Mutex::default(),
+        })
+    }
+
+    /// The function `spec.entry_point` of `spec`'s module in `ctx`, compiling (or reading the cubin from the
+    /// disk cache) and loading the module the first time.
+    pub fn function(&self, ctx: &Arc<CudaContext>, spec: &KernelSpec) -> Result<CudaFunction, JitError> {
+        let loaded = self.module(ctx, spec)?;
+        let mut functions = loaded.functions.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(function) = functions.get(spec.entry_point) {
+            return Ok(function.clone());
+        }
+        let function = load_function(&loaded.module, spec.name, spec.entry_point)?;
+        functions.insert(spec.entry_point, function.clone());
+        Ok(function)
+    }
+
+    /// Forgets every loaded module; functions already handed out stay valid (they hold their module).
+    pub fn clear(&self) {
+        self.modules.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+
+    fn module(&self, ctx: &Arc<CudaContext>, spec: &KernelSpec) -> Result<Arc<LoadedModule>, JitError> {
+        let key = ModuleKey {
+            source: spec.source.as_ptr() as usize,
+            source_len: spec.source.len(),
+            device: ctx.ordinal(),
+            context: ctx.cu_ctx() as usize,
+        };
+        let slot = self.modules.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().clone();
+        let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(loaded) = slot.as_ref() {
+            return Ok(loaded.clone());
+        }
+        let toolchain = match &self.toolchain {
+            Some(toolchain) => toolchain,
+            None => super::toolchain()?,
+        };
+        let cache = match &self.cache {
+            Some(cache) => cache,
+            None => KernelCache::global()?,
+        };
+        let capability = ctx
+            .compute_capability()
+            .map_err(|source| JitError::Driver { action: "reading the device's compute capability", source })?;
+        let request =
+            CompileRequest::new(spec.name, spec.source, self.weft_header, GpuArch::from_compute_capability(capability));
+        let compiled = cache.get_or_compile(toolchain, &request)?;
+        let loaded = Arc::new(LoadedModule { module: load(ctx, &compiled)?, functions: Mutex::default() });
+        *slot = Some(loaded.clone());
+        Ok(loaded)
+    }
+}
