@@ -355,7 +355,19 @@ fn check_nvcc(report: &mut Report, workspace_root: &Path) {
     }
     candidates.push((PathBuf::from("/usr/local/cuda/bin/nvcc"), "system".into()));
 
-    match candidates.into_iter().find(|(path, _)| path.is_file()) {
+    // An explicit WEFT_NVCC is what weft will run, so a broken one is the answer, not a
+    // reason to look further; CUDA_HOME is often set for other tools and only adds a candidate.
+    let explicit = env::var_os("WEFT_NVCC").filter(|v| !v.is_empty()).is_some();
+    let chosen = if explicit {
+        candidates.into_iter().next()
+    } else {
+        candidates.into_iter().find(|(path, _)| path.is_file())
+    };
+    match chosen {
+        Some((nvcc, source)) if !nvcc.is_file() => report.problem(
+            &format!("{} (from {source}) does not exist", nvcc.display()),
+            "point WEFT_NVCC at an nvcc executable, or unset it",
+        ),
         Some((nvcc, source)) => match nvcc_version(&nvcc) {
             Ok(version) => report.ok(&format!("{} (from {source}): {version}", nvcc.display())),
             Err(error) => report.problem(
@@ -386,9 +398,9 @@ fn check_nvcc(report: &mut Report, workspace_root: &Path) {
 
 fn check_gpus(report: &mut Report) {
     report.section("GPUs (CUDA driver: libcuda.so.1)");
-    let no_gpu_fix =
-        "the CPU suites (`cargo xtask test`) need no GPU; GPU tests and examples run on a \
-                      machine with an NVIDIA driver (see shared/tools/gpu-pack)";
+    let no_gpu_fix = "none needed for the CPU suites (`cargo xtask test`); GPU tests (ignored \
+                      here, run with `-- --include-ignored`) and examples need a machine with an \
+                      NVIDIA driver and GPU";
     match probe_gpus() {
         Ok(driver) => {
             let version = driver
@@ -422,6 +434,9 @@ fn check_gpus(report: &mut Report) {
 
 fn check_env_overrides(report: &mut Report) {
     report.section("Environment overrides");
+    // These three decide a section above, which already reports them when they are broken;
+    // counting them again here would double the problem count for one mistake.
+    const CHECKED_ABOVE: [&str; 3] = ["NCCL_HOME", "WEFT_NVCC", "WEFT_NCCL_INCLUDE"];
     for name in [
         "NCCL_HOME",
         "WEFT_NVCC",
@@ -440,6 +455,10 @@ fn check_env_overrides(report: &mut Report) {
             continue;
         };
         let shown = Path::new(&value).display().to_string();
+        if CHECKED_ABOVE.contains(&name) {
+            report.info(&format!("{name}={shown} (checked above)"));
+            continue;
+        }
         match override_problem(name, &value) {
             None => report.ok(&format!("{name}={shown}")),
             Some(fix) => report.problem(&format!("{name}={shown} is not usable"), fix),
@@ -451,17 +470,8 @@ fn check_env_overrides(report: &mut Report) {
 fn override_problem(name: &str, value: &OsString) -> Option<&'static str> {
     let path = Path::new(value);
     match name {
-        "NCCL_HOME" if !path.is_dir() => {
-            Some("point NCCL_HOME at an existing NCCL install, or unset it")
-        }
-        "CUDA_HOME" if !path.is_dir() => {
-            Some("point CUDA_HOME at an existing CUDA install, or unset it")
-        }
-        "WEFT_NVCC" if !path.is_file() => {
-            Some("point WEFT_NVCC at an nvcc executable, or unset it")
-        }
-        "WEFT_NCCL_INCLUDE" if !path.join("nccl.h").is_file() => {
-            Some("point WEFT_NCCL_INCLUDE at the directory holding nccl.h, or unset it")
+        "CUDA_HOME" if !path.join("bin").join("nvcc").is_file() => {
+            Some("point CUDA_HOME at a CUDA toolkit (one with bin/nvcc), or unset it")
         }
         "WEFT_CACHE_DIR" if path.exists() && !path.is_dir() => {
             Some("point WEFT_CACHE_DIR at a directory (it is created if missing)")
