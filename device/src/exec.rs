@@ -1,0 +1,153 @@
+//! Execution: where this thread is, grid-stride loops, synchronisation, warp shuffles and reductions.
+//!
+//! Names follow `cuda_std` (Rust-CUDA) where it has one. One deliberate difference: [`index_1d`] returns `usize`
+//! (computed in 64 bits), so it indexes slices directly.
+
+use crate::device_only;
+use crate::numeric::{Numeric, Shuffle};
+
+/// Threads in a warp. C++ `weft::WARP_SIZE`.
+pub const WARP_SIZE: u32 = 32;
+
+macro_rules! builtin {
+    ($($name:ident => $what:literal;)*) => {$(
+        #[doc = concat!("This thread's ", $what, ". C++ `weft::", stringify!($name), "()`.")]
+        pub fn $name() -> u32 {
+            device_only(stringify!($name))
+        }
+    )*};
+}
+
+builtin! {
+    thread_idx_x => "index within its block, x (`threadIdx.x`)";
+    thread_idx_y => "index within its block, y (`threadIdx.y`)";
+    thread_idx_z => "index within its block, z (`threadIdx.z`)";
+    block_idx_x => "block's index within the grid, x (`blockIdx.x`)";
+    block_idx_y => "block's index within the grid, y (`blockIdx.y`)";
+    block_idx_z => "block's index within the grid, z (`blockIdx.z`)";
+    block_dim_x => "block size, x (`blockDim.x`)";
+    block_dim_y => "block size, y (`blockDim.y`)";
+    block_dim_z => "block size, z (`blockDim.z`)";
+    grid_dim_x => "grid size in blocks, x (`gridDim.x`)";
+    grid_dim_y => "grid size in blocks, y (`gridDim.y`)";
+    grid_dim_z => "grid size in blocks, z (`gridDim.z`)";
+    lane_id => "lane within its warp, 0..32 (`%laneid`)";
+    warp_id => "warp within its block: the linear thread index (x fastest) divided by 32";
+}
+
+/// This thread's index in a one-dimensional grid: `block_idx_x() * block_dim_x() + thread_idx_x()`, in 64 bits.
+/// C++ `weft::index_1d()`.
+pub fn index_1d() -> usize {
+    device_only("index_1d")
+}
+
+/// Threads in a one-dimensional grid: `grid_dim_x() * block_dim_x()`, in 64 bits. C++ `weft::grid_size_1d()`.
+pub fn grid_size_1d() -> usize {
+    device_only("grid_size_1d")
+}
+
+/// The indices `index_1d(), index_1d() + grid_size_1d(), …` below `n`: a grid-stride loop.
+///
+/// ```
+/// # use weft_device::prelude::*;
+/// fn scale(x: &mut [f32], a: f32) {
+///     for i in grid_stride(x.len()) {
+///         x[i] *= a;
+///     }
+/// }
+/// ```
+///
+/// The macro lowers `for i in grid_stride(n) { … }` to the plain C++ loop
+/// `for (size_t i = weft::index_1d(); i < (size_t)(n); i += weft::grid_size_1d()) { … }` (rule R11);
+/// `weft::grid_stride(n)` is also a C++ range, so `for (size_t i : weft::grid_stride(n))` compiles too.
+pub fn grid_stride(n: usize) -> GridStride {
+    device_only("grid_stride")
+}
+
+/// The iterator [`grid_stride`] returns. Only `for` loops use it; it has no other API.
+#[derive(Debug)]
+pub struct GridStride {
+    _device_only: (),
+}
+
+impl Iterator for GridStride {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        device_only("grid_stride")
+    }
+}
+
+/// Waits until every thread of the block reaches this point, and makes their shared and global memory writes
+/// visible to each other (`__syncthreads()`). Every thread of the block must call it.
+pub fn sync_threads() {
+    device_only("sync_threads")
+}
+
+/// Waits until every lane of this warp reaches this point (`__syncwarp()`).
+pub fn sync_warp() {
+    device_only("sync_warp")
+}
+
+/// `value` from lane `src_lane` of this warp (`__shfl_sync(0xffffffff, value, src_lane)`). All 32 lanes must
+/// call it.
+pub fn shfl<T: Shuffle>(value: T, src_lane: u32) -> T {
+    device_only("shfl")
+}
+
+/// `value` from lane `lane_id() ^ lane_mask` (`__shfl_xor_sync`). All 32 lanes must call it.
+pub fn shfl_xor<T: Shuffle>(value: T, lane_mask: u32) -> T {
+    device_only("shfl_xor")
+}
+
+/// `value` from lane `lane_id() + delta`, or this lane's own value where that is past the warp
+/// (`__shfl_down_sync`). All 32 lanes must call it.
+pub fn shfl_down<T: Shuffle>(value: T, delta: u32) -> T {
+    device_only("shfl_down")
+}
+
+/// `value` from lane `lane_id() - delta`, or this lane's own value where that is below lane 0 (`__shfl_up_sync`).
+/// All 32 lanes must call it.
+pub fn shfl_up<T: Shuffle>(value: T, delta: u32) -> T {
+    device_only("shfl_up")
+}
+
+/// The sum of `value` over the 32 lanes of this warp, returned to every lane. All 32 lanes must call it.
+pub fn warp_reduce_sum<T: Numeric + Shuffle>(value: T) -> T {
+    device_only("warp_reduce_sum")
+}
+
+/// The maximum of `value` over the 32 lanes of this warp, returned to every lane. All 32 lanes must call it.
+pub fn warp_reduce_max<T: Numeric + Shuffle>(value: T) -> T {
+    device_only("warp_reduce_max")
+}
+
+/// The minimum of `value` over the 32 lanes of this warp, returned to every lane. All 32 lanes must call it.
+pub fn warp_reduce_min<T: Numeric + Shuffle>(value: T) -> T {
+    device_only("warp_reduce_min")
+}
+
+/// The sum of `value` over every thread of the block, returned to every thread (RMSNorm's sum of squares).
+///
+/// Every thread of the block must call it; the block size must be a multiple of 32 (at most 1024). It uses 32
+/// elements of shared memory of its own and synchronises the block twice, so it may be called again right away.
+pub fn block_reduce_sum<T: Numeric + Shuffle>(value: T) -> T {
+    device_only("block_reduce_sum")
+}
+
+/// The maximum of `value` over every thread of the block, returned to every thread. Same rules as
+/// [`block_reduce_sum`].
+pub fn block_reduce_max<T: Numeric + Shuffle>(value: T) -> T {
+    device_only("block_reduce_max")
+}
+
+/// The minimum of `value` over every thread of the block, returned to every thread. Same rules as
+/// [`block_reduce_sum`].
+pub fn block_reduce_min<T: Numeric + Shuffle>(value: T) -> T {
+    device_only("block_reduce_min")
+}
+
+/// Nanoseconds of the GPU's global timer (`%globaltimer`): for timeouts and coarse timing, not for ordering.
+pub fn global_timer_ns() -> u64 {
+    device_only("global_timer_ns")
+}

@@ -1,0 +1,224 @@
+//! Element types and the numeric traits kernel generics are bounded by, and the math functions.
+//!
+//! In C++ these traits do not exist: `weft.cuh` overloads each function for every type that implements the trait
+//! here. Trait *methods* on scalars (`x.sqrt()`, `x.to_f32()`) and associated functions (`T::zero()`) have no C++
+//! spelling on `float`, so the macro rewrites them to free functions (`weft::sqrt(x)`, `weft::zero<T>()`; rules
+//! R9 and R10 of `docs/vocabulary.md`). The free functions of this module (`sqrt(x)`) are a plain name copy.
+
+use core::fmt::Debug;
+use core::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAssign};
+
+use crate::device_only;
+use half::{bf16, f16};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A type a kernel can take slices, windows and scalars of: it has a C++ spelling and an entry-point suffix.
+///
+/// Implemented for `f32`, `f64`, [`f16`], [`bf16`], `i8`, `u8`, `i32`, `u32`, `i64`, `u64`, `usize`, `isize` and
+/// `bool` (sealed: exactly the types of the kernel ABI's type table).
+pub trait Element:
+    sealed::Sealed + Copy + Default + Debug + PartialEq + Send + Sync + 'static
+{
+    /// The Rust name, used as the entry-point suffix of generic kernels (`k__f32`).
+    const NAME: &'static str;
+    /// The C++ spelling the macro emits (`float`, `__nv_bfloat16`, `uint32_t`).
+    const CPP_NAME: &'static str;
+}
+
+/// Element types with arithmetic: every [`Element`] but `bool`.
+pub trait Numeric:
+    Element
+    + PartialOrd
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + AddAssign
+    + SubAssign
+    + MulAssign
+    + DivAssign
+{
+    /// Zero. In C++: `weft::zero<T>()` (rule R9).
+    fn zero() -> Self;
+    /// One. In C++: `weft::one<T>()` (rule R9).
+    fn one() -> Self;
+}
+
+/// Floating-point element types: `f32`, `f64`, [`f16`], [`bf16`].
+///
+/// The methods exist so generic code reads like `std` (`x.sqrt()`); the macro lowers each to the free function of
+/// the same name with the receiver first (rule R10: `x.mul_add(a, b)` → `weft::mul_add(x, a, b)`). On `f16` and
+/// `bf16` they compute in `f32` and round once.
+pub trait Float: Numeric + Neg<Output = Self> {
+    /// Converts from `f32`, rounding to nearest. In C++: `weft::from_f32<T>(v)` (rule R9).
+    fn from_f32(value: f32) -> Self;
+    /// Converts to `f32` (exact for `f16`/`bf16`, rounding for `f64`). In C++: `weft::to_f32(x)`.
+    fn to_f32(self) -> f32;
+    /// Square root (`sqrtf`, `sqrt`).
+    fn sqrt(self) -> Self;
+    /// Reciprocal square root (`rsqrtf`, `rsqrt`).
+    fn rsqrt(self) -> Self;
+    /// e to the power of `self` (`expf`, `exp`).
+    fn exp(self) -> Self;
+    /// Natural logarithm (`logf`, `log`); the free function is [`log`].
+    fn ln(self) -> Self;
+    /// Hyperbolic tangent (`tanhf`, `tanh`).
+    fn tanh(self) -> Self;
+    /// `self * a + b` with one rounding (`fmaf`, `fma`); the free function is [`fma`].
+    fn mul_add(self, a: Self, b: Self) -> Self;
+    /// The smaller of `self` and `other` (`fminf`: a NaN loses).
+    fn min(self, other: Self) -> Self;
+    /// The larger of `self` and `other` (`fmaxf`: a NaN loses).
+    fn max(self, other: Self) -> Self;
+    /// Absolute value (`fabsf`, `fabs`).
+    fn abs(self) -> Self;
+}
+
+/// Types a warp shuffle moves in one or two 32-bit shuffles: `f16`, `bf16`, `f32`, `f64`, `i32`, `u32`, `i64`,
+/// `u64`.
+pub trait Shuffle: Element {}
+
+/// Types [`atomic_add`](crate::atomic_add) supports: `i32`, `u32`, `i64`, `u64`, `f32`, `f64`, `f16`, `bf16`.
+pub trait AtomicAdd: Numeric {}
+
+/// Types [`atomic_min`](crate::atomic_min) and [`atomic_max`](crate::atomic_max) support: `i32`, `u32`, `i64`,
+/// `u64`.
+pub trait AtomicMinMax: Numeric {}
+
+/// Types exchanged, compared-and-swapped, loaded and stored atomically: `i32`, `u32`, `i64`, `u64`, `f32`, `f64`.
+pub trait AtomicBits: Element {}
+
+/// Types the multimem (NVLink SHARP) load-reduce, store and reduce instructions support: `f32`, `f16`, `bf16`,
+/// `f64`, `i32`, `u32`, `u64`.
+pub trait MultimemElement: Numeric {}
+
+macro_rules! element {
+    ($($t:ty => $name:literal, $cpp:literal;)*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const NAME: &'static str = $name;
+            const CPP_NAME: &'static str = $cpp;
+        }
+    )*};
+}
+
+element! {
+    f32 => "f32", "float";
+    f64 => "f64", "double";
+    f16 => "f16", "__half";
+    bf16 => "bf16", "__nv_bfloat16";
+    i8 => "i8", "int8_t";
+    u8 => "u8", "uint8_t";
+    i32 => "i32", "int32_t";
+    u32 => "u32", "uint32_t";
+    i64 => "i64", "int64_t";
+    u64 => "u64", "uint64_t";
+    usize => "usize", "size_t";
+    isize => "isize", "ptrdiff_t";
+    bool => "bool", "bool";
+}
+
+macro_rules! numeric {
+    ($($t:ty),*) => {$(
+        impl Numeric for $t {
+            fn zero() -> Self { device_only("zero") }
+            fn one() -> Self { device_only("one") }
+        }
+    )*};
+}
+numeric!(f32, f64, f16, bf16, i8, u8, i32, u32, i64, u64, usize, isize);
+
+macro_rules! float {
+    ($($t:ty),*) => {$(
+        impl Float for $t {
+            fn from_f32(value: f32) -> Self { device_only("from_f32") }
+            fn to_f32(self) -> f32 { device_only("to_f32") }
+            fn sqrt(self) -> Self { device_only("sqrt") }
+            fn rsqrt(self) -> Self { device_only("rsqrt") }
+            fn exp(self) -> Self { device_only("exp") }
+            fn ln(self) -> Self { device_only("ln") }
+            fn tanh(self) -> Self { device_only("tanh") }
+            fn mul_add(self, a: Self, b: Self) -> Self { device_only("mul_add") }
+            fn min(self, other: Self) -> Self { device_only("min") }
+            fn max(self, other: Self) -> Self { device_only("max") }
+            fn abs(self) -> Self { device_only("abs") }
+        }
+    )*};
+}
+float!(f32, f64, f16, bf16);
+
+macro_rules! marker {
+    ($tr:ident: $($t:ty),*) => {$( impl $tr for $t {} )*};
+}
+marker!(Shuffle: f16, bf16, f32, f64, i32, u32, i64, u64);
+marker!(AtomicAdd: i32, u32, i64, u64, f32, f64, f16, bf16);
+marker!(AtomicMinMax: i32, u32, i64, u64);
+marker!(AtomicBits: i32, u32, i64, u64, f32, f64);
+marker!(MultimemElement: f32, f16, bf16, f64, i32, u32, u64);
+
+/// Square root. C++ `weft::sqrt`.
+pub fn sqrt<F: Float>(x: F) -> F {
+    device_only("sqrt")
+}
+
+/// Reciprocal square root, `1 / sqrt(x)` (the fast hardware approximation). C++ `weft::rsqrt`.
+pub fn rsqrt<F: Float>(x: F) -> F {
+    device_only("rsqrt")
+}
+
+/// e to the power of `x`. C++ `weft::exp`.
+pub fn exp<F: Float>(x: F) -> F {
+    device_only("exp")
+}
+
+/// Natural logarithm of `x` (C's `log`; the method is [`Float::ln`]). C++ `weft::log`.
+pub fn log<F: Float>(x: F) -> F {
+    device_only("log")
+}
+
+/// Hyperbolic tangent. C++ `weft::tanh`.
+pub fn tanh<F: Float>(x: F) -> F {
+    device_only("tanh")
+}
+
+/// `a * b + c` rounded once. C++ `weft::fma`.
+pub fn fma<F: Float>(a: F, b: F, c: F) -> F {
+    device_only("fma")
+}
+
+/// Absolute value. C++ `weft::abs`.
+pub fn abs<F: Float>(x: F) -> F {
+    device_only("abs")
+}
+
+/// The smaller of `a` and `b` (for floats, a NaN loses). C++ `weft::min`.
+pub fn min<T: Numeric>(a: T, b: T) -> T {
+    device_only("min")
+}
+
+/// The larger of `a` and `b` (for floats, a NaN loses). C++ `weft::max`.
+pub fn max<T: Numeric>(a: T, b: T) -> T {
+    device_only("max")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names<T: Element>() -> (&'static str, &'static str) {
+        (T::NAME, T::CPP_NAME)
+    }
+
+    #[test]
+    fn element_names_follow_the_abi_table() {
+        assert_eq!(names::<f32>(), ("f32", "float"));
+        assert_eq!(names::<bf16>(), ("bf16", "__nv_bfloat16"));
+        assert_eq!(names::<f16>(), ("f16", "__half"));
+        assert_eq!(names::<usize>(), ("usize", "size_t"));
+        assert_eq!(names::<isize>(), ("isize", "ptrdiff_t"));
+        assert_eq!(names::<u8>(), ("u8", "uint8_t"));
+    }
+}
