@@ -91,7 +91,9 @@ impl KernelCache {
     pub fn from_env() -> Result<KernelCache, JitError> {
         match std::env::var_os("WEFT_CACHE_DIR").filter(|v| !v.is_empty()) {
             Some(dir) => Ok(KernelCache::new(dir)),
-            None => dirs::cache_dir().map(|d| KernelCache::new(d.join("weft").join("kernels"))).ok_or(JitError::NoCacheDir),
+            None => {
+                dirs::cache_dir().map(|d| KernelCache::new(d.join("weft").join("kernels"))).ok_or(JitError::NoCacheDir)
+            }
         }
     }
 

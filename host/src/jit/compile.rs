@@ -152,10 +152,10 @@ pub(crate) fn run_nvcc(
 ) -> Result<(), JitError> {
     let args = nvcc_args(tc, req, header_dir, source, output);
     tracing::trace!(nvcc = %tc.nvcc.display(), ?args, "running nvcc");
-    let result = Command::new(&tc.nvcc).args(&args).output().map_err(|e| JitError::NvccUnusable {
-        nvcc: tc.nvcc.clone(),
-        reason: e.to_string(),
-    })?;
+    let result = Command::new(&tc.nvcc)
+        .args(&args)
+        .output()
+        .map_err(|e| JitError::NvccUnusable { nvcc: tc.nvcc.clone(), reason: e.to_string() })?;
     let mut text = String::from_utf8_lossy(&result.stderr).into_owned();
     let stdout = String::from_utf8_lossy(&result.stdout);
     if !stdout.trim().is_empty() {
@@ -176,7 +176,6 @@ pub(crate) fn run_nvcc(
         source_path: source.to_path_buf(),
         log_path,
         status: result.status.to_string(),
-        excerpt: excerpt(&text),
         output: text,
     })
 }
@@ -270,7 +269,7 @@ mod tests {
         log.push("x".repeat(1000));
         let text = excerpt(&log.join("\n"));
         assert!(text.starts_with("… (48 lines before)\nwarning 48\nwarning 49\nk.cu(7): error"), "{text}");
-        assert!(text.ends_with("… (73 more lines in the full log)"), "{text}");
+        assert!(text.ends_with("… (74 more lines in the full log)"), "{text}");
         assert_eq!(text.lines().count(), EXCERPT_LINES + 2);
         let long = excerpt(&format!("error: {}", "é".repeat(400)));
         assert!(long.ends_with(" …") && long.chars().count() == EXCERPT_LINE_CHARS + 2, "{long}");

@@ -136,11 +136,13 @@ pub enum JitError {
         source: std::io::Error,
     },
 
-    /// nvcc rejected the generated source (or crashed).
+    /// nvcc rejected the generated source (or crashed). The message shows the part of nvcc's output that
+    /// matters (from just before the first error); `output` keeps all of it.
     #[error(
-        "nvcc failed to compile kernel `{kernel}` ({status}); generated source: {}; full log: {}\n{excerpt}",
+        "nvcc failed to compile kernel `{kernel}` ({status}); generated source: {}; full log: {}\n{}",
         source_path.display(),
-        log_path.display()
+        log_path.display(),
+        super::compile::excerpt(output)
     )]
     CompileFailed {
         /// The kernel's name.
@@ -151,17 +153,16 @@ pub enum JitError {
         log_path: PathBuf,
         /// nvcc's exit status, in words.
         status: String,
-        /// The part of nvcc's output that matters (the first errors), for the message.
-        excerpt: String,
         /// nvcc's complete output (stderr, then stdout).
         output: String,
     },
 
-    /// A kernel or entry-point name cannot be passed on (it contains a NUL byte or is empty).
-    #[error("invalid {what} name {name:?}: it must be a non-empty C identifier (this is a weft bug if the name came from #[weft::kernel])")]
-    InvalidName {
-        /// "kernel" or "entry point".
-        what: &'static str,
+    /// An entry-point name cannot be passed to the driver (it is empty or contains a NUL byte).
+    #[error(
+        "invalid entry point name {name:?}: it must be a non-empty C identifier (a weft bug if it came from \
+         #[weft::kernel])"
+    )]
+    InvalidEntryPoint {
         /// The offending name.
         name: String,
     },

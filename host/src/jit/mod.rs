@@ -84,18 +84,13 @@ pub fn load(ctx: &Arc<CudaContext>, compiled: &CompiledKernel) -> Result<Arc<Cud
 
 /// The entry point `entry_point` of `kernel`'s loaded module.
 pub fn load_function(module: &Arc<CudaModule>, kernel: &str, entry_point: &str) -> Result<CudaFunction, JitError> {
-    check_name("entry point", entry_point)?;
+    if entry_point.is_empty() || entry_point.contains('\0') {
+        // cudarc would panic on the interior NUL.
+        return Err(JitError::InvalidEntryPoint { name: entry_point.to_string() });
+    }
     module.load_function(entry_point).map_err(|source: DriverError| JitError::EntryPointNotFound {
         kernel: kernel.to_string(),
         entry_point: entry_point.to_string(),
         source,
     })
-}
-
-/// Rejects names nvcc and the driver cannot take (cudarc panics on an interior NUL).
-fn check_name(what: &'static str, name: &str) -> Result<(), JitError> {
-    if name.is_empty() || name.contains('\0') {
-        return Err(JitError::InvalidName { what, name: name.to_string() });
-    }
-    Ok(())
 }

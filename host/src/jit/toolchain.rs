@@ -204,7 +204,8 @@ fn find_nccl_include(env: &DiscoveryEnv, loaded: Option<LoadedNccl<'_>>) -> Resu
         candidates.push(home.join("include"));
     }
     if let Some(loaded) = loaded {
-        for library in [Some(loaded.library.to_path_buf()), fs::canonicalize(loaded.library).ok()].into_iter().flatten() {
+        for library in [Some(loaded.library.to_path_buf()), fs::canonicalize(loaded.library).ok()].into_iter().flatten()
+        {
             if let Some(dir) = library.parent().and_then(Path::parent).map(|root| root.join("include")) {
                 if !candidates.contains(&dir) {
                     candidates.push(dir);
@@ -222,16 +223,18 @@ fn find_nccl_include(env: &DiscoveryEnv, loaded: Option<LoadedNccl<'_>>) -> Resu
 /// Reads the headers' release and checks it has the device API and matches `expected`.
 fn check_nccl_include(include_dir: &Path, expected: Option<Version>) -> Result<Version, JitError> {
     let header = include_dir.join("nccl.h");
-    let text = fs::read_to_string(&header).map_err(|_| JitError::NcclIncludeNotFound {
-        searched: vec![include_dir.to_path_buf()],
-        loaded: expected,
-    })?;
+    let text = fs::read_to_string(&header)
+        .map_err(|_| JitError::NcclIncludeNotFound { searched: vec![include_dir.to_path_buf()], loaded: expected })?;
     let version = parse_nccl_version_code(&text)
         .map(Version::from_code)
         .ok_or_else(|| JitError::NcclVersionUnreadable { header: header.clone() })?;
     if let Some(loaded) = expected {
         if loaded != version {
-            return Err(JitError::NcclVersionMismatch { include_dir: include_dir.to_path_buf(), headers: version, loaded });
+            return Err(JitError::NcclVersionMismatch {
+                include_dir: include_dir.to_path_buf(),
+                headers: version,
+                loaded,
+            });
         }
     }
     if !version.at_least(DEVICE_API) || !include_dir.join("nccl_device.h").is_file() {
@@ -268,7 +271,8 @@ fn nvcc_version(nvcc: &Path) -> Result<String, JitError> {
 /// `"13.0.88"` from nvcc's `Cuda compilation tools, release 13.0, V13.0.88`.
 pub(crate) fn parse_nvcc_release(version_text: &str) -> Option<&str> {
     version_text.lines().find(|l| l.contains("release")).and_then(|line| {
-        line.split([',', ' ']).find_map(|word| word.strip_prefix('V').filter(|v| v.starts_with(|c: char| c.is_ascii_digit())))
+        line.split([',', ' '])
+            .find_map(|word| word.strip_prefix('V').filter(|v| v.starts_with(|c: char| c.is_ascii_digit())))
     })
 }
 

@@ -25,7 +25,9 @@ fn nccl_version_code_is_read_from_the_define() {
 
 #[test]
 fn nccl_version_code_is_read_from_real_headers_when_present() {
-    for (code, dir) in [(22809, "/tmp/tc/nccl-2.28.9/nvidia/nccl/include"), (23203, "/tmp/tc/nccl-2.32.3/nvidia/nccl/include")] {
+    for (code, dir) in
+        [(22809, "/tmp/tc/nccl-2.28.9/nvidia/nccl/include"), (23203, "/tmp/tc/nccl-2.32.3/nvidia/nccl/include")]
+    {
         if let Ok(text) = std::fs::read_to_string(Path::new(dir).join("nccl.h")) {
             assert_eq!(parse_nccl_version_code(&text), Some(code), "{dir}");
         }
@@ -132,7 +134,8 @@ fn nccl_include_is_looked_for_in_documented_order() {
     assert_eq!(find_nccl_include(&env, Some(loaded)).unwrap(), wheel.join("include"));
     assert_eq!(find_nccl_include(&env, None).unwrap(), system);
     env.system_include = r.join("nothing");
-    let text = find_nccl_include(&env, Some(loaded)).unwrap_err().to_string();
+    let elsewhere = LoadedNccl { library: &r.join("elsewhere/lib/libnccl.so.2"), version: V2_28_9 };
+    let text = find_nccl_include(&env, Some(elsewhere)).unwrap_err().to_string();
     assert!(text.contains("WEFT_NCCL_INCLUDE") && text.contains("(2.28.9)") && text.contains("nothing"), "{text}");
 
     env.weft_nccl_include = Some(r.join("nccl-home"));
