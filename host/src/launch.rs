@@ -1,1 +1,471 @@
-//! Kernel launches: argument packing and the launch itself.
+//! Kernel launches: the launch geometry, the by-value argument structs of `docs/kernel-abi.md`, argument
+//! packing, and the launch itself.
+//!
+//! `#[weft::kernel]` launchers fill an [`ArgBuffer`] in the kernel's parameter order and call [`launch_raw`];
+//! code outside weft rarely needs either.
+
+use std::any::Any;
+use std::ffi::c_void;
+use std::fmt;
+
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{result as driver, CudaFunction, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
+
+use crate::error::{Error, Result};
+
+/// A `weft::Window<T>` kernel parameter: an NCCL window and the part of it the kernel sees.
+///
+/// Laid out like the C++ `{ ncclWindow_t win; size_t offset_bytes; size_t len; }`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowArg {
+    /// The `ncclWindow_t` handle NCCL returned at registration.
+    pub win: *mut c_void,
+    /// Where the kernel's view starts, in bytes from the window's start.
+    pub offset_bytes: usize,
+    /// The number of elements in the view.
+    pub len: usize,
+}
+
+/// A `weft::Slice<T>` or `weft::SliceMut<T>` kernel parameter: a device pointer and an element count.
+///
+/// Laid out like the C++ `{ T* ptr; size_t len; }`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SliceArg {
+    /// The device address of the first element.
+    pub ptr: u64,
+    /// The number of elements.
+    pub len: usize,
+}
+
+/// Threads per block the hardware allows.
+pub const MAX_THREADS_PER_BLOCK: u64 = 1024;
+const MAX_BLOCK_DIM: (u32, u32, u32) = (1024, 1024, 64);
+const MAX_GRID_DIM: (u32, u32, u32) = (i32::MAX as u32, 65535, 65535);
+/// Dynamic shared memory a kernel may use without opting in to more.
+const DEFAULT_SHARED_MEM_LIMIT: u32 = 48 * 1024;
+
+/// The geometry of a launch: blocks in the grid, threads per block, dynamic shared memory per block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LaunchConfig {
+    /// Blocks in the grid, `(x, y, z)`.
+    pub grid: (u32, u32, u32),
+    /// Threads per block, `(x, y, z)`.
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// A one-dimensional launch of `grid_x` blocks of `block_x` threads, without dynamic shared memory.
+    pub const fn linear(grid_x: u32, block_x: u32) -> LaunchConfig {
+        LaunchConfig { grid: (grid_x, 1, 1), block: (block_x, 1, 1), shared_mem_bytes: 0 }
+    }
+
+    /// A one-dimensional launch with one thread per element: `ceil(n / block)` blocks of `block` threads.
+    ///
+    /// The grid never drops below one block (a kernel with nothing to do still launches, and its grid-stride
+    /// loops run zero times) nor exceeds the hardware's limit on `grid.x` (grid-stride loops cover the rest).
+    pub fn for_elements(n: usize, block: u32) -> LaunchConfig {
+        let blocks = if block == 0 { 1 } else { n.div_ceil(block as usize) };
+        let grid_x = u32::try_from(blocks).unwrap_or(u32::MAX).clamp(1, MAX_GRID_DIM.0);
+        LaunchConfig::linear(grid_x, block)
+    }
+
+    /// The same launch with `bytes` of dynamic shared memory per block.
+    pub const fn with_shared_mem(self, bytes: u32) -> LaunchConfig {
+        LaunchConfig { shared_mem_bytes: bytes, ..self }
+    }
+
+    /// The number of blocks in the grid.
+    pub fn grid_size(&self) -> u64 {
+        u64::from(self.grid.0) * u64::from(self.grid.1) * u64::from(self.grid.2)
+    }
+
+    /// The number of threads per block.
+    pub fn block_size(&self) -> u64 {
+        u64::from(self.block.0) * u64::from(self.block.1) * u64::from(self.block.2)
+    }
+
+    /// Checks the limits every CUDA GPU shares: no zero dimension, at most 1024 threads per block (and
+    /// `block.z ≤ 64`), `grid.x < 2³¹`, `grid.y, grid.z ≤ 65535`. Limits that depend on the device or the
+    /// kernel (shared memory, registers) are left to the driver.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |problem: String| Err(Error::invalid("LaunchConfig", problem));
+        let (grid, block) = (self.grid, self.block);
+        if [grid.0, grid.1, grid.2].contains(&0) {
+            return invalid(format!("grid {grid:?} has a zero dimension; every dimension must be at least 1"));
+        }
+        if [block.0, block.1, block.2].contains(&0) {
+            return invalid(format!("block {block:?} has a zero dimension; every dimension must be at least 1"));
+        }
+        if self.block_size() > MAX_THREADS_PER_BLOCK {
+            return invalid(format!(
+                "block {block:?} has {} threads; CUDA allows at most {MAX_THREADS_PER_BLOCK} per block: use fewer \
+                 threads per block and more blocks",
+                self.block_size()
+            ));
+        }
+        if block.0 > MAX_BLOCK_DIM.0 || block.1 > MAX_BLOCK_DIM.1 || block.2 > MAX_BLOCK_DIM.2 {
+            return invalid(format!("block {block:?} exceeds the per-dimension limits {MAX_BLOCK_DIM:?}"));
+        }
+        if grid.0 > MAX_GRID_DIM.0 || grid.1 > MAX_GRID_DIM.1 || grid.2 > MAX_GRID_DIM.2 {
+            return invalid(format!(
+                "grid {grid:?} exceeds the per-dimension limits {MAX_GRID_DIM:?}: use fewer blocks (weft kernels \
+                 loop over their elements, so a smaller grid still covers them)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl From<LaunchConfig> for cudarc::driver::LaunchConfig {
+    fn from(cfg: LaunchConfig) -> Self {
+        cudarc::driver::LaunchConfig {
+            grid_dim: cfg.grid,
+            block_dim: cfg.block,
+            shared_mem_bytes: cfg.shared_mem_bytes,
+        }
+    }
+}
+
+/// The largest alignment [`ArgBuffer::push_bytes`] supports.
+pub const MAX_ARG_ALIGN: usize = 64;
+
+/// 64 bytes aligned to [`MAX_ARG_ALIGN`]; opaque argument bytes are stored in a run of these.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct AlignedChunk([u8; MAX_ARG_ALIGN]);
+
+/// One argument's copy, in its own heap allocation aligned for its type.
+enum StoredArg {
+    Value(Box<dyn Any>),
+    Bytes(Vec<AlignedChunk>),
+}
+
+impl StoredArg {
+    fn as_ptr(&self) -> *mut c_void {
+        let ptr: *const c_void = match self {
+            StoredArg::Value(value) => (&**value as *const dyn Any).cast(),
+            StoredArg::Bytes(chunks) => chunks.as_ptr().cast(),
+        };
+        // cuLaunchKernel takes `void**` but only reads through it.
+        ptr.cast_mut()
+    }
+}
+
+/// A kernel's arguments, packed for `cuLaunchKernel`: a copy of each value in its own aligned allocation,
+/// and the array of pointers to them.
+///
+/// Buffers added with [`ArgBuffer::slice_arg`] and friends are borrowed for `'a` and their stream
+/// synchronization is completed when the `ArgBuffer` is dropped, so drop it only after [`launch_raw`].
+pub struct ArgBuffer<'a> {
+    args: Vec<StoredArg>,
+    layouts: Vec<(usize, usize)>,
+    params: Vec<*mut c_void>,
+    guards: Vec<SyncOnDrop<'a>>,
+}
+
+impl fmt::Debug for ArgBuffer<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ArgBuffer")
+            .field("layouts (size, align)", &self.layouts)
+            .field("borrowed_buffers", &self.guards.len())
+            .finish()
+    }
+}
+
+impl Default for ArgBuffer<'_> {
+    fn default() -> Self {
+        ArgBuffer::new()
+    }
+}
+
+impl<'a> ArgBuffer<'a> {
+    /// An empty argument list.
+    pub fn new() -> ArgBuffer<'a> {
+        ArgBuffer { args: Vec::new(), layouts: Vec::new(), params: Vec::new(), guards: Vec::new() }
+    }
+
+    /// Appends a by-value argument: a scalar, [`SliceArg`], [`WindowArg`] or another `#[repr(C)]` value laid
+    /// out exactly like the kernel's parameter.
+    ///
+    /// # Panics
+    /// If `T` is zero-sized: no C++ parameter is, so such a push is a bug in the caller.
+    pub fn push<T: Copy + 'static>(&mut self, value: T) {
+        assert!(std::mem::size_of::<T>() != 0, "kernel arguments cannot be zero-sized");
+        self.args.push(StoredArg::Value(Box::new(value)));
+        self.layouts.push((std::mem::size_of::<T>(), std::mem::align_of::<T>()));
+    }
+
+    /// Appends an argument given as raw bytes with the alignment of its C++ type: NCCL's `ncclDevComm`, whose
+    /// layout weft does not mirror. `align` must be a power of two no larger than [`MAX_ARG_ALIGN`].
+    pub fn push_bytes(&mut self, bytes: &[u8], align: usize) -> Result<()> {
+        if bytes.is_empty() {
+            return Err(Error::invalid("bytes", "a kernel argument cannot be empty"));
+        }
+        if !align.is_power_of_two() || align > MAX_ARG_ALIGN {
+            return Err(Error::invalid(
+                "align",
+                format!("{align} is not a power of two no larger than {MAX_ARG_ALIGN}; pass the C++ type's alignof"),
+            ));
+        }
+        let chunks = bytes
+            .chunks(MAX_ARG_ALIGN)
+            .map(|part| {
+                let mut chunk = [0u8; MAX_ARG_ALIGN];
+                chunk[..part.len()].copy_from_slice(part);
+                AlignedChunk(chunk)
+            })
+            .collect();
+        self.args.push(StoredArg::Bytes(chunks));
+        self.layouts.push((bytes.len(), align));
+        Ok(())
+    }
+
+    /// The [`SliceArg`] for reading `buffer` in a kernel launched on `stream`; `stream` first waits for pending
+    /// writes to `buffer`, and the read is recorded when this `ArgBuffer` is dropped.
+    ///
+    /// Fails if `buffer` belongs to another CUDA context than `stream`.
+    pub fn slice_arg<T>(&mut self, buffer: &'a impl DevicePtr<T>, stream: &'a CudaStream) -> Result<SliceArg> {
+        check_same_context(buffer.stream(), stream)?;
+        let len = buffer.len();
+        let (ptr, guard) = buffer.device_ptr(stream);
+        self.guards.push(guard);
+        Ok(SliceArg { ptr, len })
+    }
+
+    /// The [`SliceArg`] for writing `buffer` in a kernel launched on `stream`; `stream` first waits for pending
+    /// reads and writes of `buffer`, and the write is recorded when this `ArgBuffer` is dropped.
+    ///
+    /// Fails if `buffer` belongs to another CUDA context than `stream`.
+    pub fn slice_arg_mut<T>(
+        &mut self,
+        buffer: &'a mut impl DevicePtrMut<T>,
+        stream: &'a CudaStream,
+    ) -> Result<SliceArg> {
+        check_same_context(buffer.stream(), stream)?;
+        let len = buffer.len();
+        let (ptr, guard) = buffer.device_ptr_mut(stream);
+        self.guards.push(guard);
+        Ok(SliceArg { ptr, len })
+    }
+
+    /// Appends `buffer` as a `weft::Slice<T>` argument (see [`ArgBuffer::slice_arg`]).
+    pub fn push_slice<T>(&mut self, buffer: &'a impl DevicePtr<T>, stream: &'a CudaStream) -> Result<()> {
+        let arg = self.slice_arg(buffer, stream)?;
+        self.push(arg);
+        Ok(())
+    }
+
+    /// Appends `buffer` as a `weft::SliceMut<T>` argument (see [`ArgBuffer::slice_arg_mut`]).
+    pub fn push_slice_mut<T>(&mut self, buffer: &'a mut impl DevicePtrMut<T>, stream: &'a CudaStream) -> Result<()> {
+        let arg = self.slice_arg_mut(buffer, stream)?;
+        self.push(arg);
+        Ok(())
+    }
+
+    /// The number of arguments.
+    pub fn len(&self) -> usize {
+        self.args.len()
+    }
+
+    /// Whether no argument was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.args.is_empty()
+    }
+
+    /// `(size, align)` of each argument, in order.
+    pub fn layouts(&self) -> &[(usize, usize)] {
+        &self.layouts
+    }
+
+    /// The `void** kernelParams` of `cuLaunchKernel`: one pointer per argument, to this buffer's copy of it.
+    /// The pointers are valid while `self` is neither dropped nor modified.
+    pub fn kernel_params(&mut self) -> &mut [*mut c_void] {
+        self.params.clear();
+        self.params.extend(self.args.iter().map(StoredArg::as_ptr));
+        &mut self.params
+    }
+}
+
+fn check_same_context(buffer_stream: &CudaStream, stream: &CudaStream) -> Result<()> {
+    let (ours, theirs) = (stream.context(), buffer_stream.context());
+    if ours == theirs {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "buffer",
+        format!(
+            "it was allocated in the CUDA context of device {} but the kernel is launched on a stream of device {}; \
+             copy it to the launch stream's device first",
+            theirs.ordinal(),
+            ours.ordinal()
+        ),
+    ))
+}
+
+/// Launches `func` on `stream` with `cfg` and the arguments in `args`.
+///
+/// Checks `cfg` (see [`LaunchConfig::validate`]) and raises the function's dynamic shared memory limit when
+/// `cfg` asks for more than the default 48 KiB. The launch is asynchronous; errors of the kernel itself surface
+/// at a later synchronization.
+///
+/// # Safety
+/// - `args` holds exactly `func`'s parameters: the same count, in order, each with the size and layout of the
+///   C++ parameter type (`SliceArg` for `weft::Slice<T>`, `WindowArg` for `weft::Window<T>`, NCCL's own bytes for
+///   `ncclDevComm`, the mapped scalar otherwise). The driver copies `size` bytes per parameter from `args`
+///   whatever they hold.
+/// - `func` was loaded into the CUDA context that `stream` belongs to.
+/// - Every device address passed (slices, windows, the device communicator's internals) stays allocated and
+///   registered until the kernel has finished: no window is deregistered, no device communicator destroyed and
+///   no buffer freed before `stream` passes this launch. Buffers added through [`ArgBuffer::slice_arg`] meet this
+///   if `args` is dropped after this call (cudarc then orders their frees and later writes after the kernel).
+/// - The kernel only accesses memory the arguments describe, and no other work writes what it reads or reads what
+///   it writes while it runs unless the kernel's own synchronization (barriers, signals) orders them.
+pub unsafe fn launch_raw(
+    func: &CudaFunction,
+    stream: &CudaStream,
+    cfg: &LaunchConfig,
+    args: &mut ArgBuffer<'_>,
+) -> Result<()> {
+    cfg.validate()?;
+    stream.context().bind_to_thread()?;
+    if cfg.shared_mem_bytes > DEFAULT_SHARED_MEM_LIMIT {
+        let bytes = i32::try_from(cfg.shared_mem_bytes).unwrap_or(i32::MAX);
+        func.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)?;
+    }
+    let params = args.kernel_params();
+    // SAFETY: `func` and `stream` are live handles of one context (caller's precondition), now bound to this
+    // thread; `params` holds one pointer per argument into `args`' own aligned copies, which outlive this call
+    // because `args` is borrowed for all of it and the driver copies the parameters before returning; the
+    // arguments match the kernel's parameter list and the memory they reference stays valid until the kernel
+    // finishes (both caller's preconditions).
+    unsafe {
+        driver::launch_kernel(func.cu_function(), cfg.grid, cfg.block, cfg.shared_mem_bytes, stream.cu_stream(), params)
+    }?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{align_of, offset_of, size_of};
+
+    use super::*;
+
+    #[test]
+    fn abi_structs_match_their_cpp_layouts() {
+        assert_eq!((size_of::<SliceArg>(), align_of::<SliceArg>()), (16, 8));
+        assert_eq!((offset_of!(SliceArg, ptr), offset_of!(SliceArg, len)), (0, 8));
+        assert_eq!((size_of::<WindowArg>(), align_of::<WindowArg>()), (24, 8));
+        assert_eq!(
+            (offset_of!(WindowArg, win), offset_of!(WindowArg, offset_bytes), offset_of!(WindowArg, len)),
+            (0, 8, 16)
+        );
+    }
+
+    #[test]
+    fn configs_are_built_and_measured() {
+        let cfg = LaunchConfig::linear(4, 256).with_shared_mem(1024);
+        assert_eq!((cfg.grid, cfg.block, cfg.shared_mem_bytes), ((4, 1, 1), (256, 1, 1), 1024));
+        assert_eq!((cfg.grid_size(), cfg.block_size()), (4, 256));
+        assert_eq!(LaunchConfig::for_elements(1000, 256).grid, (4, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(1024, 256).grid, (4, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(0, 256).grid, (1, 1, 1), "an empty launch still has one block");
+        assert_eq!(LaunchConfig::for_elements(usize::MAX, 32).grid, (MAX_GRID_DIM.0, 1, 1));
+        assert_eq!(LaunchConfig { grid: (65535, 65535, 65535), ..cfg }.grid_size(), 65535u64.pow(3));
+        let cudarc: cudarc::driver::LaunchConfig = cfg.into();
+        assert_eq!((cudarc.grid_dim, cudarc.block_dim, cudarc.shared_mem_bytes), (cfg.grid, cfg.block, 1024));
+    }
+
+    #[test]
+    fn invalid_configs_are_refused_with_the_fix() {
+        assert!(LaunchConfig::linear(1, 1024).validate().is_ok());
+        assert!(LaunchConfig { grid: (MAX_GRID_DIM.0, 65535, 65535), block: (32, 32, 1), shared_mem_bytes: 0 }
+            .validate()
+            .is_ok());
+        let refused = |cfg: LaunchConfig, needle: &str| {
+            let text = cfg.validate().unwrap_err().to_string();
+            assert!(text.contains("LaunchConfig") && text.contains(needle), "{text}");
+        };
+        refused(LaunchConfig::linear(0, 128), "at least 1");
+        refused(LaunchConfig::linear(1, 0), "at least 1");
+        refused(LaunchConfig::for_elements(10, 0), "at least 1");
+        refused(LaunchConfig::linear(1, 1025), "use fewer threads per block");
+        refused(LaunchConfig { block: (32, 32, 2), ..LaunchConfig::linear(1, 1) }, "2048 threads");
+        refused(LaunchConfig { block: (1, 1, 128), ..LaunchConfig::linear(1, 1) }, "per-dimension");
+        refused(LaunchConfig { grid: (1, 65536, 1), ..LaunchConfig::linear(1, 1) }, "use fewer blocks");
+        refused(LaunchConfig::linear(u32::MAX, 1), "use fewer blocks");
+    }
+
+    /// Reads back argument `i` as a `T`, checking the pointer is aligned for it.
+    fn read_arg<T: Copy>(args: &mut ArgBuffer<'_>, i: usize) -> T {
+        let ptr = args.kernel_params()[i].cast::<T>();
+        assert_eq!(ptr as usize % align_of::<T>(), 0, "argument {i} is misaligned");
+        // SAFETY: argument `i` was pushed as a `T` (each test pushes and reads back the same types), the pointer
+        // is aligned (checked above) and points into `args`, which is borrowed for this whole call.
+        unsafe { ptr.read() }
+    }
+
+    #[test]
+    fn values_are_copied_into_aligned_storage_in_order() {
+        #[repr(C, align(16))]
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        struct Wide([u32; 4]);
+        let window = WindowArg { win: 0xdead_0000 as *mut c_void, offset_bytes: 64, len: 3 };
+        let mut args = ArgBuffer::new();
+        args.push(7u8);
+        args.push(2.5f64);
+        args.push(SliceArg { ptr: 0x1000, len: 10 });
+        args.push(-3i16);
+        args.push(window);
+        args.push(Wide([1, 2, 3, 4]));
+        args.push(half::bf16::from_f32(1.5));
+        assert_eq!(args.len(), 7);
+        assert_eq!(args.layouts(), &[(1, 1), (8, 8), (16, 8), (2, 2), (24, 8), (16, 16), (2, 2)]);
+        assert_eq!(read_arg::<u8>(&mut args, 0), 7);
+        assert_eq!(read_arg::<f64>(&mut args, 1), 2.5);
+        assert_eq!(read_arg::<SliceArg>(&mut args, 2), SliceArg { ptr: 0x1000, len: 10 });
+        assert_eq!(read_arg::<i16>(&mut args, 3), -3);
+        assert_eq!(read_arg::<WindowArg>(&mut args, 4), window);
+        assert_eq!(read_arg::<Wide>(&mut args, 5), Wide([1, 2, 3, 4]));
+        assert_eq!(read_arg::<half::bf16>(&mut args, 6).to_f32(), 1.5);
+        let params = args.kernel_params().to_vec();
+        assert_eq!(params, args.kernel_params().to_vec(), "pointers are stable across calls");
+    }
+
+    #[test]
+    fn opaque_bytes_keep_their_content_and_alignment() {
+        let bytes: Vec<u8> = (0..150u8).collect();
+        let mut args = ArgBuffer::new();
+        args.push(1u8);
+        args.push_bytes(&bytes, 16).unwrap();
+        args.push_bytes(&[9], 64).unwrap();
+        assert_eq!(args.layouts(), &[(1, 1), (150, 16), (1, 64)]);
+        let params = args.kernel_params().to_vec();
+        assert_eq!(params[1] as usize % 16, 0);
+        assert_eq!(params[2] as usize % 64, 0);
+        // SAFETY: argument 1 was pushed as 150 bytes; the pointer addresses this buffer's copy of them, which
+        // lives (unmodified) as long as `args`.
+        let copied = unsafe { std::slice::from_raw_parts(params[1].cast::<u8>(), bytes.len()) };
+        assert_eq!(copied, bytes.as_slice());
+    }
+
+    #[test]
+    fn bad_byte_arguments_are_refused() {
+        let mut args = ArgBuffer::new();
+        for align in [0, 3, 128] {
+            let text = args.push_bytes(&[1, 2, 3, 4], align).unwrap_err().to_string();
+            assert!(text.contains("alignof"), "{text}");
+        }
+        assert!(args.push_bytes(&[], 8).is_err());
+        assert!(args.is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "zero-sized")]
+    fn zero_sized_arguments_are_a_bug() {
+        ArgBuffer::new().push(());
+    }
+}
