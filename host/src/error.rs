@@ -77,6 +77,10 @@ pub enum Error {
     /// A CUDA driver call failed.
     #[error("CUDA error: {0}")]
     Cuda(#[from] cudarc::driver::DriverError),
+
+    /// Run-time compilation or loading of a kernel failed.
+    #[error(transparent)]
+    Jit(#[from] crate::jit::JitError),
 }
 
 /// One place libnccl was looked for.

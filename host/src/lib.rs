@@ -23,3 +23,16 @@ pub use comm::{
 pub use comm::SuspendFlags;
 pub use config::{Config, CtaPolicy};
 pub use properties::{GinConnectionType, GinType, Properties};
+pub mod collectives;
+pub mod datatype;
+pub mod devcomm;
+pub mod group;
+pub mod resources;
+pub mod spmd;
+
+pub use datatype::{Element, ReduceOp};
+pub use devcomm::{DevComm, Requirements};
+pub use group::{group, Group};
+pub use resources::{CustomOp, DeviceBuffer, PreMulSum, Registration, Scalar, Window, WindowFlags};
+pub use spmd::{local_devices, spmd};
+pub use weft_device::caps;

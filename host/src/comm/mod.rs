@@ -146,6 +146,7 @@ pub struct Communicator<S: State = Active, M: Mode = Blocking> {
     library: &'static Library,
     context: Arc<CudaContext>,
     identity: Option<Identity>,
+    resources: crate::resources::RegistryCell,
     state: PhantomData<(S, M)>,
 }
 
@@ -161,13 +162,20 @@ impl<S: State, M: Mode> Communicator<S, M> {
         context: Arc<CudaContext>,
         identity: Option<Identity>,
     ) -> Self {
-        Communicator { raw, library, context, identity, state: PhantomData }
+        Communicator { raw, library, context, identity, resources: Default::default(), state: PhantomData }
     }
 
     /// Moves the handle into another state; `self`'s `Drop` does not run.
     pub(crate) fn into_state<T: State>(mut self) -> Communicator<T, M> {
         let raw = std::mem::replace(&mut self.raw, NULL);
-        Communicator { raw, library: self.library, context: self.context.clone(), identity: self.identity, state: PhantomData }
+        Communicator {
+            raw,
+            library: self.library,
+            context: self.context.clone(),
+            identity: self.identity,
+            resources: std::mem::take(&mut self.resources),
+            state: PhantomData,
+        }
     }
 
     /// Gives up ownership of the raw handle (the caller becomes responsible for it).
@@ -189,6 +197,10 @@ impl<S: State, M: Mode> Communicator<S, M> {
 
     pub(crate) fn raw(&self) -> ncclComm_t {
         self.raw
+    }
+
+    pub(crate) fn registry(&self) -> &crate::resources::RegistryCell {
+        &self.resources
     }
 
     /// The (primary) CUDA context of this rank's device, for streams and buffers.

@@ -1,0 +1,522 @@
+//! Device communicators: `ncclDevCommCreate` from a [`Requirements`] builder, typed by capability set.
+//!
+//! [`Communicator::dev_comm`] is the single run-time capability check: it compares the requested set `C`
+//! (LSA, GIN, multimem; markers from [`weft_device::caps`]) with the communicator's properties and refuses
+//! what the communicator cannot do, with the reason. From then on a kernel that uses GIN only accepts a
+//! `DevComm<C>` with `C: HasGin` — checked by rustc.
+
+use std::marker::PhantomData;
+use std::mem::offset_of;
+
+use weft_device::caps::{Capabilities, CapabilitySet};
+
+use crate::comm::{Active, Communicator, Mode};
+use crate::error::Error;
+use crate::properties::{GinConnectionType, GinType};
+use crate::resources::{Native, ResourceId};
+use crate::result;
+use crate::sys::{self, v2_28};
+use crate::version::{Version, V2_29};
+
+/// Room for the loaded library's `ncclDevComm` (200 to 248 bytes in 2.28–2.32), 16-byte aligned.
+#[repr(C, align(16))]
+#[derive(Clone)]
+pub(crate) struct DevCommStorage([u8; 1024]);
+
+impl DevCommStorage {
+    pub(crate) fn as_ptr(&self) -> *const core::ffi::c_void {
+        self.0.as_ptr().cast()
+    }
+}
+
+impl std::fmt::Debug for DevCommStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DevCommStorage")
+    }
+}
+
+/// `sizeof(ncclDevComm)` for each release (verified by compiling each release's headers: 2.28.9: 200,
+/// 2.29.7: 224, 2.30.7: 240, 2.31.2 and 2.32.3: 248).
+fn dev_comm_size(found: Version) -> usize {
+    match found.minor() {
+        ..=28 => 200,
+        29 => 224,
+        30 => 240,
+        _ => 248,
+    }
+}
+
+/// What a device communicator must provide: barriers, GIN signals and counters, LL all-to-all slots,
+/// resource buffers, team multimem handles. Counts combine by maximum ([`Requirements::merge`]), so the
+/// requirements of several kernels can share one `DevComm`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Requirements {
+    /// LSA barriers (`lsaBarrierCount`); a kernel indexing its barrier by block needs one per block.
+    pub lsa_barriers: u32,
+    /// Hybrid barriers: LSA + rail GIN (`barrierCount`).
+    pub hybrid_barriers: u32,
+    /// Rail GIN barriers (`railGinBarrierCount`).
+    pub rail_gin_barriers: u32,
+    /// World GIN barriers (`worldGinBarrierCount`, NCCL 2.30+).
+    pub world_gin_barriers: u32,
+    /// GIN signals, ids `0..n` (`ginSignalCount`).
+    pub gin_signals: u32,
+    /// GIN counters, ids `0..n` (`ginCounterCount`).
+    pub gin_counters: u32,
+    /// GIN contexts hint (`ginContextCount`; 0 leaves NCCL's default).
+    pub gin_contexts: u32,
+    /// GIN connection layout (`ginConnectionType`, NCCL 2.29+).
+    pub gin_connection: Option<GinConnectionType>,
+    /// LL all-to-all: (blocks, slots) (`lsaLLA2ABlockCount`, `lsaLLA2ASlotCount`).
+    pub ll_a2a: Option<(u32, u32)>,
+    /// Multimem on the LSA team (`lsaMultimem`).
+    pub lsa_multimem: bool,
+    /// Extra resource buffers: (bytes, alignment); their handles come back in [`DevComm::resource_buffer`].
+    pub resource_buffers: Vec<(usize, usize)>,
+}
+
+impl Requirements {
+    /// Nothing required.
+    pub fn new() -> Requirements {
+        Requirements::default()
+    }
+
+    /// At least `count` LSA barriers.
+    pub fn lsa_barriers(mut self, count: u32) -> Self {
+        self.lsa_barriers = self.lsa_barriers.max(count);
+        self
+    }
+
+    /// At least `count` hybrid (LSA + rail GIN) barriers.
+    pub fn hybrid_barriers(mut self, count: u32) -> Self {
+        self.hybrid_barriers = self.hybrid_barriers.max(count);
+        self
+    }
+
+    /// At least `count` rail GIN barriers.
+    pub fn rail_gin_barriers(mut self, count: u32) -> Self {
+        self.rail_gin_barriers = self.rail_gin_barriers.max(count);
+        self
+    }
+
+    /// At least `count` world GIN barriers (NCCL 2.30+).
+    pub fn world_gin_barriers(mut self, count: u32) -> Self {
+        self.world_gin_barriers = self.world_gin_barriers.max(count);
+        self
+    }
+
+    /// At least `count` GIN signals.
+    pub fn gin_signals(mut self, count: u32) -> Self {
+        self.gin_signals = self.gin_signals.max(count);
+        self
+    }
+
+    /// At least `count` GIN counters.
+    pub fn gin_counters(mut self, count: u32) -> Self {
+        self.gin_counters = self.gin_counters.max(count);
+        self
+    }
+
+    /// A hint for the number of GIN contexts.
+    pub fn gin_contexts(mut self, count: u32) -> Self {
+        self.gin_contexts = self.gin_contexts.max(count);
+        self
+    }
+
+    /// The GIN connection layout (NCCL 2.29+).
+    pub fn gin_connection(mut self, kind: GinConnectionType) -> Self {
+        self.gin_connection = Some(kind);
+        self
+    }
+
+    /// LL all-to-all over `blocks` blocks with `slots` slots.
+    pub fn ll_a2a(mut self, blocks: u32, slots: u32) -> Self {
+        let (b, s) = self.ll_a2a.unwrap_or((0, 0));
+        self.ll_a2a = Some((b.max(blocks), s.max(slots)));
+        self
+    }
+
+    /// Multimem on the LSA team.
+    pub fn lsa_multimem(mut self) -> Self {
+        self.lsa_multimem = true;
+        self
+    }
+
+    /// One more resource buffer of `bytes` bytes aligned to `align`.
+    pub fn resource_buffer(mut self, bytes: usize, align: usize) -> Self {
+        self.resource_buffers.push((bytes, align));
+        self
+    }
+
+    /// Both requirements: every count at its maximum, resource buffers of both.
+    pub fn merge(mut self, other: &Requirements) -> Self {
+        self.lsa_barriers = self.lsa_barriers.max(other.lsa_barriers);
+        self.hybrid_barriers = self.hybrid_barriers.max(other.hybrid_barriers);
+        self.rail_gin_barriers = self.rail_gin_barriers.max(other.rail_gin_barriers);
+        self.world_gin_barriers = self.world_gin_barriers.max(other.world_gin_barriers);
+        self.gin_signals = self.gin_signals.max(other.gin_signals);
+        self.gin_counters = self.gin_counters.max(other.gin_counters);
+        self.gin_contexts = self.gin_contexts.max(other.gin_contexts);
+        self.gin_connection = self.gin_connection.or(other.gin_connection);
+        if let Some((blocks, slots)) = other.ll_a2a {
+            self = self.ll_a2a(blocks, slots);
+        }
+        self.lsa_multimem |= other.lsa_multimem;
+        self.resource_buffers.extend_from_slice(&other.resource_buffers);
+        self
+    }
+
+    /// Whether a device communicator created with `self` satisfies `needed`; otherwise an error naming the
+    /// first shortfall and the fix.
+    pub fn covers(&self, needed: &Requirements) -> Result<(), Error> {
+        let counts = [
+            ("LSA barriers", self.lsa_barriers, needed.lsa_barriers),
+            ("hybrid barriers", self.hybrid_barriers, needed.hybrid_barriers),
+            ("rail GIN barriers", self.rail_gin_barriers, needed.rail_gin_barriers),
+            ("world GIN barriers", self.world_gin_barriers, needed.world_gin_barriers),
+            ("GIN signals", self.gin_signals, needed.gin_signals),
+            ("GIN counters", self.gin_counters, needed.gin_counters),
+        ];
+        for (what, have, need) in counts {
+            if have < need {
+                return Err(Error::invalid(
+                    "dev",
+                    format!(
+                        "the device communicator has {have} {what} but the launch needs {need}: create it with \
+                         the kernel's requirements (`kernel::requirements(&cfg)`) or a smaller grid"
+                    ),
+                ));
+            }
+        }
+        let (have, need) = (self.ll_a2a.unwrap_or((0, 0)), needed.ll_a2a.unwrap_or((0, 0)));
+        if have.0 < need.0 || have.1 < need.1 {
+            return Err(Error::invalid("dev", format!("LL all-to-all has {have:?} (blocks, slots), the launch needs {need:?}")));
+        }
+        if needed.lsa_multimem && !self.lsa_multimem {
+            return Err(Error::invalid("dev", "the launch needs LSA multimem; request it in the requirements"));
+        }
+        Ok(())
+    }
+
+    fn check_version(&self, found: Version) -> Result<(), Error> {
+        let need = |used: bool, needs: Version, call: &'static str| {
+            if used && !found.at_least(needs) {
+                Err(Error::Unsupported { call, needs, found })
+            } else {
+                Ok(())
+            }
+        };
+        need(self.gin_connection.is_some(), V2_29, "ncclDevCommRequirements.ginConnectionType")?;
+        need(self.world_gin_barriers > 0, Version::new(2, 30, 0), "ncclDevCommRequirements.worldGinBarrierCount")
+    }
+}
+
+fn count(value: u32, what: &'static str) -> Result<i32, Error> {
+    i32::try_from(value).map_err(|_| Error::invalid("requirements", format!("{what}: {value} exceeds i32::MAX")))
+}
+
+/// A device communicator with capability set `C` (type state): the handle kernels receive, bound to its
+/// communicator. Destroyed (`ncclDevCommDestroy`) on drop.
+pub struct DevComm<'comm, C: CapabilitySet, M: Mode = crate::Blocking> {
+    comm: &'comm Communicator<Active, M>,
+    id: ResourceId,
+    bytes: Box<DevCommStorage>,
+    requirements: Requirements,
+    resource_buffers: Vec<u32>,
+    capabilities: PhantomData<C>,
+}
+
+impl<M: Mode> Communicator<Active, M> {
+    /// Creates a device communicator offering capability set `C` with at least `requirements`
+    /// (`ncclDevCommCreate`; collective over all ranks).
+    ///
+    /// This is where capabilities are checked, once: LSA needs device-API support, GIN a GIN backend,
+    /// multimem NVLink SHARP support, each as [`properties`](Communicator::properties) reports it. On NCCL
+    /// 2.28, which cannot report them, LSA and GIN are attempted (GIN with `ginForceEnable`, so NCCL fails
+    /// rather than silently omitting it) and multimem is refused.
+    pub fn dev_comm<C: CapabilitySet>(&self, requirements: &Requirements) -> Result<DevComm<'_, C, M>, Error> {
+        let found = self.library().version();
+        let props = self.properties()?;
+        check_capabilities(C::CAPABILITIES, &props)?;
+        requirements.check_version(found)?;
+        let mut requirements = requirements.clone();
+        if C::MULTIMEM {
+            requirements.lsa_multimem = true;
+        }
+        let mut handles = vec![0u32; requirements.resource_buffers.len()];
+        let mut resources: Vec<sys::ncclDevResourceRequirements_t> = requirements
+            .resource_buffers
+            .iter()
+            .zip(handles.iter_mut())
+            .map(|(&(bytes, align), handle)| sys::ncclDevResourceRequirements_t {
+                next: std::ptr::null_mut(),
+                bufferSize: bytes,
+                bufferAlign: align,
+                outBufferHandle: handle,
+                ginSignalCount: 0,
+                ginCounterCount: 0,
+                outGinSignalStart: std::ptr::null_mut(),
+                outGinCounterStart: std::ptr::null_mut(),
+            })
+            .collect();
+        // Link the list only now: the vector no longer moves.
+        for i in 1..resources.len() {
+            let next: *mut sys::ncclDevResourceRequirements_t = &mut resources[i];
+            resources[i - 1].next = next;
+        }
+        let list = resources.first_mut().map_or(std::ptr::null_mut(), |first| first as *mut _);
+        let mut bytes = Box::new(DevCommStorage([0; 1024]));
+        let out = bytes.0.as_mut_ptr().cast::<core::ffi::c_void>();
+        self.context().bind_to_thread()?;
+        if found.at_least(V2_29) {
+            let mut raw = new_layout(&requirements, found, C::GIN)?;
+            raw.resourceRequirementsList = list;
+            // SAFETY: our live, active communicator; `raw` is laid out and sized for the loaded release and
+            // its list points into `resources`/`handles`, alive across the call; `out` has room for any
+            // release's ncclDevComm.
+            unsafe { result::dev_comm_create(self.library(), self.raw(), std::ptr::from_ref(&raw).cast(), out) }?;
+        } else {
+            let mut raw = old_layout(&requirements, C::GIN)?;
+            raw.resourceRequirementsList = list.cast();
+            // SAFETY: as above, with the 2.28 layout.
+            unsafe { result::dev_comm_create(self.library(), self.raw(), std::ptr::from_ref(&raw).cast(), out) }?;
+        }
+        let id = self.register_resource(Native::DevComm(bytes.clone()));
+        Ok(DevComm { comm: self, id, bytes, requirements, resource_buffers: handles, capabilities: PhantomData })
+    }
+}
+
+/// Refuses capabilities the properties say are missing (the one run-time capability check).
+pub(crate) fn check_capabilities(wanted: Capabilities, props: &crate::Properties) -> Result<(), Error> {
+    if (wanted.lsa || wanted.gin || wanted.multimem) && props.device_api_support == Some(false) {
+        return Err(Error::MissingCapability {
+            capability: "the device API",
+            reason: "ncclCommQueryProperties reports no device-API support (needs CUDA VMM, and P2P or NVLink \
+                     between the LSA team's GPUs)"
+                .into(),
+        });
+    }
+    if wanted.gin {
+        match props.gin_type {
+            Some(GinType::None) => {
+                return Err(Error::MissingCapability {
+                    capability: "GIN",
+                    reason: format!(
+                        "the communicator has no GIN backend (gin_type NONE; {} ranks, all in LSA teams of {}): GIN \
+                         needs an RDMA NIC with GPUDirect (GDAKI) or the proxy backend; request a DevComm<Lsa> \
+                         instead",
+                        props.nranks, props.lsa_size
+                    ),
+                })
+            }
+            Some(_) | None => {}
+        }
+    }
+    if wanted.multimem && props.multimem_support != Some(true) {
+        let reason = match props.multimem_support {
+            Some(false) => "ncclCommQueryProperties reports no multimem support (needs NVLink SHARP; \
+                            NCCL_NVLS_ENABLE may be 0)"
+                .to_owned(),
+            _ => format!("NCCL {} cannot report multimem support (ncclCommQueryProperties is 2.29+)", props_version_hint()),
+        };
+        return Err(Error::MissingCapability { capability: "multimem", reason });
+    }
+    Ok(())
+}
+
+fn props_version_hint() -> String {
+    crate::sys::library().map(|l| l.version().to_string()).unwrap_or_else(|_| "?".into())
+}
+
+/// `ncclDevCommRequirements` in the 2.29+ layout, sized for `found`.
+fn new_layout(req: &Requirements, found: Version, gin: bool) -> Result<sys::ncclDevCommRequirements_t, Error> {
+    let end = |offset: usize| offset.next_multiple_of(std::mem::align_of::<sys::ncclDevCommRequirements_t>());
+    type R = sys::ncclDevCommRequirements_t;
+    let size = match found.minor() {
+        29 => end(offset_of!(R, ginTrafficClass)),
+        30 => end(offset_of!(R, ginCustomStride)),
+        _ => std::mem::size_of::<R>(),
+    };
+    let (blocks, slots) = req.ll_a2a.unwrap_or((0, 0));
+    Ok(R {
+        size,
+        magic: sys::NCCL_API_MAGIC,
+        version: found.code as u32,
+        resourceRequirementsList: std::ptr::null_mut(),
+        teamRequirementsList: std::ptr::null_mut(),
+        lsaMultimem: req.lsa_multimem,
+        barrierCount: count(req.hybrid_barriers, "hybrid barriers")?,
+        lsaBarrierCount: count(req.lsa_barriers, "LSA barriers")?,
+        railGinBarrierCount: count(req.rail_gin_barriers, "rail GIN barriers")?,
+        lsaLLA2ABlockCount: count(blocks, "LL all-to-all blocks")?,
+        lsaLLA2ASlotCount: count(slots, "LL all-to-all slots")?,
+        ginForceEnable: gin,
+        ginContextCount: if req.gin_contexts == 0 { 4 } else { count(req.gin_contexts, "GIN contexts")? },
+        ginSignalCount: count(req.gin_signals, "GIN signals")?,
+        ginCounterCount: count(req.gin_counters, "GIN counters")?,
+        ginConnectionType: sys::ncclGinConnectionType_t(match req.gin_connection {
+            None | Some(GinConnectionType::None) => 0,
+            Some(GinConnectionType::Full) => 1,
+            Some(GinConnectionType::Rail) => 2,
+            Some(GinConnectionType::CustomStride) => 3,
+            Some(GinConnectionType::Other(raw)) => raw,
+        }),
+        ginExclusiveContexts: false,
+        ginQueueDepth: 0,
+        ginTrafficClass: i32::MIN,
+        worldGinBarrierCount: count(req.world_gin_barriers, "world GIN barriers")?,
+        ginStrongSignalsRequired: true,
+        ginVaSignalsRequired: true,
+        ginCustomStride: 1,
+        ginType: sys::ncclGinType_t::NCCL_GIN_TYPE_NONE,
+        useRuntimeVersion: false,
+        cftCaps: 0,
+        cftBarrierCount: 0,
+    })
+}
+
+/// `ncclDevCommRequirements` in the 2.28 layout (no header; zero means "none").
+fn old_layout(req: &Requirements, gin: bool) -> Result<v2_28::ncclDevCommRequirements, Error> {
+    let (blocks, slots) = req.ll_a2a.unwrap_or((0, 0));
+    Ok(v2_28::ncclDevCommRequirements {
+        resourceRequirementsList: std::ptr::null_mut(),
+        teamRequirementsList: std::ptr::null_mut(),
+        lsaMultimem: req.lsa_multimem,
+        barrierCount: count(req.hybrid_barriers, "hybrid barriers")?,
+        lsaBarrierCount: count(req.lsa_barriers, "LSA barriers")?,
+        railGinBarrierCount: count(req.rail_gin_barriers, "rail GIN barriers")?,
+        lsaLLA2ABlockCount: count(blocks, "LL all-to-all blocks")?,
+        lsaLLA2ASlotCount: count(slots, "LL all-to-all slots")?,
+        ginForceEnable: gin,
+        ginContextCount: count(req.gin_contexts, "GIN contexts")?,
+        ginSignalCount: count(req.gin_signals, "GIN signals")?,
+        ginCounterCount: count(req.gin_counters, "GIN counters")?,
+    })
+}
+
+impl<'comm, C: CapabilitySet, M: Mode> DevComm<'comm, C, M> {
+    /// The `ncclDevComm` bytes NCCL wrote, as the kernel parameter expects them (the loaded release's size).
+    /// Fails if `close_all_resources` destroyed the device communicator.
+    pub fn kernel_arg_bytes(&self) -> Result<&[u8], Error> {
+        self.comm.check_live(self.id, "dev")?;
+        Ok(&self.bytes.0[..dev_comm_size(self.comm.library().version())])
+    }
+
+    /// What this device communicator was created with.
+    pub fn requirements(&self) -> &Requirements {
+        &self.requirements
+    }
+
+    /// The capability set, as a value.
+    pub fn capabilities(&self) -> Capabilities {
+        C::CAPABILITIES
+    }
+
+    /// The handle of resource buffer `index` (in the order of [`Requirements::resource_buffer`] calls).
+    pub fn resource_buffer(&self, index: usize) -> Option<u32> {
+        self.resource_buffers.get(index).copied()
+    }
+
+    /// The communicator it belongs to.
+    pub fn communicator(&self) -> &'comm Communicator<Active, M> {
+        self.comm
+    }
+
+    /// The CUDA device ordinal it runs on.
+    pub fn cuda_device(&self) -> usize {
+        self.comm.cuda_device()
+    }
+}
+
+impl<C: CapabilitySet, M: Mode> Drop for DevComm<'_, C, M> {
+    fn drop(&mut self) {
+        // A kernel may still use it; wait for the device before destroying.
+        if let Err(error) = self.comm.context().synchronize() {
+            tracing::error!(%error, "synchronizing before ncclDevCommDestroy failed");
+        }
+        if let Err(error) = self.comm.release_resource(self.id) {
+            tracing::error!(%error, "ncclDevCommDestroy failed");
+        }
+    }
+}
+
+impl<C: CapabilitySet, M: Mode> std::fmt::Debug for DevComm<'_, C, M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevComm").field("capabilities", &C::NAME).field("requirements", &self.requirements).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requirement_layout_sizes_match_each_release_header() {
+        let req = Requirements::new().lsa_barriers(4);
+        let size = |v| new_layout(&req, v, false).unwrap().size;
+        assert_eq!(size(Version::new(2, 29, 7)), 88);
+        assert_eq!(size(Version::new(2, 30, 7)), 96);
+        assert_eq!(size(Version::new(2, 31, 2)), 120);
+        assert_eq!(size(Version::new(2, 32, 3)), 120);
+        assert_eq!(std::mem::size_of::<v2_28::ncclDevCommRequirements>(), 56);
+        assert_eq!(new_layout(&req, Version::new(2, 32, 3), false).unwrap().lsaBarrierCount, 4);
+    }
+
+    #[test]
+    fn merge_takes_maxima_and_covers_reports_shortfalls() {
+        let a = Requirements::new().lsa_barriers(8).gin_signals(2);
+        let b = Requirements::new().lsa_barriers(132).ll_a2a(4, 16);
+        let both = a.clone().merge(&b);
+        assert_eq!((both.lsa_barriers, both.gin_signals, both.ll_a2a), (132, 2, Some((4, 16))));
+        assert!(both.covers(&a).is_ok() && both.covers(&b).is_ok());
+        let err = a.covers(&b).unwrap_err().to_string();
+        assert!(err.contains("8 LSA barriers") && err.contains("needs 132"), "{err}");
+    }
+
+    #[test]
+    fn features_newer_than_the_library_are_unsupported() {
+        let req = Requirements::new().world_gin_barriers(1);
+        assert!(matches!(req.check_version(Version::new(2, 29, 7)), Err(Error::Unsupported { .. })));
+        assert!(req.check_version(Version::new(2, 30, 7)).is_ok());
+    }
+
+    fn props(gin: Option<GinType>, multimem: Option<bool>, device_api: Option<bool>) -> crate::Properties {
+        crate::Properties {
+            rank: 0,
+            nranks: 1,
+            cuda_device: 0,
+            nvml_device: None,
+            lsa_size: 1,
+            lsa_teams: 1,
+            device_api_support: device_api,
+            multimem_support: multimem,
+            gin_type: gin,
+            host_rma_support: None,
+            railed_gin_type: None,
+            comm_hash: None,
+            gin_min_stride: None,
+            gin_connection_type: None,
+            gin_supported: None,
+            dev_comm_runtime_version_size: None,
+            cft_support: None,
+            cft_multicast_support: None,
+            cft_counted_support: None,
+        }
+    }
+
+    #[test]
+    fn the_capability_check_refuses_what_properties_deny() {
+        let nvlink_only = props(Some(GinType::None), Some(false), Some(true));
+        assert!(check_capabilities(Capabilities::LSA, &nvlink_only).is_ok());
+        let gin = check_capabilities(Capabilities::GIN, &nvlink_only).unwrap_err();
+        assert!(matches!(gin, Error::MissingCapability { capability: "GIN", .. }), "{gin}");
+        assert!(check_capabilities(Capabilities::MULTIMEM, &nvlink_only).is_err());
+        let no_api = props(Some(GinType::Proxy), Some(true), Some(false));
+        assert!(check_capabilities(Capabilities::LSA, &no_api).is_err());
+        // 2.28 cannot tell: LSA and GIN are attempted, multimem refused.
+        let unknown = props(None, None, None);
+        assert!(check_capabilities(Capabilities::LSA.union(Capabilities::GIN), &unknown).is_ok());
+        assert!(check_capabilities(Capabilities::MULTIMEM, &unknown).is_err());
+    }
+}

@@ -1,0 +1,143 @@
+//! `DeviceBuffer`: device memory from `ncclMemAlloc` (CUDA VMM), the kind symmetric windows need.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use cudarc::driver::{sys::CUdeviceptr, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice, SyncOnDrop};
+
+use crate::error::Error;
+use crate::result;
+use crate::sys::Library;
+
+/// `len` elements of `T` in device memory allocated with `ncclMemAlloc`.
+///
+/// Usable wherever cudarc buffers are (it implements cudarc's `DevicePtr`/`DevicePtrMut`), and the only
+/// memory [`Communicator::window`](crate::Communicator::window) accepts. Its contents start undefined:
+/// fill it before reading it. Freed with `ncclMemFree` on drop, after synchronizing its stream.
+pub struct DeviceBuffer<T> {
+    ptr: CUdeviceptr,
+    len: usize,
+    stream: Arc<CudaStream>,
+    library: &'static Library,
+    element: PhantomData<T>,
+}
+
+// SAFETY: the buffer is plain device memory addressed by an integer; it carries no thread-bound state,
+// and access through `&self`/`&mut self` follows Rust's aliasing rules for the host-side handle.
+unsafe impl<T: Send> Send for DeviceBuffer<T> {}
+// SAFETY: shared references only read the pointer and length.
+unsafe impl<T: Sync> Sync for DeviceBuffer<T> {}
+
+impl<T: DeviceRepr> DeviceBuffer<T> {
+    /// Allocates `len` elements on the device of `stream`, which the buffer then uses for its own
+    /// synchronization.
+    pub fn new(stream: &Arc<CudaStream>, len: usize) -> Result<DeviceBuffer<T>, Error> {
+        if len == 0 {
+            return Err(Error::invalid("len", "allocate at least one element"));
+        }
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or_else(|| Error::invalid("len", format!("{len} elements overflow the address space")))?;
+        let library = crate::sys::library()?;
+        stream.context().bind_to_thread()?;
+        // SAFETY: the stream's context is current on this thread.
+        let ptr = unsafe { result::mem_alloc(library, bytes) }?;
+        Ok(DeviceBuffer { ptr: ptr as CUdeviceptr, len, stream: stream.clone(), library, element: PhantomData })
+    }
+
+    /// Copies `host` into the buffer (blocking). Lengths must match.
+    pub fn copy_from_host(&mut self, host: &[T]) -> Result<(), Error> {
+        if host.len() != self.len {
+            return Err(Error::invalid("host", format!("holds {} elements, the buffer {}", host.len(), self.len)));
+        }
+        self.stream.context().bind_to_thread()?;
+        // SAFETY: both ranges hold `len` elements of T; the copy is synchronous on the buffer's stream,
+        // which orders it after earlier work on that stream.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(self.ptr, host, self.stream.cu_stream())?;
+        }
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Copies the buffer to a new host vector (blocking).
+    pub fn copy_to_host(&self) -> Result<Vec<T>, Error>
+    where
+        T: Default + Clone,
+    {
+        let mut host = vec![T::default(); self.len];
+        self.stream.context().bind_to_thread()?;
+        // SAFETY: both ranges hold `len` elements of T; the stream is synchronized before `host` is read.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(&mut host, self.ptr, self.stream.cu_stream())?;
+        }
+        self.stream.synchronize()?;
+        Ok(host)
+    }
+
+    /// The device address of the first element.
+    pub fn device_address(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no elements (never: allocation requires one).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The size in bytes.
+    pub fn num_bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+}
+
+impl<T> DeviceSlice<T> for DeviceBuffer<T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+}
+
+impl<T> DevicePtr<T> for DeviceBuffer<T> {
+    fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        // Work on other streams is ordered by the caller (as with raw NCCL); this buffer does no event tracking.
+        let _ = stream;
+        (self.ptr, SyncOnDrop::Record(None))
+    }
+}
+
+impl<T> DevicePtrMut<T> for DeviceBuffer<T> {
+    fn device_ptr_mut<'a>(&'a mut self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        let _ = stream;
+        (self.ptr, SyncOnDrop::Record(None))
+    }
+}
+
+impl<T> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        // Kernels or copies may still use the memory: wait for the buffer's stream first.
+        if let Err(error) = self.stream.synchronize() {
+            tracing::error!(%error, "synchronizing before freeing an NCCL buffer failed; leaking it");
+            return;
+        }
+        let _ = self.stream.context().bind_to_thread();
+        // SAFETY: `ptr` came from ncclMemAlloc of this library, windows over it borrow the buffer (so they are
+        // gone), and its stream is idle.
+        if let Err(error) = unsafe { result::mem_free(self.library, self.ptr as *mut core::ffi::c_void) } {
+            tracing::error!(%error, "ncclMemFree failed");
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBuffer").field("ptr", &format_args!("{:#x}", self.ptr)).field("len", &self.len).finish()
+    }
+}
