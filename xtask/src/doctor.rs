@@ -6,6 +6,7 @@
 
 use std::env;
 use std::ffi::OsString;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -33,33 +34,37 @@ const SYSTEM_INCLUDE_DIRS: [&str; 3] = [
     "/usr/local/cuda/include",
 ];
 
-/// Collects the report's lines and counts the problems.
+/// Prints the report's lines and counts the problems.
 #[derive(Debug, Default)]
 struct Report {
     problems: usize,
 }
 
 impl Report {
+    /// `println!` panics on a closed pipe (`cargo xtask doctor | head`); a reader that
+    /// stopped reading is not an error worth a backtrace, so write errors are dropped.
+    fn line(&self, text: &str) {
+        let _ = writeln!(io::stdout(), "{text}");
+    }
     fn section(&self, title: &str) {
-        println!("\n{title}");
+        self.line(&format!("\n{title}"));
     }
     fn ok(&self, text: &str) {
-        println!("  ✓ {text}");
+        self.line(&format!("  ✓ {text}"));
     }
     fn info(&self, text: &str) {
-        println!("  · {text}");
+        self.line(&format!("  · {text}"));
     }
     fn problem(&mut self, text: &str, fix: &str) {
         self.problems += 1;
-        println!("  ✗ {text}");
-        println!("      fix: {fix}");
+        self.line(&format!("  ✗ {text}\n      fix: {fix}"));
     }
 }
 
 /// Runs every check and prints the report.
 pub fn doctor(workspace_root: &Path) {
     let mut report = Report::default();
-    println!("weft doctor: what weft finds on this machine");
+    report.line("weft doctor: what weft finds on this machine");
 
     check_toolchain(&mut report, workspace_root);
     let libnccl = check_libnccl(&mut report, workspace_root);
@@ -68,12 +73,11 @@ pub fn doctor(workspace_root: &Path) {
     check_gpus(&mut report);
     check_env_overrides(&mut report);
 
-    println!();
-    match report.problems {
-        0 => println!("doctor: no problems found"),
-        1 => println!("doctor: 1 problem (✗ above, each with its fix)"),
-        count => println!("doctor: {count} problems (✗ above, each with its fix)"),
-    }
+    report.line(&match report.problems {
+        0 => "\ndoctor: no problems found".to_owned(),
+        1 => "\ndoctor: 1 problem (✗ above, each with its fix)".to_owned(),
+        count => format!("\ndoctor: {count} problems (✗ above, each with its fix)"),
+    });
 }
 
 fn check_toolchain(report: &mut Report, workspace_root: &Path) {

@@ -19,7 +19,8 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  test [-- <cargo test args>]    provision the toolchain if needed, then `cargo test --workspace`
+  test [-- <cargo test args>]    provision the toolchain if needed, then
+                                 `cargo test --workspace --no-fail-fast`
   bench [-- <cargo bench args>]  provision the toolchain if needed, then `cargo bench --workspace`
   doctor                         report libnccl, NCCL headers, nvcc and GPUs, with fixes
   provision                      only provision the toolchain (target/weft-toolchain)
@@ -128,6 +129,14 @@ fn run_cargo_suite(subcommand: &str, cargo_args: &[OsString]) -> Result<ExitCode
     // cargo lets --workspace override -p, which would silently run everything.
     if !selects_packages(cargo_args) {
         command.arg("--workspace");
+    }
+    // One failing suite must not hide the others: CI should report every failure in one run.
+    if subcommand == "test"
+        && !cargo_args
+            .iter()
+            .any(|argument| argument == "--no-fail-fast")
+    {
+        command.arg("--no-fail-fast");
     }
     command.args(cargo_args);
     for (name, value) in toolchain.env()? {
