@@ -119,6 +119,12 @@ impl Toolchain {
         })?;
         let cuda_home = site_packages.join("nvidia").join("cu13");
         let nvcc = cuda_home.join("bin").join("nvcc");
+        // Headers from the runtime and cccl wheels: nvcc alone installs fine without them,
+        // and the failure would only show inside the first kernel compilation.
+        for needed in ["include/cuda_runtime.h", "include/cccl/cuda/std/version"] {
+            let path = cuda_home.join(needed);
+            ensure!(path.is_file(), "missing {}", path.display());
+        }
 
         let mut nccl = Vec::new();
         for pin in NCCL_VERSIONS {
