@@ -22,6 +22,8 @@ mod registry;
 mod toolchain;
 
 #[cfg(test)]
+mod gpu_tests;
+#[cfg(test)]
 mod test_support;
 #[cfg(test)]
 mod tests;
