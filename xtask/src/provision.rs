@@ -192,8 +192,8 @@ fn resolved_packages(python: &Path, toolchain: &Toolchain) -> String {
     resolved
 }
 
-/// The stamp must never exist half-written: a reader would take a truncated stamp for a
-/// complete install only if it happened to match, but a crash mid-write must not even risk it.
+/// Write-then-rename, so the stamp either holds the whole spec or does not exist: it is the
+/// one file that certifies everything else, and a crash mid-write must leave "not provisioned".
 fn write_atomically(path: &Path, contents: &str) -> Result<()> {
     let temporary = PathBuf::from(format!("{}.tmp", path.display()));
     let mut file = File::create(&temporary)
