@@ -199,7 +199,7 @@ impl KernelCache {
     fn write_header(&self, text: &str) -> Result<PathBuf, JitError> {
         let hash = hex::encode(Sha256::digest(text.as_bytes()));
         let dir = self.dir.join("include").join(&hash[..16]);
-        let file = dir.join("weft.cuh");
+        let file = dir.join(weft_device::WEFT_CUH_NAME);
         if fs::read(&file).is_ok_and(|existing| existing == text.as_bytes()) {
             return Ok(dir);
         }

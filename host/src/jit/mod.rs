@@ -34,12 +34,6 @@ pub use error::JitError;
 pub use registry::{KernelRegistry, KernelSpec};
 pub use toolchain::{LoadedNccl, Toolchain};
 
-/// The device header kernels are compiled against.
-// TODO(wiring): `weft_device::WEFT_CUH` once the device crate exports it; until then any compile through the
-// process-wide registry fails loudly rather than against a stale copy.
-pub(crate) const WEFT_HEADER: &str =
-    "#error \"weft.cuh is not wired into weft-host yet: jit::WEFT_HEADER must be weft_device::WEFT_CUH\"\n";
-
 /// The launch function of `spec` in `ctx`, compiled and loaded on first use (process-wide registry).
 ///
 /// This is what `#[weft::kernel]` launchers call; after the first call per context it is two map lookups.

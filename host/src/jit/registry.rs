@@ -63,7 +63,7 @@ impl KernelRegistry {
     pub fn global() -> &'static KernelRegistry {
         static GLOBAL: OnceLock<KernelRegistry> = OnceLock::new();
         GLOBAL.get_or_init(|| KernelRegistry {
-            weft_header: super::WEFT_HEADER,
+            weft_header: weft_device::WEFT_CUH,
             toolchain: None,
             cache: None,
             modules: Mutex::default(),
