@@ -103,7 +103,8 @@ pub struct CompiledKernel {
     pub cubin: Arc<[u8]>,
     /// The cache entry on disk.
     pub path: PathBuf,
-    /// The generated source, as written for nvcc (present once this process compiled it).
+    /// Where the generated source is written before nvcc runs (it exists only if a compile of this kernel ever
+    /// ran in this cache directory).
     pub source_path: PathBuf,
     /// Where the cubin came from.
     pub origin: CacheOrigin,
