@@ -81,7 +81,16 @@ impl<M: Mode> Communicator<Active, M> {
         // the stream checked) and the guards keep them borrowed until the operation is enqueued; cudarc's
         // stream ordering keeps them alive until it completes.
         let progress = unsafe {
-            result::all_reduce(self.library(), send_ptr as _, recv_ptr as _, count, T::DATATYPE, op, self.raw(), raw_stream)
+            result::all_reduce(
+                self.library(),
+                send_ptr as _,
+                recv_ptr as _,
+                count,
+                T::DATATYPE,
+                op,
+                self.raw(),
+                raw_stream,
+            )
         }?;
         self.enqueued(progress)
     }
@@ -121,7 +130,16 @@ impl<M: Mode> Communicator<Active, M> {
         let (recv_ptr, _write) = recv.device_ptr_mut(stream);
         // SAFETY: as in `all_reduce`.
         let progress = unsafe {
-            result::broadcast(self.library(), send_ptr as _, recv_ptr as _, count, T::DATATYPE, root, self.raw(), raw_stream)
+            result::broadcast(
+                self.library(),
+                send_ptr as _,
+                recv_ptr as _,
+                count,
+                T::DATATYPE,
+                root,
+                self.raw(),
+                raw_stream,
+            )
         }?;
         self.enqueued(progress)
     }
@@ -162,7 +180,17 @@ impl<M: Mode> Communicator<Active, M> {
         let (recv_ptr, _write) = recv.device_ptr_mut(stream);
         // SAFETY: as in `all_reduce`.
         let progress = unsafe {
-            result::reduce(self.library(), send_ptr as _, recv_ptr as _, count, T::DATATYPE, op, root, self.raw(), raw_stream)
+            result::reduce(
+                self.library(),
+                send_ptr as _,
+                recv_ptr as _,
+                count,
+                T::DATATYPE,
+                op,
+                root,
+                self.raw(),
+                raw_stream,
+            )
         }?;
         self.enqueued(progress)
     }
@@ -204,7 +232,16 @@ impl<M: Mode> Communicator<Active, M> {
         let (recv_ptr, _write) = recv.device_ptr_mut(stream);
         // SAFETY: as in `all_reduce`, with send holding nranks * count elements.
         let progress = unsafe {
-            result::reduce_scatter(self.library(), send_ptr as _, recv_ptr as _, count, T::DATATYPE, op, self.raw(), raw_stream)
+            result::reduce_scatter(
+                self.library(),
+                send_ptr as _,
+                recv_ptr as _,
+                count,
+                T::DATATYPE,
+                op,
+                self.raw(),
+                raw_stream,
+            )
         }?;
         self.enqueued(progress)
     }
@@ -221,7 +258,10 @@ impl<M: Mode> Communicator<Active, M> {
         let total = send.len();
         expect_len("recv", recv.len(), total, "all_to_all receives as many elements as it sends")?;
         if total % self.nranks() != 0 {
-            return Err(Error::invalid("send", format!("{total} elements do not split into {} equal blocks", self.nranks())));
+            return Err(Error::invalid(
+                "send",
+                format!("{total} elements do not split into {} equal blocks", self.nranks()),
+            ));
         }
         let count = total / self.nranks();
         let (send_ptr, _read) = send.device_ptr(stream);
@@ -257,7 +297,16 @@ impl<M: Mode> Communicator<Active, M> {
         let recv_ptr = recv_guard.as_ref().map_or(0, |(ptr, _)| *ptr);
         // SAFETY: as in `all_reduce`; on non-root ranks NCCL ignores the (null) receive buffer.
         let progress = unsafe {
-            result::gather(self.library(), send_ptr as _, recv_ptr as _, count, T::DATATYPE, root_c, self.raw(), raw_stream)
+            result::gather(
+                self.library(),
+                send_ptr as _,
+                recv_ptr as _,
+                count,
+                T::DATATYPE,
+                root_c,
+                self.raw(),
+                raw_stream,
+            )
         }?;
         self.enqueued(progress)
     }
@@ -286,7 +335,16 @@ impl<M: Mode> Communicator<Active, M> {
         let (recv_ptr, _write) = recv.device_ptr_mut(stream);
         // SAFETY: as in `all_reduce`; on non-root ranks NCCL ignores the (null) send buffer.
         let progress = unsafe {
-            result::scatter(self.library(), send_ptr as _, recv_ptr as _, count, T::DATATYPE, root_c, self.raw(), raw_stream)
+            result::scatter(
+                self.library(),
+                send_ptr as _,
+                recv_ptr as _,
+                count,
+                T::DATATYPE,
+                root_c,
+                self.raw(),
+                raw_stream,
+            )
         }?;
         self.enqueued(progress)
     }
@@ -304,13 +362,19 @@ impl<M: Mode> Communicator<Active, M> {
     }
 
     /// Receives `recv.len()` elements from `peer` (`ncclRecv`).
-    pub fn recv<T: Element>(&self, recv: &mut impl DevicePtrMut<T>, peer: usize, stream: &CudaStream) -> Result<(), Error> {
+    pub fn recv<T: Element>(
+        &self,
+        recv: &mut impl DevicePtrMut<T>,
+        peer: usize,
+        stream: &CudaStream,
+    ) -> Result<(), Error> {
         let raw_stream = self.check_stream(stream)?;
         let peer = self.check_rank_arg("peer", peer)?;
         let count = recv.len();
         let (ptr, _write) = recv.device_ptr_mut(stream);
         // SAFETY: as in `all_reduce`.
-        let progress = unsafe { result::recv(self.library(), ptr as _, count, T::DATATYPE, peer, self.raw(), raw_stream) }?;
+        let progress =
+            unsafe { result::recv(self.library(), ptr as _, count, T::DATATYPE, peer, self.raw(), raw_stream) }?;
         self.enqueued(progress)
     }
 

@@ -191,7 +191,10 @@ impl Requirements {
         }
         let (have, need) = (self.ll_a2a.unwrap_or((0, 0)), needed.ll_a2a.unwrap_or((0, 0)));
         if have.0 < need.0 || have.1 < need.1 {
-            return Err(Error::invalid("dev", format!("LL all-to-all has {have:?} (blocks, slots), the launch needs {need:?}")));
+            return Err(Error::invalid(
+                "dev",
+                format!("LL all-to-all has {have:?} (blocks, slots), the launch needs {need:?}"),
+            ));
         }
         if needed.lsa_multimem && !self.lsa_multimem {
             return Err(Error::invalid("dev", "the launch needs LSA multimem; request it in the requirements"));
@@ -233,8 +236,8 @@ impl<M: Mode> Communicator<Active, M> {
     ///
     /// This is where capabilities are checked, once: LSA needs device-API support, GIN a GIN backend,
     /// multimem NVLink SHARP support, each as [`properties`](Communicator::properties) reports it. On NCCL
-    /// 2.28, which cannot report them, LSA and GIN are attempted (GIN with `ginForceEnable`, so NCCL fails
-    /// rather than silently omitting it) and multimem is refused.
+    /// 2.28, which cannot report them, LSA is attempted and GIN and multimem are refused (a failed GIN
+    /// attempt would poison the communicator for later device communicators).
     pub fn dev_comm<C: CapabilitySet>(&self, requirements: &Requirements) -> Result<DevComm<'_, C, M>, Error> {
         let found = self.library().version();
         let props = self.properties()?;
@@ -310,7 +313,17 @@ pub(crate) fn check_capabilities(wanted: Capabilities, props: &crate::Properties
                     ),
                 })
             }
-            Some(_) | None => {}
+            Some(_) => {}
+            None => {
+                return Err(Error::MissingCapability {
+                    capability: "GIN",
+                    reason: "NCCL 2.28 cannot report GIN support (ncclCommQueryProperties is 2.29+), and a GIN \
+                             request it cannot satisfy leaves the communicator unable to create any further device \
+                             communicator (seen with 2.28.9: every later ncclDevCommCreate fails with \"GIN not \
+                             supported\"); use NCCL 2.29 or later for GIN"
+                        .into(),
+                })
+            }
         }
     }
     if wanted.multimem && props.multimem_support != Some(true) {
@@ -318,7 +331,10 @@ pub(crate) fn check_capabilities(wanted: Capabilities, props: &crate::Properties
             Some(false) => "ncclCommQueryProperties reports no multimem support (needs NVLink SHARP; \
                             NCCL_NVLS_ENABLE may be 0)"
                 .to_owned(),
-            _ => format!("NCCL {} cannot report multimem support (ncclCommQueryProperties is 2.29+)", props_version_hint()),
+            _ => format!(
+                "NCCL {} cannot report multimem support (ncclCommQueryProperties is 2.29+)",
+                props_version_hint()
+            ),
         };
         return Err(Error::MissingCapability { capability: "multimem", reason });
     }
@@ -514,9 +530,10 @@ mod tests {
         assert!(check_capabilities(Capabilities::MULTIMEM, &nvlink_only).is_err());
         let no_api = props(Some(GinType::Proxy), Some(true), Some(false));
         assert!(check_capabilities(Capabilities::LSA, &no_api).is_err());
-        // 2.28 cannot tell: LSA and GIN are attempted, multimem refused.
+        // 2.28 cannot tell: LSA is attempted, GIN and multimem refused.
         let unknown = props(None, None, None);
-        assert!(check_capabilities(Capabilities::LSA.union(Capabilities::GIN), &unknown).is_ok());
+        assert!(check_capabilities(Capabilities::LSA, &unknown).is_ok());
+        assert!(check_capabilities(Capabilities::LSA.union(Capabilities::GIN), &unknown).is_err());
         assert!(check_capabilities(Capabilities::MULTIMEM, &unknown).is_err());
     }
 }

@@ -16,11 +16,11 @@ pub mod comm;
 pub mod config;
 pub mod properties;
 
+pub use comm::SuspendFlags;
 pub use comm::{
     Abortable, Active, Blocking, Communicator, Finalized, Initialized, MemStat, Mode, NonBlocking, Pending, Polled,
-    Revoked, State, Suspended, TransitionError, UniqueId, Uninit,
+    Revoked, State, Suspended, TransitionError, Uninit, UniqueId,
 };
-pub use comm::SuspendFlags;
 pub use config::{Config, CtaPolicy};
 pub use properties::{GinConnectionType, GinType, Properties};
 pub mod collectives;

@@ -1,8 +1,8 @@
 //! Single-process SPMD: one thread per local GPU, each with its own active communicator.
 
+use crate::comm::UniqueId;
 use crate::comm::{Active, Communicator};
 use crate::config::Config;
-use crate::comm::UniqueId;
 use crate::error::Error;
 
 /// Runs `body` on one thread per listed device, each with rank `i` of a fresh blocking communicator on

@@ -220,12 +220,22 @@ impl<M: Mode> Communicator<Uninit, M> {
         self.context().bind_to_thread()?;
         // SAFETY: as in `init`; `raw_ids` outlives the call.
         let (raw, progress) = unsafe {
-            result::comm_init_rank_scalable(self.library(), nranks_c, rank as i32, &mut raw_ids, raw_config.as_mut_ptr())
+            result::comm_init_rank_scalable(
+                self.library(),
+                nranks_c,
+                rank as i32,
+                &mut raw_ids,
+                raw_config.as_mut_ptr(),
+            )
         }?;
         self.finish_init(raw, progress)
     }
 
-    fn finish_init(self, raw: ncclComm_t, progress: result::Progress) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
+    fn finish_init(
+        self,
+        raw: ncclComm_t,
+        progress: result::Progress,
+    ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
         let comm: Communicator<Active, M> = Communicator::from_parts(raw, self.library(), self.context().clone(), None);
         let comm = if M::BLOCKING { comm.finish()? } else { comm };
         Ok(M::wrap(comm, progress))

@@ -28,7 +28,7 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
     ) -> Transition<S, T, M> {
         match call(self.library(), self.raw()) {
             Ok(progress) => Ok(M::wrap(self.into_state::<T>(), progress)),
-            Err(error) => Err(TransitionError { communicator: self, error }),
+            Err(error) => Err(TransitionError::new(self, error)),
         }
     }
 }
@@ -126,9 +126,17 @@ impl<M: Mode> Communicator<Active, M> {
         new_communicator::<M>(self.library(), self.context(), raw, progress, "ncclCommGrow")
     }
 
-    fn child(&self, raw: sys::ncclComm_t, progress: Progress) -> Result<M::Wrap<Option<Communicator<Active, M>>>, Error> {
-        let child = (!raw.is_null())
-            .then(|| Communicator::from_parts(raw, self.library(), self.context().clone(), None));
+    fn child(
+        &self,
+        raw: sys::ncclComm_t,
+        progress: Progress,
+    ) -> Result<M::Wrap<Option<Communicator<Active, M>>>, Error> {
+        if raw.is_null() && progress == Progress::InProgress {
+            // No child handle to poll: the parent carries the operation's outcome.
+            self.wait_parent(std::time::Duration::from_secs(300))?;
+        }
+        let child =
+            (!raw.is_null()).then(|| Communicator::from_parts(raw, self.library(), self.context().clone(), None));
         let child = if M::BLOCKING { pending_finish(child)? } else { child };
         Ok(M::wrap(child, progress))
     }
@@ -136,6 +144,23 @@ impl<M: Mode> Communicator<Active, M> {
 
 fn pending_finish<T: super::pending::Resolve>(value: T) -> Result<T, Error> {
     value.finish()
+}
+
+impl<S: Initialized, M: Mode> Communicator<S, M> {
+    /// Polls this (parent) communicator until its outstanding operation completes or fails.
+    fn wait_parent(&self, timeout: std::time::Duration) -> Result<(), Error> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            // SAFETY: our live communicator.
+            match unsafe { result::comm_get_async_error(self.library(), self.raw()) }? {
+                Progress::Done => return Ok(()),
+                Progress::InProgress if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_micros(100))
+                }
+                Progress::InProgress => return Err(Error::Timeout { operation: "ncclCommSplit", after: timeout }),
+            }
+        }
+    }
 }
 
 /// Wraps a handle NCCL just created (shrink, grow, join), which must not be null.
@@ -203,7 +228,11 @@ impl<M: Mode> Communicator<Suspended, M> {
 impl<M: Mode> Communicator<Revoked, M> {
     /// Shrinks a revoked communicator (the only way to keep working after a revoke); see
     /// [`Communicator::shrink`].
-    pub fn shrink(&self, exclude: &[usize], config: Option<&Config>) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
+    pub fn shrink(
+        &self,
+        exclude: &[usize],
+        config: Option<&Config>,
+    ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
         shrink(self, exclude, config, false)
     }
 
@@ -227,7 +256,7 @@ fn destroy<S: Initialized, M: Mode>(comm: Communicator<S, M>) -> Result<(), Tran
             let _ = comm.into_raw();
             Ok(())
         }
-        Err(error) => Err(TransitionError { communicator: comm, error }),
+        Err(error) => Err(TransitionError::new(comm, error)),
     }
 }
 

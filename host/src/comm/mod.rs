@@ -37,8 +37,8 @@ mod pending;
 mod status;
 
 pub use init::UniqueId;
-pub use pending::{Pending, Polled};
 pub use lifecycle::SuspendFlags;
+pub use pending::{Pending, Polled};
 pub use status::MemStat;
 
 mod sealed {
@@ -245,7 +245,6 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
         self.identity().cuda_device as usize
     }
 
-
     /// Aborts the communicator: stops outstanding operations and frees it without waiting for other ranks.
     pub fn abort(self) -> Result<(), Error> {
         let library = self.library;
@@ -286,55 +285,80 @@ impl<S: State, M: Mode> fmt::Debug for Communicator<S, M> {
         let mut out = f.debug_struct("Communicator");
         out.field("state", &S::NAME).field("blocking", &M::BLOCKING);
         if let Some(identity) = self.identity {
-            out.field("rank", &identity.rank).field("nranks", &identity.nranks).field("cuda_device", &identity.cuda_device);
+            out.field("rank", &identity.rank)
+                .field("nranks", &identity.nranks)
+                .field("cuda_device", &identity.cuda_device);
         }
         out.finish()
     }
 }
 
-/// A transition that failed; the communicator comes back in its previous state so it can still be aborted
-/// (or dropped, which aborts it).
+/// A transition that failed; the communicator comes back in its previous state so it can still be used or
+/// aborted (dropping it aborts it).
 pub struct TransitionError<C> {
-    /// The communicator, unchanged.
-    pub communicator: C,
-    /// Why the transition failed.
-    pub error: Error,
+    // Boxed: a communicator and an error together are large, and this travels in every transition's `Err`.
+    inner: Box<(C, Error)>,
 }
 
 impl<C> TransitionError<C> {
+    pub(crate) fn new(communicator: C, error: Error) -> Self {
+        TransitionError { inner: Box::new((communicator, error)) }
+    }
+
+    /// Why the transition failed.
+    pub fn error(&self) -> &Error {
+        &self.inner.1
+    }
+
+    /// The communicator, unchanged by the failed transition.
+    pub fn communicator(&self) -> &C {
+        &self.inner.0
+    }
+
+    /// Takes the communicator back (to retry, keep using it, or abort it).
+    pub fn into_communicator(self) -> C {
+        self.inner.0
+    }
+
+    /// Both parts.
+    pub fn into_parts(self) -> (C, Error) {
+        let (communicator, error) = *self.inner;
+        (communicator, error)
+    }
+
     /// Discards the communicator (dropping it aborts it) and keeps the error.
     pub fn into_error(self) -> Error {
-        self.error
+        self.inner.1
     }
 }
 
 impl<C> fmt::Debug for TransitionError<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TransitionError").field("error", &self.error).finish_non_exhaustive()
+        f.debug_struct("TransitionError").field("error", self.error()).finish_non_exhaustive()
     }
 }
 
 impl<C> fmt::Display for TransitionError<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.error, f)
+        fmt::Display::fmt(self.error(), f)
     }
 }
 
 impl<C> std::error::Error for TransitionError<C> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
+        Some(self.error())
     }
 }
 
 impl<C> From<TransitionError<C>> for Error {
     fn from(failure: TransitionError<C>) -> Error {
-        failure.error
+        failure.into_error()
     }
 }
 
 /// Reads rank, size and device of a freshly initialised handle.
 pub(crate) fn read_identity(library: &'static Library, raw: ncclComm_t) -> Result<Identity, Error> {
-    // SAFETY (three calls): `raw` was just initialised by NCCL and is owned by the caller.
+    // SAFETY: `raw` was just initialised by NCCL and is owned by the caller (likewise below).
     let rank = unsafe { result::comm_user_rank(library, raw) }?;
     // SAFETY: as above.
     let nranks = unsafe { result::comm_count(library, raw) }?;

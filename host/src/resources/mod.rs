@@ -43,12 +43,16 @@ impl Native {
     }
 
     fn release(self, library: &Library, comm: ncclComm_t) -> Result<(), Error> {
-        // SAFETY (each arm): the handle was created on `comm` by this library, is released exactly once
-        // (it was just removed from the registry), and its owning resource is gone or marked closed.
+        // Every arm: the handle was created on `comm` by this library, is released exactly once (it was just
+        // removed from the registry), and its owning resource is gone or marked closed.
         match self {
+            // SAFETY: see above.
             Native::Registration(handle) => unsafe { result::comm_deregister(library, comm, handle) },
+            // SAFETY: see above.
             Native::Window(window) => unsafe { result::comm_window_deregister(library, comm, window) },
+            // SAFETY: see above.
             Native::RedOp(op) => unsafe { result::red_op_destroy(library, comm, op) },
+            // SAFETY: see above.
             Native::DevComm(storage) => unsafe { result::dev_comm_destroy(library, comm, storage.as_ptr()) },
         }
     }

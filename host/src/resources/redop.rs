@@ -51,7 +51,10 @@ impl CustomOp<'_> {
             return Err(Error::invalid("op", "the custom op belongs to another communicator; create it on this one"));
         }
         if self.datatype != datatype {
-            return Err(Error::invalid("op", format!("the custom op was created for another element type than {name}")));
+            return Err(Error::invalid(
+                "op",
+                format!("the custom op was created for another element type than {name}"),
+            ));
         }
         Ok(())
     }
@@ -68,7 +71,10 @@ impl<M: Mode> Communicator<Active, M> {
             }
             Scalar::Device(slice) => {
                 if slice.len() != 1 {
-                    return Err(Error::invalid("scalar", format!("a device scalar is one element, got {}", slice.len())));
+                    return Err(Error::invalid(
+                        "scalar",
+                        format!("a device scalar is one element, got {}", slice.len()),
+                    ));
                 }
                 if slice.context().ordinal() != self.cuda_device() {
                     return Err(Error::invalid("scalar", "lives on another device than this rank"));
@@ -82,7 +88,8 @@ impl<M: Mode> Communicator<Active, M> {
         // SAFETY: our live, active communicator; `ptr` points at one T in host memory for the duration of the
         // call (immediate) or at device memory of this rank that outlives the op (borrowed for its lifetime
         // only during creation; NCCL reads it at each operation, documented on `Scalar::Device`).
-        let raw = unsafe { result::red_op_create_pre_mul_sum(self.library(), self.raw(), ptr, T::DATATYPE, residence) }?;
+        let raw =
+            unsafe { result::red_op_create_pre_mul_sum(self.library(), self.raw(), ptr, T::DATATYPE, residence) }?;
         let id = self.register_resource(Native::RedOp(raw));
         Ok(PreMulSum { comm: self, id, raw, element: PhantomData })
     }

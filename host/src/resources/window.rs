@@ -172,7 +172,9 @@ impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
         }
         let lsa_rank = i32::try_from(lsa_rank).map_err(|_| Error::invalid("lsa_rank", "too large"))?;
         // SAFETY: a live window of this library; the offset is inside it.
-        let ptr = unsafe { result::get_lsa_device_pointer(self.comm.library(), raw, index * std::mem::size_of::<T>(), lsa_rank) }?;
+        let ptr = unsafe {
+            result::get_lsa_device_pointer(self.comm.library(), raw, index * std::mem::size_of::<T>(), lsa_rank)
+        }?;
         Ok(ptr as u64)
     }
 

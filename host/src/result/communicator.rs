@@ -288,7 +288,11 @@ pub unsafe fn comm_window_register(
 ///
 /// # Safety
 /// `window` came from [`comm_window_register`] on `comm`; no kernel or operation using it is in flight.
-pub unsafe fn comm_window_deregister(library: &Library, comm: ncclComm_t, window: sys::ncclWindow_t) -> Result<(), Error> {
+pub unsafe fn comm_window_deregister(
+    library: &Library,
+    comm: ncclComm_t,
+    window: sys::ncclWindow_t,
+) -> Result<(), Error> {
     let deregister =
         symbol(library, &library.api.ncclCommWindowDeregister, "ncclCommWindowDeregister", Version::new(2, 27, 0))?;
     // SAFETY: the caller vouches for `comm` and `window`.

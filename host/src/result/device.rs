@@ -78,7 +78,12 @@ team_of!(/// `ncclTeamRail`: the ranks with the same LSA rank in other LSA teams
 ///
 /// # Safety
 /// `comm` is a live, initialised communicator of this library and `team` one of its teams.
-pub unsafe fn team_rank_to_world(library: &Library, comm: ncclComm_t, team: sys::ncclTeam_t, rank: c_int) -> Result<c_int, Error> {
+pub unsafe fn team_rank_to_world(
+    library: &Library,
+    comm: ncclComm_t,
+    team: sys::ncclTeam_t,
+    rank: c_int,
+) -> Result<c_int, Error> {
     let f = symbol(library, &library.api.ncclTeamRankToWorld, "ncclTeamRankToWorld", DEVICE_API)?;
     // SAFETY: the caller vouches for `comm` and `team`.
     Ok(unsafe { f(comm, team, rank) })
@@ -88,7 +93,12 @@ pub unsafe fn team_rank_to_world(library: &Library, comm: ncclComm_t, team: sys:
 ///
 /// # Safety
 /// As [`team_rank_to_world`].
-pub unsafe fn team_rank_to_lsa(library: &Library, comm: ncclComm_t, team: sys::ncclTeam_t, rank: c_int) -> Result<c_int, Error> {
+pub unsafe fn team_rank_to_lsa(
+    library: &Library,
+    comm: ncclComm_t,
+    team: sys::ncclTeam_t,
+    rank: c_int,
+) -> Result<c_int, Error> {
     let f = symbol(library, &library.api.ncclTeamRankToLsa, "ncclTeamRankToLsa", DEVICE_API)?;
     // SAFETY: the caller vouches for `comm` and `team`.
     Ok(unsafe { f(comm, team, rank) })
@@ -102,7 +112,8 @@ pub fn lsa_barrier_create_requirement(
     handle: &mut sys::ncclLsaBarrierHandle_t,
     requirement: &mut sys::ncclDevResourceRequirements_t,
 ) -> Result<(), Error> {
-    let f = symbol(library, &library.api.ncclLsaBarrierCreateRequirement, "ncclLsaBarrierCreateRequirement", DEVICE_API)?;
+    let f =
+        symbol(library, &library.api.ncclLsaBarrierCreateRequirement, "ncclLsaBarrierCreateRequirement", DEVICE_API)?;
     // SAFETY: both out-pointers come from live exclusive references; the team is passed by value.
     let status = unsafe { f(team, count, handle, requirement) };
     check_done(library, "ncclLsaBarrierCreateRequirement", status, std::ptr::null_mut())
@@ -120,7 +131,8 @@ pub unsafe fn gin_barrier_create_requirement(
     handle: &mut sys::ncclGinBarrierHandle_t,
     requirement: &mut sys::ncclDevResourceRequirements_t,
 ) -> Result<(), Error> {
-    let f = symbol(library, &library.api.ncclGinBarrierCreateRequirement, "ncclGinBarrierCreateRequirement", DEVICE_API)?;
+    let f =
+        symbol(library, &library.api.ncclGinBarrierCreateRequirement, "ncclGinBarrierCreateRequirement", DEVICE_API)?;
     // SAFETY: the caller vouches for `comm`; both out-pointers come from live exclusive references.
     let status = unsafe { f(comm, team, count, handle, requirement) };
     check_done(library, "ncclGinBarrierCreateRequirement", status, comm)
@@ -169,7 +181,11 @@ pub unsafe fn get_lsa_device_pointer(
 ///
 /// # Safety
 /// `comm` and `window` are live and belong together.
-pub unsafe fn win_get_user_ptr(library: &Library, comm: ncclComm_t, window: sys::ncclWindow_t) -> Result<*mut c_void, Error> {
+pub unsafe fn win_get_user_ptr(
+    library: &Library,
+    comm: ncclComm_t,
+    window: sys::ncclWindow_t,
+) -> Result<*mut c_void, Error> {
     let f = symbol(library, &library.api.ncclWinGetUserPtr, "ncclWinGetUserPtr", V2_29)?;
     let mut ptr = std::ptr::null_mut();
     // SAFETY: the caller vouches for both handles; NCCL writes one pointer into a live local.

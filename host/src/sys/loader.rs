@@ -54,6 +54,12 @@ impl Library {
         Ok(Library { api, path, version: Version::from_code(code) })
     }
 
+    /// The raw symbol table (each entry an `Err` where the library lacks the symbol), for code that must
+    /// call NCCL directly, such as benchmarks comparing weft against the bare call.
+    pub fn symbols(&self) -> &Nccl {
+        &self.api
+    }
+
     /// Where the library was loaded from.
     pub fn path(&self) -> &Path {
         &self.path

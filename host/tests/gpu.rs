@@ -1,0 +1,325 @@
+//! GPU tests of the host runtime, one rank on one GPU. Run on a GPU machine with `--include-ignored`
+//! (`../shared/tools/gpu-pack`, then `bash .gpu/run.sh`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cudarc::driver::{CudaSlice, CudaStream};
+use weft_host::caps::{Gin, Lsa, LsaMultimem};
+use weft_host::{
+    group, spmd, Communicator, Config, DevComm, Error, MemStat, ReduceOp, Requirements, Scalar, SuspendFlags, UniqueId,
+    Version, WindowFlags,
+};
+
+fn one_rank() -> Communicator {
+    let id = UniqueId::new().expect("ncclGetUniqueId");
+    Communicator::init_rank(0, 1, 0, &id, &Config::new().comm_name("weft-test")).expect("one-rank init")
+}
+
+fn stream(comm: &Communicator) -> Arc<CudaStream> {
+    comm.context().new_stream().expect("stream")
+}
+
+/// Deterministic pseudo-random values in [-1, 1) (xorshift), different for every seed.
+fn random(len: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn upload<T: cudarc::driver::DeviceRepr>(stream: &Arc<CudaStream>, host: &[T]) -> CudaSlice<T> {
+    stream.clone_htod(host).expect("htod")
+}
+
+fn download<T: cudarc::driver::DeviceRepr + Default + Clone>(
+    stream: &Arc<CudaStream>,
+    device: &CudaSlice<T>,
+) -> Vec<T> {
+    stream.clone_dtoh(device).expect("dtoh")
+}
+
+const POISON: f32 = -12345.5;
+
+fn poisoned(stream: &Arc<CudaStream>, len: usize) -> CudaSlice<f32> {
+    upload(stream, &vec![POISON; len])
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn identity_and_properties() {
+    let comm = one_rank();
+    assert_eq!((comm.rank(), comm.nranks(), comm.cuda_device()), (0, 1, 0));
+    let props = comm.properties().unwrap();
+    println!("NCCL {}: {props}", comm.nccl_version());
+    assert_eq!((props.rank, props.nranks, props.cuda_device, props.lsa_size, props.lsa_teams), (0, 1, 0, 1, 1));
+    if comm.nccl_version().at_least(Version::new(2, 29, 0)) {
+        assert_eq!(props.device_api_support, Some(true));
+        assert!(props.gin_type.is_some());
+    } else {
+        // 2.28 cannot report these: unknown, never guessed.
+        assert_eq!((props.device_api_support, props.gin_type, props.multimem_support), (None, None, None));
+    }
+    assert!(comm.async_error().is_ok());
+    assert!(!comm.error_string(weft_host::ResultCode::InvalidUsage).is_empty());
+    comm.finalize().unwrap().destroy().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn lifecycle_split_shrink_revoke_finalize_destroy_abort() {
+    let comm = one_rank();
+    let child = comm
+        .split(Some(7), 0, Some(&Config::new().comm_name("child")))
+        .unwrap()
+        .expect("color 7 yields a communicator");
+    assert_eq!((child.rank(), child.nranks()), (0, 1));
+    assert!(comm.split(None, 0, None).unwrap().is_none(), "no color, no communicator");
+    child.finalize().unwrap().destroy().unwrap();
+
+    // One rank cannot exclude anyone; an empty exclusion list is NCCL's to accept or refuse (2.28.9 refuses it
+    // with ncclInvalidArgument). Either way: a communicator or a clean error, nothing in between. Shrinking
+    // away a real rank needs two or more GPUs.
+    match comm.shrink(&[], None, false) {
+        Ok(shrunk) => {
+            assert_eq!(shrunk.nranks(), 1);
+            shrunk.abort().unwrap();
+        }
+        Err(error) => {
+            println!("shrink excluding nobody: {error}");
+            assert!(matches!(error, Error::Nccl { call: "ncclCommShrink", .. }), "{error}");
+        }
+    }
+
+    // Invalid shrink lists are refused before NCCL sees them.
+    assert!(matches!(comm.shrink(&[0], None, false), Err(Error::InvalidArgument { argument: "exclude", .. })));
+    assert!(matches!(comm.shrink(&[3], None, false), Err(Error::InvalidArgument { argument: "exclude", .. })));
+
+    let revoked = comm.revoke().unwrap();
+    revoked.destroy().unwrap();
+
+    one_rank().abort().unwrap();
+    let finalized = one_rank().finalize().unwrap();
+    drop(finalized); // destroys, never blocks
+    drop(one_rank()); // aborts, never blocks, never panics
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn calls_newer_than_the_library_are_unsupported_or_work() {
+    let comm = one_rank();
+    let version = comm.nccl_version();
+    if version.at_least(Version::new(2, 29, 0)) {
+        let total = comm.mem_stat(MemStat::Total).unwrap();
+        println!("NCCL {version}: {total} bytes tracked");
+        let suspended = comm.suspend(SuspendFlags::MEMORY).unwrap();
+        assert_eq!(suspended.mem_stat(MemStat::Suspended).unwrap(), 1);
+        let comm = suspended.resume().unwrap();
+        comm.finalize().unwrap().destroy().unwrap();
+    } else {
+        let err = comm.mem_stat(MemStat::Total).unwrap_err();
+        assert!(matches!(err, Error::Unsupported { call: "ncclCommMemStats", .. }), "{err}");
+        assert!(matches!(comm.grow_id(), Err(Error::Unsupported { call: "ncclCommGetUniqueId", .. })));
+        let failed = comm.suspend(SuspendFlags::MEMORY).unwrap_err();
+        assert!(
+            matches!(failed.error(), Error::Unsupported { call: "ncclCommSuspend", needs, found } if *needs == Version::new(2, 29, 0) && *found == version),
+            "{failed}"
+        );
+        println!("NCCL {version}: {failed}");
+        // The failed transition handed the communicator back: it is still usable, then abortable.
+        let comm = failed.into_communicator();
+        assert_eq!(comm.nranks(), 1);
+        comm.abort().unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn nonblocking_init_and_finalize_are_polled_to_completion() {
+    let id = UniqueId::new().unwrap();
+    let pending = Communicator::uninit_nonblocking(0).unwrap().init(1, 0, &id, &Config::new()).unwrap();
+    let comm = pending.wait(Duration::from_secs(60)).unwrap();
+    assert_eq!((comm.rank(), comm.nranks()), (0, 1));
+    let child = comm.split(Some(1), 0, None).unwrap().wait(Duration::from_secs(60)).unwrap().expect("a child");
+    assert_eq!(child.nranks(), 1);
+    child.abort().unwrap();
+    let finalized = comm.finalize().unwrap().wait(Duration::from_secs(60)).unwrap();
+    finalized.destroy().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn windows_and_device_communicators_with_lsa_barriers() {
+    let comm = one_rank();
+    let stream = stream(&comm);
+    let mut window = comm.alloc_window::<f32>(&stream, 1 << 20, WindowFlags::COLL_SYMMETRIC).unwrap();
+    let host = random(window.len(), 1);
+    window.buffer_mut().copy_from_host(&host).unwrap();
+    assert_eq!(window.buffer().copy_to_host().unwrap(), host);
+    assert!(!window.raw().unwrap().is_null());
+    {
+        let dev: DevComm<'_, Lsa> = comm.dev_comm(&Requirements::new().lsa_barriers(132)).unwrap();
+        let bytes = dev.kernel_arg_bytes().unwrap();
+        assert!(bytes.iter().any(|b| *b != 0), "NCCL filled the device communicator");
+        assert_eq!(dev.requirements().lsa_barriers, 132);
+        assert!(dev.requirements().covers(&Requirements::new().lsa_barriers(132)).is_ok());
+        assert!(dev.requirements().covers(&Requirements::new().lsa_barriers(133)).is_err());
+    }
+    // GIN on an NVLink-only, one-GPU machine: a clean error, never a crash or a half-made DevComm.
+    let gin = comm.dev_comm::<Gin>(&Requirements::new().gin_signals(4));
+    let gin_error = gin.expect_err("no GIN here");
+    println!("GIN request: {gin_error}");
+    assert!(matches!(gin_error, Error::MissingCapability { capability: "GIN", .. }), "{gin_error}");
+    let multimem = comm.dev_comm::<LsaMultimem>(&Requirements::new()).expect_err("multimem is off");
+    assert!(matches!(multimem, Error::MissingCapability { capability: "multimem", .. }), "{multimem}");
+
+    // close_all_resources releases what is still registered, idempotently.
+    let dev: DevComm<'_, Lsa> = comm.dev_comm(&Requirements::new().lsa_barriers(1)).unwrap();
+    assert!(comm.close_all_resources().is_empty());
+    assert!(comm.close_all_resources().is_empty());
+    assert!(matches!(dev.kernel_arg_bytes(), Err(Error::InvalidArgument { argument: "dev", .. })));
+    assert!(matches!(window.raw(), Err(Error::InvalidArgument { argument: "window", .. })));
+    drop(dev);
+    drop(window);
+    comm.finalize().unwrap().destroy().unwrap();
+}
+
+fn assert_close(name: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{name}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(!g.is_nan() && (g - w).abs() <= 1e-6 * w.abs().max(1.0), "{name}[{i}]: got {g}, want {w}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_collective_matches_a_host_reference() {
+    let comm = one_rank();
+    let s = stream(&comm);
+    let n = 4099;
+    let x = random(n, 7);
+    let send = upload(&s, &x);
+
+    for (op, name) in [(ReduceOp::Sum, "sum"), (ReduceOp::Max, "max"), (ReduceOp::Min, "min"), (ReduceOp::Avg, "avg")] {
+        let mut recv = poisoned(&s, n);
+        comm.all_reduce(&send, &mut recv, op, &s).unwrap();
+        assert_close(&format!("all_reduce {name}"), &download(&s, &recv), &x);
+    }
+    let mut recv = poisoned(&s, n);
+    comm.all_reduce(&send, &mut recv, ReduceOp::Prod, &s).unwrap();
+    assert_close("all_reduce prod", &download(&s, &recv), &x);
+
+    let mut inplace = upload(&s, &x);
+    comm.all_reduce_in_place(&mut inplace, ReduceOp::Sum, &s).unwrap();
+    assert_close("all_reduce in place", &download(&s, &inplace), &x);
+
+    let mut recv = poisoned(&s, n);
+    comm.broadcast(&send, &mut recv, 0, &s).unwrap();
+    assert_close("broadcast", &download(&s, &recv), &x);
+    let mut inplace = upload(&s, &x);
+    comm.broadcast_in_place(&mut inplace, 0, &s).unwrap();
+    assert_close("broadcast in place", &download(&s, &inplace), &x);
+
+    let mut recv = poisoned(&s, n);
+    comm.reduce(&send, &mut recv, ReduceOp::Sum, 0, &s).unwrap();
+    assert_close("reduce", &download(&s, &recv), &x);
+
+    let mut recv = poisoned(&s, n);
+    comm.all_gather(&send, &mut recv, &s).unwrap();
+    assert_close("all_gather", &download(&s, &recv), &x);
+
+    let mut recv = poisoned(&s, n);
+    comm.reduce_scatter(&send, &mut recv, ReduceOp::Sum, &s).unwrap();
+    assert_close("reduce_scatter", &download(&s, &recv), &x);
+
+    let mut recv = poisoned(&s, n);
+    comm.all_to_all(&send, &mut recv, &s).unwrap();
+    assert_close("all_to_all", &download(&s, &recv), &x);
+
+    let mut recv = poisoned(&s, n);
+    comm.gather(&send, Some(&mut recv), 0, &s).unwrap();
+    assert_close("gather", &download(&s, &recv), &x);
+
+    let mut recv = poisoned(&s, n);
+    comm.scatter(Some(&send), &mut recv, 0, &s).unwrap();
+    assert_close("scatter", &download(&s, &recv), &x);
+
+    // Send to and receive from oneself, paired in a group.
+    let mut recv = poisoned(&s, n);
+    group(|| {
+        comm.send(&send, 0, &s)?;
+        comm.recv(&mut recv, 0, &s)
+    })
+    .unwrap();
+    assert_close("send/recv", &download(&s, &recv), &x);
+
+    // A pre-multiplied sum: every input scaled by 0.5 before the sum.
+    let half = comm.pre_mul_sum::<f32>(Scalar::Host(0.5)).unwrap();
+    let mut recv = poisoned(&s, n);
+    comm.all_reduce(&send, &mut recv, ReduceOp::Custom(half.op()), &s).unwrap();
+    let scaled: Vec<f32> = x.iter().map(|v| v * 0.5).collect();
+    assert_close("pre_mul_sum", &download(&s, &recv), &scaled);
+    drop(half);
+
+    // Other element types go through the same path: integers exactly, bf16 and f64 by value.
+    let ints: Vec<i32> = (0..n as i32).map(|i| i * 3 - 7).collect();
+    let ints_dev = upload(&s, &ints);
+    let mut ints_out = upload(&s, &vec![i32::MIN; n]);
+    comm.all_reduce(&ints_dev, &mut ints_out, ReduceOp::Sum, &s).unwrap();
+    assert_eq!(download(&s, &ints_out), ints);
+    let bf: Vec<half::bf16> = x.iter().map(|v| half::bf16::from_f32(*v)).collect();
+    let bf_dev = upload(&s, &bf);
+    let mut bf_out = upload(&s, &vec![half::bf16::from_f32(POISON); n]);
+    comm.all_reduce(&bf_dev, &mut bf_out, ReduceOp::Sum, &s).unwrap();
+    assert_eq!(download(&s, &bf_out), bf);
+    let doubles: Vec<f64> = x.iter().map(|v| f64::from(*v) * 1e300).collect();
+    let d_dev = upload(&s, &doubles);
+    let mut d_out = upload(&s, &vec![f64::NAN; n]);
+    comm.all_gather(&d_dev, &mut d_out, &s).unwrap();
+    assert_eq!(download(&s, &d_out), doubles);
+    let bytes: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8).collect();
+    let b_dev = upload(&s, &bytes);
+    let mut b_out = upload(&s, &vec![0u8; n]);
+    comm.broadcast(&b_dev, &mut b_out, 0, &s).unwrap();
+    assert_eq!(download(&s, &b_out), bytes);
+    let f8: Vec<float8::F8E4M3> = x.iter().map(|v| float8::F8E4M3::from_f32(*v)).collect();
+    let f8_dev = upload(&s, &f8);
+    let mut f8_out = upload(&s, &vec![float8::F8E4M3::from_f32(0.0); n]);
+    comm.all_reduce(&f8_dev, &mut f8_out, ReduceOp::Sum, &s).unwrap();
+    assert_eq!(
+        download(&s, &f8_out).iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        f8.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+
+    // Bad arguments are refused before NCCL sees them.
+    let mut short = poisoned(&s, n - 1);
+    let err = comm.all_reduce(&send, &mut short, ReduceOp::Sum, &s).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { argument: "recv", .. }), "{err}");
+    let err = comm.broadcast(&send, &mut poisoned(&s, n), 1, &s).unwrap_err();
+    assert!(err.to_string().contains("rank 1 is not below nranks 1"), "{err}");
+    let err = comm.gather::<f32, CudaSlice<f32>>(&send, None, 0, &s).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { argument: "recv", .. }), "{err}");
+    comm.finalize().unwrap().destroy().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn spmd_runs_one_communicator_per_local_gpu() {
+    let devices = weft_host::local_devices().unwrap();
+    let sums = spmd(&devices, &Config::new(), |comm| {
+        let s = comm.context().new_stream()?;
+        let x = vec![(comm.rank() + 1) as f32; 1000];
+        let send = s.clone_htod(&x)?;
+        let mut recv = s.alloc_zeros::<f32>(1000)?;
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
+        Ok(s.clone_dtoh(&recv)?[0])
+    })
+    .unwrap();
+    let n = devices.len() as f32;
+    assert!(sums.iter().all(|&v| v == n * (n + 1.0) / 2.0), "{sums:?}");
+}
