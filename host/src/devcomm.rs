@@ -445,6 +445,25 @@ impl<'comm, C: CapabilitySet, M: Mode> DevComm<'comm, C, M> {
     }
 }
 
+impl<C: weft_device::caps::HasLsa, M: Mode> DevComm<'_, C, M> {
+    /// LSA barriers available to kernels (indices `0..n`).
+    pub fn lsa_barriers(&self) -> u32 {
+        self.requirements.lsa_barriers
+    }
+}
+
+impl<C: weft_device::caps::HasGin, M: Mode> DevComm<'_, C, M> {
+    /// GIN signals available to kernels (ids `0..n`).
+    pub fn gin_signals(&self) -> u32 {
+        self.requirements.gin_signals
+    }
+
+    /// GIN counters available to kernels (ids `0..n`).
+    pub fn gin_counters(&self) -> u32 {
+        self.requirements.gin_counters
+    }
+}
+
 impl<C: CapabilitySet, M: Mode> Drop for DevComm<'_, C, M> {
     fn drop(&mut self) {
         // A kernel may still use it; wait for the device before destroying.
