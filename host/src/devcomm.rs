@@ -419,6 +419,22 @@ impl<'comm, C: CapabilitySet, M: Mode> DevComm<'comm, C, M> {
         Ok(&self.bytes.0[..dev_comm_size(self.comm.library().version())])
     }
 
+    /// The alignment `ncclDevComm` needs as a kernel parameter (for [`crate::launch::ArgBuffer::push_bytes`]).
+    pub const KERNEL_ARG_ALIGN: usize = 8;
+
+    /// Whether this device communicator belongs to the CUDA device of `stream`.
+    pub fn check_stream(&self, stream: &cudarc::driver::CudaStream) -> Result<(), Error> {
+        let device = stream.context().ordinal();
+        if device == self.cuda_device() {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                "stream",
+                format!("belongs to CUDA device {device}, but the device communicator to device {}", self.cuda_device()),
+            ))
+        }
+    }
+
     /// What this device communicator was created with.
     pub fn requirements(&self) -> &Requirements {
         &self.requirements

@@ -132,6 +132,11 @@ impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
         Ok(self.raw)
     }
 
+    /// The kernel argument for a `&Window<T>` parameter of a `#[weft::kernel]` (see docs/kernel-abi.md).
+    pub fn kernel_arg(&self) -> Result<crate::launch::WindowArg, Error> {
+        Ok(crate::launch::WindowArg { win: self.raw()?.cast(), offset_bytes: 0, len: self.len() })
+    }
+
     /// The number of elements in this rank's part.
     pub fn len(&self) -> usize {
         self.buffer().len()
