@@ -246,6 +246,59 @@ impl<M: Mode> Communicator<Active, M> {
         self.enqueued(progress)
     }
 
+    /// [`all_gather`](Self::all_gather) in one buffer of `count * nranks` elements: this rank's contribution
+    /// is block `rank` of `buffer` (NCCL's in-place form).
+    pub fn all_gather_in_place<T: Element>(
+        &self,
+        buffer: &mut impl DevicePtrMut<T>,
+        stream: &CudaStream,
+    ) -> Result<(), Error> {
+        let raw_stream = self.check_stream(stream)?;
+        let total = buffer.len();
+        if total % self.nranks() != 0 {
+            return Err(Error::invalid(
+                "buffer",
+                format!("{total} elements do not split into {} equal blocks", self.nranks()),
+            ));
+        }
+        let count = total / self.nranks();
+        let (ptr, _write) = buffer.device_ptr_mut(stream);
+        let send = ptr + (self.rank() * count * std::mem::size_of::<T>()) as u64;
+        // SAFETY: as in `all_reduce`; the send block lies inside the buffer at this rank's offset, which is the
+        // layout NCCL documents for in-place all-gather.
+        let progress = unsafe {
+            result::all_gather(self.library(), send as _, ptr as _, count, T::DATATYPE, self.raw(), raw_stream)
+        }?;
+        self.enqueued(progress)
+    }
+
+    /// [`reduce_scatter`](Self::reduce_scatter) in one buffer of `count * nranks` elements: the result lands in
+    /// block `rank` of `buffer` (NCCL's in-place form).
+    pub fn reduce_scatter_in_place<T: Element>(
+        &self,
+        buffer: &mut impl DevicePtrMut<T>,
+        op: ReduceOp<'_>,
+        stream: &CudaStream,
+    ) -> Result<(), Error> {
+        let raw_stream = self.check_stream(stream)?;
+        let total = buffer.len();
+        if total % self.nranks() != 0 {
+            return Err(Error::invalid(
+                "buffer",
+                format!("{total} elements do not split into {} equal blocks", self.nranks()),
+            ));
+        }
+        let count = total / self.nranks();
+        let op = self.check_op::<T>(op)?;
+        let (ptr, _write) = buffer.device_ptr_mut(stream);
+        let recv = ptr + (self.rank() * count * std::mem::size_of::<T>()) as u64;
+        // SAFETY: as in `all_reduce`; the receive block lies inside the buffer at this rank's offset.
+        let progress = unsafe {
+            result::reduce_scatter(self.library(), ptr as _, recv as _, count, T::DATATYPE, op, self.raw(), raw_stream)
+        }?;
+        self.enqueued(progress)
+    }
+
     /// Sends block `j` of `send` to rank `j` and receives rank `j`'s block into block `j` of `recv`
     /// (`ncclAlltoAll`): equal lengths, a multiple of nranks.
     pub fn all_to_all<T: Element>(

@@ -430,7 +430,10 @@ impl<'comm, C: CapabilitySet, M: Mode> DevComm<'comm, C, M> {
         } else {
             Err(Error::invalid(
                 "stream",
-                format!("belongs to CUDA device {device}, but the device communicator to device {}", self.cuda_device()),
+                format!(
+                    "belongs to CUDA device {device}, but the device communicator to device {}",
+                    self.cuda_device()
+                ),
             ))
         }
     }

@@ -237,6 +237,13 @@ fn every_collective_matches_a_host_reference() {
     comm.reduce_scatter(&send, &mut recv, ReduceOp::Sum, &s).unwrap();
     assert_close("reduce_scatter", &download(&s, &recv), &x);
 
+    let mut inplace = upload(&s, &x);
+    comm.all_gather_in_place(&mut inplace, &s).unwrap();
+    assert_close("all_gather in place", &download(&s, &inplace), &x);
+    let mut inplace = upload(&s, &x);
+    comm.reduce_scatter_in_place(&mut inplace, ReduceOp::Sum, &s).unwrap();
+    assert_close("reduce_scatter in place", &download(&s, &inplace), &x);
+
     let mut recv = poisoned(&s, n);
     comm.all_to_all(&send, &mut recv, &s).unwrap();
     assert_close("all_to_all", &download(&s, &recv), &x);
