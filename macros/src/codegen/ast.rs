@@ -1,0 +1,407 @@
+//! The signature of a `#[kernel]` or `#[device_fn]`, checked and classified: generic parameters (element types
+//! vs capability sets), parameters by ABI kind (docs/kernel-abi.md), the return type.
+
+use proc_macro2::Span;
+use syn::{FnArg, GenericParam, Ident, ItemFn, Pat, ReturnType, Type, TypeParamBound, WherePredicate};
+
+use super::attr::Attributes;
+use super::ctxt::Ctxt;
+use super::types::{last_ident, strip_group, GenericNames, Position, Scalar, Ty, TypeMapper};
+use super::usage::Caps;
+
+/// Which macro the function is under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FnKind {
+    Kernel,
+    DeviceFn,
+}
+
+/// An element type parameter (`T: Float`): a C++ template parameter; kernels instantiate it.
+#[derive(Debug, Clone)]
+pub(crate) struct ElementParam {
+    pub(crate) ident: Ident,
+    /// The bounds as written (copied onto the launcher).
+    pub(crate) bounds: Vec<TypeParamBound>,
+    /// The types to instantiate (kernels only; empty for device fns).
+    pub(crate) instantiate: Vec<Scalar>,
+}
+
+/// A capability-set parameter (`C: HasLsa`): erased in C++.
+#[derive(Debug, Clone)]
+pub(crate) struct CapParam {
+    pub(crate) ident: Ident,
+    pub(crate) caps: Caps,
+}
+
+/// How a parameter crosses the host/device boundary.
+#[derive(Debug, Clone)]
+pub(crate) enum ParamKind {
+    /// `&DevComm<C>`: the capability set it declares, and the generic parameter if `C` is one.
+    DevComm { declared: Caps, generic: Option<Ident> },
+    /// `&Window<T>`.
+    Window { elem: Type },
+    /// `&[T]` / `&mut [T]`.
+    Slice { elem: Type, mutable: bool },
+    /// A scalar (or element type parameter) by value.
+    Scalar { rust: Type },
+    /// `LlA2aHandle`, pushed as its `#[repr(C)]` bytes.
+    LlA2aHandle { rust: Type },
+    /// Anything else a device fn may take (a barrier session by reference, `&mut u32`, a `Team`).
+    Other,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Param {
+    pub(crate) ident: Ident,
+    pub(crate) rust_ty: Type,
+    /// The C++ spelling in the body function (template parameters unsubstituted).
+    pub(crate) cpp_ty: String,
+    pub(crate) ty: Ty,
+    pub(crate) kind: ParamKind,
+}
+
+/// A checked signature.
+#[derive(Debug, Clone)]
+pub(crate) struct Signature {
+    pub(crate) kind: FnKind,
+    pub(crate) ident: Ident,
+    pub(crate) elements: Vec<ElementParam>,
+    pub(crate) capabilities: Vec<CapParam>,
+    pub(crate) params: Vec<Param>,
+    pub(crate) ret_cpp: String,
+    pub(crate) ret_ty: Ty,
+    pub(crate) generic_names: GenericNames,
+}
+
+impl Signature {
+    /// Capabilities the signature's `DevComm<C>` declares.
+    pub(crate) fn declared_caps(&self) -> Caps {
+        self.params
+            .iter()
+            .filter_map(|p| match &p.kind {
+                ParamKind::DevComm { declared, .. } => Some(*declared),
+                _ => None,
+            })
+            .fold(Caps::NONE, Caps::union)
+    }
+
+    pub(crate) fn dev_comm(&self) -> Option<&Param> {
+        self.params.iter().find(|p| matches!(p.kind, ParamKind::DevComm { .. }))
+    }
+
+    /// Every combination of the element parameters' instantiation lists, in declaration order.
+    pub(crate) fn instantiations(&self) -> Vec<Vec<Scalar>> {
+        let mut out: Vec<Vec<Scalar>> = vec![Vec::new()];
+        for e in &self.elements {
+            out = out
+                .into_iter()
+                .flat_map(|prefix| {
+                    e.instantiate.iter().map(move |s| {
+                        let mut v = prefix.clone();
+                        v.push(*s);
+                        v
+                    })
+                })
+                .collect();
+        }
+        out
+    }
+
+    /// `k` or `k__f32__i32`.
+    pub(crate) fn entry_point(&self, types: &[Scalar]) -> String {
+        let mut name = self.ident.to_string();
+        for t in types {
+            name.push_str("__");
+            name.push_str(t.rust());
+        }
+        name
+    }
+}
+
+const DEFAULTABLE_BOUNDS: &[&str] = &["Float", "Element", "Numeric", "Copy", "Clone", "Send", "Sync", "Default"];
+
+pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) -> Option<Signature> {
+    let errors_before = cx.has_errors();
+    let sig = &item.sig;
+    if let Some(t) = &sig.asyncness {
+        cx.error_spanned_by(t, "kernels cannot be `async`: remove it");
+    }
+    if let Some(t) = &sig.unsafety {
+        cx.error_spanned_by(t, "`unsafe` is not supported in kernels: remove it (the vocabulary is safe)");
+    }
+    if let Some(t) = &sig.constness {
+        cx.error_spanned_by(t, "kernels cannot be `const fn`: remove `const`");
+    }
+    if let Some(abi) = &sig.abi {
+        cx.error_spanned_by(abi, "remove the `extern` ABI: the macro writes the C++ entry point");
+    }
+    if let Some(v) = &sig.variadic {
+        cx.error_spanned_by(v, "variadic functions are not supported in kernels");
+    }
+
+    // Generic parameters.
+    let mut elements = Vec::new();
+    let mut capabilities = Vec::new();
+    let mut bounds_of: Vec<(Ident, Vec<TypeParamBound>)> = Vec::new();
+    for param in &sig.generics.params {
+        match param {
+            GenericParam::Lifetime(_) => {}
+            GenericParam::Const(c) => cx.error_spanned_by(
+                c,
+                "const generics are not supported in kernels: pass the value as a parameter, or write a literal",
+            ),
+            GenericParam::Type(t) => {
+                if let Some(d) = &t.default {
+                    cx.error_spanned_by(d, "remove the default: kernel type parameters are instantiated by the macro");
+                }
+                bounds_of.push((t.ident.clone(), t.bounds.iter().cloned().collect()));
+            }
+        }
+    }
+    if let Some(wc) = &sig.generics.where_clause {
+        for pred in &wc.predicates {
+            match pred {
+                WherePredicate::Type(pt) => {
+                    let Some(name) = type_param_name(&pt.bounded_ty) else {
+                        cx.error_spanned_by(&pt.bounded_ty, "where-clauses in kernels can only bound type parameters");
+                        continue;
+                    };
+                    match bounds_of.iter_mut().find(|(i, _)| *i == name) {
+                        Some((_, b)) => b.extend(pt.bounds.iter().cloned()),
+                        None => cx.error_spanned_by(&pt.bounded_ty, "where-clauses in kernels can only bound type parameters"),
+                    }
+                }
+                other => cx.error_spanned_by(other, "only type-parameter bounds are supported in kernel where-clauses"),
+            }
+        }
+    }
+    for (ident, bounds) in bounds_of {
+        let names: Vec<String> = bounds
+            .iter()
+            .filter_map(|b| match b {
+                TypeParamBound::Trait(t) => t.path.segments.last().map(|s| s.ident.to_string()),
+                _ => None,
+            })
+            .collect();
+        let cap_bounds: Vec<Caps> = names.iter().filter_map(|n| Caps::from_bound(n)).collect();
+        if !cap_bounds.is_empty() {
+            if cap_bounds.len() != names.len() {
+                cx.error_spanned_by(
+                    &ident,
+                    format!("`{ident}` mixes capability bounds (HasLsa, …) with element bounds: use two parameters"),
+                );
+            }
+            capabilities.push(CapParam { caps: cap_bounds.into_iter().fold(Caps::NONE, Caps::union), ident });
+            continue;
+        }
+        let default = if names.iter().any(|n| n == "Float") {
+            Some(Scalar::FLOAT_DEFAULT)
+        } else if names.iter().any(|n| n == "Element" || n == "Numeric") {
+            Some(Scalar::ELEMENT_DEFAULT)
+        } else {
+            None
+        }
+        .filter(|_| names.iter().all(|n| DEFAULTABLE_BOUNDS.contains(&n.as_str())));
+        elements.push((ident, bounds, default));
+    }
+
+    // Instantiation lists (kernels).
+    let mut element_params = Vec::new();
+    let named_lists: Vec<_> = attrs.types.iter().filter(|l| l.param.is_some()).collect();
+    let unnamed: Vec<_> = attrs.types.iter().filter(|l| l.param.is_none()).collect();
+    if kind == FnKind::Kernel {
+        for list in &named_lists {
+            let p = list.param.as_ref().map(|i| i.to_string()).unwrap_or_default();
+            if !elements.iter().any(|(i, _, _)| *i == p) {
+                cx.error_at(list.span, format!("`{p}` is not an element type parameter of this kernel"));
+            }
+        }
+        if !unnamed.is_empty() && elements.len() != 1 {
+            cx.error_at(
+                unnamed[0].span,
+                if elements.is_empty() {
+                    "this kernel has no element type parameter to instantiate: remove `types(…)`".to_string()
+                } else {
+                    "with several type parameters, name each list: `types(T = [f32, bf16], I = [i32])`".to_string()
+                },
+            );
+        }
+    }
+    for (ident, bounds, default) in elements {
+        let mut instantiate = Vec::new();
+        if kind == FnKind::Kernel {
+            let listed = named_lists
+                .iter()
+                .find(|l| l.param.as_ref() == Some(&ident))
+                .or_else(|| unnamed.first().filter(|_| element_params.is_empty()));
+            match (listed, default) {
+                (Some(list), _) => {
+                    for (s, span) in &list.types {
+                        if instantiate.contains(s) {
+                            cx.error_at(*span, format!("`{}` is listed twice", s.rust()));
+                        }
+                        instantiate.push(*s);
+                    }
+                }
+                (None, Some(d)) => instantiate.extend_from_slice(d),
+                (None, None) => cx.error_spanned_by(
+                    &ident,
+                    format!(
+                        "say which types to instantiate `{ident}` for: `#[kernel(types(f32, bf16))]` (only `Float` \
+                         and `Element` bounds have a default list)"
+                    ),
+                ),
+            }
+        }
+        element_params.push(ElementParam { ident, bounds, instantiate });
+    }
+    let generic_names = GenericNames {
+        elements: element_params.iter().map(|e| e.ident.to_string()).collect(),
+        capabilities: capabilities.iter().map(|c| c.ident.to_string()).collect(),
+        substitute: Vec::new(),
+    };
+
+    // Parameters.
+    let mapper = TypeMapper { generics: &generic_names, cx };
+    let position = match kind {
+        FnKind::Kernel => Position::KernelParam,
+        FnKind::DeviceFn => Position::DeviceFnParam,
+    };
+    let mut params = Vec::new();
+    for input in &sig.inputs {
+        let pt = match input {
+            FnArg::Receiver(r) => {
+                cx.error_spanned_by(r, "kernels and device fns are free functions: remove `self`");
+                continue;
+            }
+            FnArg::Typed(pt) => pt,
+        };
+        let ident = match &*pt.pat {
+            Pat::Ident(pi) if pi.subpat.is_none() && pi.by_ref.is_none() => pi.ident.clone(),
+            other => {
+                cx.error_spanned_by(other, "parameters must be plain names (`x: &[f32]`): destructure in the body");
+                continue;
+            }
+        };
+        let Some((cpp_ty, ty)) = mapper.map(&pt.ty, position) else { continue };
+        let kind_of = classify(&pt.ty, &generic_names, &capabilities, cx);
+        if kind == FnKind::Kernel && matches!(kind_of, ParamKind::Other) {
+            cx.error_spanned_by(
+                &pt.ty,
+                "kernel parameters are `&DevComm<C>`, `&Window<T>`, `&[T]`, `&mut [T]`, `LlA2aHandle` or scalars",
+            );
+            continue;
+        }
+        params.push(Param { ident, rust_ty: (*pt.ty).clone(), cpp_ty, ty, kind: kind_of });
+    }
+    if kind == FnKind::Kernel {
+        let devs: Vec<_> = params.iter().filter(|p| matches!(p.kind, ParamKind::DevComm { .. })).collect();
+        if devs.len() > 1 {
+            cx.error_spanned_by(&devs[1].rust_ty, "a kernel takes at most one `&DevComm<C>`");
+        }
+    }
+
+    let (ret_cpp, ret_ty) = match &sig.output {
+        ReturnType::Default => ("void".to_string(), Ty::Unit),
+        ReturnType::Type(_, ty) => {
+            if kind == FnKind::Kernel && !matches!(strip_group(ty), Type::Tuple(t) if t.elems.is_empty()) {
+                cx.error_spanned_by(
+                    ty,
+                    "kernels return nothing: write results into a `&mut [T]` parameter or a window",
+                );
+                ("void".to_string(), Ty::Unit)
+            } else {
+                mapper.map(ty, Position::Return).unwrap_or(("void".to_string(), Ty::Unknown))
+            }
+        }
+    };
+
+    if cx.has_errors() && !errors_before {
+        return None;
+    }
+    Some(Signature {
+        kind,
+        ident: sig.ident.clone(),
+        elements: element_params,
+        capabilities,
+        params,
+        ret_cpp,
+        ret_ty,
+        generic_names,
+    })
+}
+
+fn type_param_name(ty: &Type) -> Option<Ident> {
+    match strip_group(ty) {
+        Type::Path(p) if p.qself.is_none() => p.path.get_ident().cloned(),
+        _ => None,
+    }
+}
+
+fn classify(ty: &Type, generics: &GenericNames, caps: &[CapParam], cx: &Ctxt) -> ParamKind {
+    let ty = strip_group(ty);
+    if let Type::Reference(r) = ty {
+        let inner = strip_group(&r.elem);
+        if let Type::Slice(s) = inner {
+            return ParamKind::Slice { elem: (*s.elem).clone(), mutable: r.mutability.is_some() };
+        }
+        if let Type::Path(p) = inner {
+            if let Some(last) = p.path.segments.last() {
+                let first_type_arg = match &last.arguments {
+                    syn::PathArguments::AngleBracketed(a) => a.args.iter().find_map(|a| match a {
+                        syn::GenericArgument::Type(t) => Some(t.clone()),
+                        _ => None,
+                    }),
+                    _ => None,
+                };
+                match last.ident.to_string().as_str() {
+                    "DevComm" => {
+                        let Some(arg) = first_type_arg else {
+                            cx.error_spanned_by(ty, "name the capability set: `&DevComm<Lsa>`");
+                            return ParamKind::Other;
+                        };
+                        let name = last_ident(&arg).unwrap_or_default();
+                        if let Some(c) = caps.iter().find(|c| c.ident == name) {
+                            return ParamKind::DevComm { declared: c.caps, generic: Some(c.ident.clone()) };
+                        }
+                        return match Caps::from_marker(&name) {
+                            Some(declared) => ParamKind::DevComm { declared, generic: None },
+                            None => {
+                                cx.error_spanned_by(
+                                    &arg,
+                                    "expected a capability set (`Lsa`, `Gin`, `Multimem`, `LsaGin`, `LsaMultimem`, \
+                                     `LsaGinMultimem`) or a type parameter bounded by `HasLsa`/`HasGin`/`HasMultimem`",
+                                );
+                                ParamKind::Other
+                            }
+                        };
+                    }
+                    "Window" => {
+                        if let Some(elem) = first_type_arg {
+                            return ParamKind::Window { elem };
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        return ParamKind::Other;
+    }
+    if let Type::Path(p) = ty {
+        if let Some(last) = p.path.segments.last() {
+            let name = last.ident.to_string();
+            if Scalar::from_name(&name).is_some() || generics.elements.contains(&name) {
+                return ParamKind::Scalar { rust: ty.clone() };
+            }
+            if name == "LlA2aHandle" {
+                return ParamKind::LlA2aHandle { rust: ty.clone() };
+            }
+        }
+    }
+    ParamKind::Other
+}
+
+/// A span for generated items that should point at the user's function name.
+pub(crate) fn name_span(item: &ItemFn) -> Span {
+    item.sig.ident.span()
+}

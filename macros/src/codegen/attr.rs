@@ -1,0 +1,213 @@
+//! The arguments of `#[kernel(…)]` and `#[device_fn(…)]`.
+//!
+//! ```text
+//! #[kernel(types(f32, bf16))]                    one element type parameter
+//! #[kernel(types(T = [f32, bf16], I = [i32]))]   several
+//! #[kernel(debug)]                               print the generated C++ while compiling
+//! #[kernel(lsa_barriers = 4)]                    a resource count the body's indices do not show
+//! #[kernel(lsa_barriers = grid)]                 … one per block of the launch grid (x)
+//! #[kernel(len(x == out, out >= n))]             launch-time checks of slice/window lengths
+//! ```
+
+use proc_macro2::{Span, TokenStream};
+use syn::parse::{Parse, ParseStream, Parser};
+use syn::punctuated::Punctuated;
+use syn::{Ident, Token};
+
+use super::ctxt::Ctxt;
+use super::types::Scalar;
+use super::usage::Resource;
+
+/// Instantiation list of one element type parameter (`T = [f32, bf16]`), or of the only one (`types(f32)`).
+#[derive(Debug, Clone)]
+pub(crate) struct TypeList {
+    pub(crate) param: Option<Ident>,
+    pub(crate) types: Vec<(Scalar, Span)>,
+    pub(crate) span: Span,
+}
+
+/// A declared resource count: `lsa_barriers = 4` or `= grid`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Declared {
+    Count(u32),
+    Grid,
+}
+
+/// `len(a == b)`: compared at launch; each side is a parameter (its length for slices and windows, its value for
+/// integer scalars) or an integer literal.
+#[derive(Debug, Clone)]
+pub(crate) struct LenCheck {
+    pub(crate) lhs: LenOperand,
+    pub(crate) op: syn::BinOp,
+    pub(crate) rhs: LenOperand,
+    pub(crate) tokens: TokenStream,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum LenOperand {
+    Param(Ident),
+    Literal(u64),
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Attributes {
+    pub(crate) debug: bool,
+    pub(crate) types: Vec<TypeList>,
+    pub(crate) declared: Vec<(Resource, Declared, Span)>,
+    pub(crate) len_checks: Vec<LenCheck>,
+}
+
+impl Attributes {
+    pub(crate) fn declared(&self, resource: Resource) -> Option<Declared> {
+        self.declared.iter().find(|(r, _, _)| *r == resource).map(|(_, d, _)| *d)
+    }
+}
+
+/// Which macro the arguments belong to: `device_fn` takes neither `types` nor `len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AttrKind {
+    Kernel,
+    DeviceFn,
+}
+
+pub(crate) fn parse(kind: AttrKind, tokens: TokenStream, cx: &Ctxt) -> Attributes {
+    let mut attrs = Attributes::default();
+    let parser = syn::meta::parser(|meta| {
+        let Some(ident) = meta.path.get_ident() else {
+            return Err(meta.error("expected an identifier such as `debug` or `types(f32, bf16)`"));
+        };
+        let name = ident.to_string();
+        match name.as_str() {
+            "debug" => {
+                attrs.debug = true;
+                Ok(())
+            }
+            "types" if kind == AttrKind::Kernel => {
+                let content;
+                syn::parenthesized!(content in meta.input);
+                parse_types(&content, &mut attrs.types, ident.span())
+            }
+            "len" if kind == AttrKind::Kernel => {
+                let content;
+                syn::parenthesized!(content in meta.input);
+                let checks = Punctuated::<syn::Expr, Token![,]>::parse_terminated(&content)?;
+                for check in checks {
+                    attrs.len_checks.push(parse_len_check(&check)?);
+                }
+                Ok(())
+            }
+            other => match Resource::from_attribute(other) {
+                Some(resource) => {
+                    let value: syn::Expr = meta.value()?.parse()?;
+                    let declared = match &value {
+                        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => {
+                            Declared::Count(i.base10_parse::<u32>()?)
+                        }
+                        syn::Expr::Path(p) if p.path.is_ident("grid") => Declared::Grid,
+                        _ => {
+                            return Err(syn::Error::new_spanned(
+                                &value,
+                                format!("expected a count or `grid`: `{other} = 4` or `{other} = grid`"),
+                            ))
+                        }
+                    };
+                    attrs.declared.push((resource, declared, ident.span()));
+                    Ok(())
+                }
+                None => {
+                    let known = match kind {
+                        AttrKind::Kernel => "`types(…)`, `debug`, `len(…)`",
+                        AttrKind::DeviceFn => "`debug`",
+                    };
+                    Err(meta.error(format!(
+                        "unknown argument `{other}`: expected {known} or a resource count ({})",
+                        Resource::ALL.iter().map(|r| format!("`{} = N`", r.attribute())).collect::<Vec<_>>().join(", ")
+                    )))
+                }
+            },
+        }
+    });
+    if let Err(e) = parser.parse2(tokens) {
+        cx.syn_error(e);
+    }
+    attrs
+}
+
+fn parse_types(input: ParseStream<'_>, out: &mut Vec<TypeList>, span: Span) -> syn::Result<()> {
+    if input.peek(Ident) && input.peek2(Token![=]) {
+        let entries = Punctuated::<NamedList, Token![,]>::parse_terminated(input)?;
+        for entry in entries {
+            out.push(TypeList { param: Some(entry.param), types: entry.types, span: entry.span });
+        }
+    } else {
+        let types = Punctuated::<Ident, Token![,]>::parse_terminated(input)?;
+        let mut list = Vec::new();
+        for t in types {
+            list.push((scalar(&t)?, t.span()));
+        }
+        if list.is_empty() {
+            return Err(syn::Error::new(span, "list at least one type: `types(f32, bf16)`"));
+        }
+        out.push(TypeList { param: None, types: list, span });
+    }
+    Ok(())
+}
+
+struct NamedList {
+    param: Ident,
+    types: Vec<(Scalar, Span)>,
+    span: Span,
+}
+
+impl Parse for NamedList {
+    fn parse(input: ParseStream<'_>) -> syn::Result<NamedList> {
+        let param: Ident = input.parse()?;
+        input.parse::<Token![=]>()?;
+        let content;
+        syn::bracketed!(content in input);
+        let types = Punctuated::<Ident, Token![,]>::parse_terminated(&content)?;
+        let mut list = Vec::new();
+        for t in types {
+            list.push((scalar(&t)?, t.span()));
+        }
+        if list.is_empty() {
+            return Err(syn::Error::new(param.span(), format!("list at least one type: `{param} = [f32]`")));
+        }
+        Ok(NamedList { span: param.span(), param, types: list })
+    }
+}
+
+fn scalar(ident: &Ident) -> syn::Result<Scalar> {
+    Scalar::from_name(&ident.to_string()).filter(|s| *s != Scalar::I16 && *s != Scalar::U16).ok_or_else(|| {
+        syn::Error::new(
+            ident.span(),
+            format!(
+                "`{ident}` is not an element type: use f32, f64, f16, bf16, i8, u8, i32, u32, i64, u64, usize, \
+                 isize or bool"
+            ),
+        )
+    })
+}
+
+fn parse_len_check(expr: &syn::Expr) -> syn::Result<LenCheck> {
+    use quote::ToTokens;
+    let syn::Expr::Binary(b) = expr else {
+        return Err(syn::Error::new_spanned(expr, "expected a comparison such as `x == out` or `out >= n`"));
+    };
+    if !matches!(
+        b.op,
+        syn::BinOp::Eq(_) | syn::BinOp::Ne(_) | syn::BinOp::Lt(_) | syn::BinOp::Le(_) | syn::BinOp::Gt(_) | syn::BinOp::Ge(_)
+    ) {
+        return Err(syn::Error::new_spanned(b.op, "expected one of `==`, `!=`, `<`, `<=`, `>`, `>=`"));
+    }
+    let operand = |e: &syn::Expr| -> syn::Result<LenOperand> {
+        match e {
+            syn::Expr::Path(p) if p.path.get_ident().is_some() => {
+                Ok(LenOperand::Param(p.path.get_ident().cloned().unwrap_or_else(|| Ident::new("_", Span::call_site()))))
+            }
+            syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => Ok(LenOperand::Literal(i.base10_parse()?)),
+            _ => Err(syn::Error::new_spanned(e, "expected a parameter name or an integer literal")),
+        }
+    };
+    Ok(LenCheck { lhs: operand(&b.left)?, op: b.op, rhs: operand(&b.right)?, tokens: expr.to_token_stream() })
+}

@@ -1,0 +1,242 @@
+//! The Rust the macros expand to: the user's function (kept for rustc's type checking) and, next to it, a module of
+//! the same name (modules and functions live in different namespaces) holding the generated constants.
+//!
+//! A device fn's module holds its C++ (`__WEFT_SOURCE`, which already includes the device fns it calls) and its
+//! usage; a kernel's module joins `header + callees + kernel` into `SOURCE` at compile time with `const fn`s, so a
+//! kernel sees the device fns it calls through ordinary Rust paths.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+use syn::ItemFn;
+
+use super::ast::Signature;
+use super::attr::Attributes;
+use super::launcher;
+use super::usage::{Usage, USAGE_WORDS};
+
+/// The user's function, unchanged but for `#[allow(dead_code)]`: rustc type-checks it against `weft-device`.
+pub(crate) fn user_fn(item: &ItemFn) -> TokenStream {
+    quote! {
+        #[allow(dead_code)]
+        #item
+    }
+}
+
+/// Rewrites a call path as written in the function's module into the same path written one module deeper (inside
+/// the generated module): `self::x` → `super::x`, `super::x` → `super::super::x`.
+fn companion_path(path: &syn::Path) -> TokenStream {
+    let mut segments: Vec<TokenStream> = Vec::new();
+    let first = path.segments.first().map(|s| s.ident.to_string()).unwrap_or_default();
+    let mut iter = path.segments.iter().peekable();
+    if path.leading_colon.is_none() {
+        if first == "self" {
+            iter.next();
+            segments.push(quote!(super));
+        } else if first == "super" {
+            segments.push(quote!(super));
+        }
+    }
+    for s in iter {
+        let ident = &s.ident;
+        segments.push(quote!(#ident));
+    }
+    let colon = path.leading_colon.map(|_| quote!(::));
+    quote!(#colon #(#segments)::*)
+}
+
+fn const_helpers() -> TokenStream {
+    let words = USAGE_WORDS;
+    quote! {
+        const fn __weft_concat_len(parts: &[&str]) -> usize {
+            let mut n = 0;
+            let mut i = 0;
+            while i < parts.len() {
+                n += parts[i].len();
+                i += 1;
+            }
+            n
+        }
+        const fn __weft_concat<const N: usize>(parts: &[&str]) -> [u8; N] {
+            let mut out = [0u8; N];
+            let mut o = 0;
+            let mut i = 0;
+            while i < parts.len() {
+                let p = parts[i].as_bytes();
+                let mut j = 0;
+                while j < p.len() {
+                    out[o] = p[j];
+                    o += 1;
+                    j += 1;
+                }
+                i += 1;
+            }
+            out
+        }
+        /// Usage words: format, capability bits, then (count, grid axes) per resource; empty for vocabulary.
+        const fn __weft_merge_usage(parts: &[&[u32]]) -> [u32; #words] {
+            let mut out = [0u32; #words];
+            out[0] = 1;
+            let mut i = 0;
+            while i < parts.len() {
+                let p = parts[i];
+                if p.len() == #words {
+                    out[1] |= p[1];
+                    let mut k = 2;
+                    while k < #words {
+                        if k % 2 == 0 {
+                            if p[k] > out[k] {
+                                out[k] = p[k];
+                            }
+                        } else {
+                            out[k] |= p[k];
+                        }
+                        k += 1;
+                    }
+                }
+                i += 1;
+            }
+            out
+        }
+        const __WEFT_SOURCE_LEN: usize = __weft_concat_len(__WEFT_PARTS);
+        const __WEFT_SOURCE_BYTES: [u8; __WEFT_SOURCE_LEN] = __weft_concat::<__WEFT_SOURCE_LEN>(__WEFT_PARTS);
+    }
+}
+
+fn usage_tokens(usage: &Usage) -> TokenStream {
+    let words = usage.encode();
+    quote!(&[#(#words),*])
+}
+
+/// The module next to a `#[device_fn]`.
+pub(crate) fn device_fn_module(item: &ItemFn, own_source: &str, usage: &Usage, calls: &[syn::Path]) -> TokenStream {
+    let vis = &item.vis;
+    let name = &item.sig.ident;
+    let callees: Vec<TokenStream> = calls.iter().map(companion_path).collect();
+    let own_usage = usage_tokens(usage);
+    let helpers = const_helpers();
+    let doc = format!(" The C++ of the device fn [`{name}`](fn@{name}) for the kernels that call it (generated).");
+    quote! {
+        #[doc = #doc]
+        #[doc(hidden)]
+        #[allow(non_snake_case, dead_code, unused_imports, clippy::all)]
+        #vis mod #name {
+            use super::*;
+            const __WEFT_OWN: &str = #own_source;
+            const __WEFT_PARTS: &[&str] = &[#(#callees::__WEFT_SOURCE,)* __WEFT_OWN];
+            #helpers
+            /// This device fn's C++ definition, after those of the device fns it calls.
+            pub const __WEFT_SOURCE: &str = match ::core::str::from_utf8(&__WEFT_SOURCE_BYTES) {
+                ::core::result::Result::Ok(s) => s,
+                ::core::result::Result::Err(_) => panic!("weft: generated C++ is not UTF-8"),
+            };
+            /// Capabilities and resources the device fn (and its callees) use.
+            pub const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[#own_usage #(, #callees::__WEFT_USAGE)*]);
+        }
+    }
+}
+
+/// The module next to a `#[kernel]`: docs/kernel-abi.md's "Generated module".
+pub(crate) fn kernel_module(
+    item: &ItemFn,
+    sig: &Signature,
+    attrs: &Attributes,
+    header: &str,
+    kernel_source: &str,
+    usage: &Usage,
+    calls: &[syn::Path],
+) -> TokenStream {
+    let vis = &item.vis;
+    let name = &item.sig.ident;
+    let name_str = name.to_string();
+    let callees: Vec<TokenStream> = calls.iter().map(companion_path).collect();
+    let own_usage = usage_tokens(usage);
+    let helpers = const_helpers();
+    let instantiations = sig.instantiations();
+    let entry_points: Vec<String> = instantiations.iter().map(|t| sig.entry_point(t)).collect();
+    let entry_lookup = if sig.elements.is_empty() {
+        quote!()
+    } else {
+        let rows = instantiations.iter().zip(&entry_points).map(|(types, entry)| {
+            let names = types.iter().map(|t| t.rust());
+            quote!((&[#(#names),*], #entry))
+        });
+        let message = format!(
+            "weft: kernel `{name_str}` has no entry point for these element types: add them to \
+             #[kernel(types(...))]"
+        );
+        quote! {
+            const __WEFT_INSTANCES: &[(&[&str], &str)] = &[#(#rows),*];
+            const fn __weft_str_eq(a: &str, b: &str) -> bool {
+                let (a, b) = (a.as_bytes(), b.as_bytes());
+                if a.len() != b.len() {
+                    return false;
+                }
+                let mut i = 0;
+                while i < a.len() {
+                    if a[i] != b[i] {
+                        return false;
+                    }
+                    i += 1;
+                }
+                true
+            }
+            /// The entry point instantiated for `types` (compile-time error if none is).
+            const fn __weft_entry_point(types: &[&str]) -> &'static str {
+                let mut i = 0;
+                while i < __WEFT_INSTANCES.len() {
+                    let (listed, entry) = __WEFT_INSTANCES[i];
+                    let mut same = listed.len() == types.len();
+                    let mut k = 0;
+                    while same && k < types.len() {
+                        same = __weft_str_eq(listed[k], types[k]);
+                        k += 1;
+                    }
+                    if same {
+                        return entry;
+                    }
+                    i += 1;
+                }
+                panic!(#message)
+            }
+        }
+    };
+    let requirements = launcher::requirements(sig);
+    let launch = launcher::launch(sig, attrs);
+    let doc = format!(
+        " The generated side of the kernel [`{name_str}`](fn@{name_str}): its CUDA C++, entry points, capabilities, \
+         NCCL requirements and typed launcher."
+    );
+    let _ = format_ident!("unused");
+    quote! {
+        #[doc = #doc]
+        #[allow(non_snake_case, dead_code, unused_imports, clippy::all)]
+        #vis mod #name {
+            use super::*;
+            /// The kernel's name.
+            pub const NAME: &str = #name_str;
+            const __WEFT_PARTS: &[&str] = &[#header, #(#callees::__WEFT_SOURCE,)* #kernel_source];
+            #helpers
+            /// The complete CUDA C++ translation unit (it includes `weft.cuh`).
+            pub const SOURCE: &str = match ::core::str::from_utf8(&__WEFT_SOURCE_BYTES) {
+                ::core::result::Result::Ok(s) => s,
+                ::core::result::Result::Err(_) => panic!("weft: generated C++ is not UTF-8"),
+            };
+            /// One address for the source, so the host's module registry sees one kernel.
+            static __WEFT_SOURCE_STATIC: &str = SOURCE;
+            /// The `extern "C"` entry points, one per instantiated element-type list.
+            pub const ENTRY_POINTS: &[&str] = &[#(#entry_points),*];
+            #[doc(hidden)]
+            pub const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[#own_usage #(, #callees::__WEFT_USAGE)*]);
+            /// The capabilities the kernel uses: declared by its `DevComm<C>` and inferred from its body and the
+            /// device fns it calls.
+            pub const CAPABILITIES: ::weft::device::caps::Capabilities = ::weft::device::caps::Capabilities {
+                lsa: __WEFT_USAGE[1] & 1 != 0,
+                gin: __WEFT_USAGE[1] & 2 != 0,
+                multimem: __WEFT_USAGE[1] & 4 != 0,
+            };
+            #entry_lookup
+            #requirements
+            #launch
+        }
+    }
+}

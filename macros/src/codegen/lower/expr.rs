@@ -1,0 +1,847 @@
+//! Expressions.
+
+use syn::spanned::Spanned;
+use syn::{BinOp, Expr, ExprCall, ExprMethodCall, Lit, UnOp};
+
+use super::code::Code;
+use super::known::{self, FreeFn, SCALAR_METHODS};
+use super::{Line, Lowerer};
+use crate::codegen::types::{Position, Scalar, Ty};
+use crate::codegen::usage::{self, IndexValue, Resource, Rule};
+
+/// A lowered expression.
+pub(crate) struct Val {
+    pub(crate) code: Code,
+    pub(crate) ty: Ty,
+    /// What the value means as a resource index.
+    pub(crate) index: IndexValue,
+    /// Needs no parentheses as an operand.
+    pub(crate) atom: bool,
+}
+
+impl Val {
+    pub(crate) fn new(code: Code, ty: Ty) -> Val {
+        Val { code, ty, index: IndexValue::Unknown, atom: true }
+    }
+
+    fn compound(code: Code, ty: Ty) -> Val {
+        Val { code, ty, index: IndexValue::Unknown, atom: false }
+    }
+
+    /// The code, parenthesized unless it is an atom.
+    pub(crate) fn operand(self) -> Code {
+        if self.atom {
+            self.code
+        } else {
+            self.code.parens()
+        }
+    }
+
+    /// The code as an operand, keeping `self`.
+    pub(crate) fn clone_operand(&self) -> Code {
+        if self.atom {
+            self.code.clone()
+        } else {
+            self.code.clone().parens()
+        }
+    }
+
+    /// Placeholder after an error (already reported by `valid` or here).
+    pub(crate) fn error() -> Val {
+        Val::new(Code::text("/* error */ 0"), Ty::Unknown)
+    }
+}
+
+/// Path prefixes that only say "the vocabulary": dropped before naming the C++ item.
+fn is_vocabulary_module(segment: &str) -> bool {
+    matches!(
+        segment,
+        "weft" | "weft_device" | "device" | "prelude" | "exec" | "numeric" | "atomic" | "barrier" | "caps" | "comm"
+            | "coop" | "gin" | "ll_a2a" | "multimem" | "ordering" | "reduce_copy" | "shared" | "window" | "half"
+    )
+}
+
+pub(crate) fn is_camel(name: &str) -> bool {
+    name.chars().next().is_some_and(|c| c.is_ascii_uppercase()) && !is_screaming(name)
+}
+
+pub(crate) fn is_screaming(name: &str) -> bool {
+    name.len() > 1
+        && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        && name.chars().any(|c| c.is_ascii_uppercase())
+}
+
+/// Vocabulary constants (R15). A kernel cannot read other Rust constants: their values are not visible to the macro.
+pub(crate) const VOCABULARY_CONSTANTS: &[&str] = &["WARP_SIZE"];
+
+impl Lowerer<'_> {
+    pub(crate) fn expr(&mut self, e: &Expr) -> Val {
+        match e {
+            Expr::Lit(l) => self.literal(&l.lit),
+            Expr::Path(p) => self.path_value(p),
+            Expr::Paren(p) => {
+                let inner = self.expr(&p.expr);
+                Val { code: inner.code.parens(), ty: inner.ty, index: inner.index, atom: true }
+            }
+            Expr::Group(g) => self.expr(&g.expr),
+            Expr::Binary(b) => self.binary(b),
+            Expr::Unary(u) => self.unary(u),
+            Expr::Cast(c) => self.cast(c),
+            Expr::Call(c) => self.call(c),
+            Expr::MethodCall(m) => self.method_call(m),
+            Expr::Index(i) => self.index(i),
+            Expr::Field(f) => self.field(f),
+            Expr::Assign(a) => {
+                let place = self.expr(&a.left);
+                let value = self.expr(&a.right);
+                self.flow_into(&place.ty, &value.ty);
+                let mut code = place.code;
+                code.push_str(" = ").push(value.code);
+                Val::compound(code, Ty::Unit)
+            }
+            Expr::Tuple(t) => {
+                if t.elems.is_empty() {
+                    return Val::new(Code::new(), Ty::Unit);
+                }
+                let vals: Vec<Val> = t.elems.iter().map(|e| self.expr(e)).collect();
+                let ty = Ty::Tuple(vals.iter().map(|v| v.ty.clone()).collect());
+                let mut code = Code::text("weft_make_tuple(");
+                code.push(Code::join(vals.into_iter().map(|v| v.code).collect(), ", "));
+                code.push_str(")");
+                Val::new(code, ty)
+            }
+            Expr::If(i) => self.if_value(i),
+            Expr::Block(b) if b.label.is_none() && b.attrs.is_empty() => self.block_value(&b.block),
+            Expr::Match(m) => self.match_value(m),
+            Expr::Reference(r) => {
+                // R13: C++ binds references implicitly.
+                self.expr(&r.expr)
+            }
+            Expr::Return(_) | Expr::Break(_) | Expr::Continue(_) | Expr::While(_) | Expr::ForLoop(_) | Expr::Loop(_) => {
+                // Control flow in value position: lowered as a GNU statement expression.
+                let lines = self.capture(|l| l.expr_stmt(e));
+                Val::new(statement_expression(lines, None), Ty::Unit)
+            }
+            _ => Val::error(),
+        }
+    }
+
+    /// Lowers `e` where a value of type `expect` is needed.
+    pub(crate) fn expr_expect(&mut self, e: &Expr, expect: &Ty) -> Val {
+        let v = self.expr(e);
+        self.flow_into(expect, &v.ty);
+        v
+    }
+
+    /// A value of type `from` is stored where `to` is needed: literals take `to`'s type.
+    pub(crate) fn flow_into(&mut self, to: &Ty, from: &Ty) {
+        match (to, from) {
+            (Ty::Unknown, f) => self.escape(f),
+            (t, f) => self.unify(t, f),
+        }
+    }
+
+    fn literal(&mut self, lit: &Lit) -> Val {
+        match lit {
+            Lit::Int(i) => {
+                let digits = i.base10_digits().to_string();
+                let value = digits.parse::<u64>().ok();
+                let index = value.map_or(IndexValue::Unknown, IndexValue::Const);
+                let suffix = i.suffix();
+                let (code, ty) = if suffix.is_empty() {
+                    let v = self.vars.fresh(false, self.origin());
+                    (Code::literal(v, digits, false), Ty::Var(v))
+                } else {
+                    match Scalar::from_name(suffix) {
+                        Some(s) => (Code::text(s.int_literal(&digits)), Ty::Scalar(s)),
+                        None => (Code::text(digits), Ty::Unknown),
+                    }
+                };
+                Val { code, ty, index, atom: true }
+            }
+            Lit::Float(f) => {
+                let digits = f.base10_digits().to_string();
+                match Scalar::from_name(f.suffix()) {
+                    Some(s) => Val::new(Code::text(s.float_literal(&digits)), Ty::Scalar(s)),
+                    None => {
+                        let v = self.vars.fresh(true, self.origin());
+                        Val::new(Code::literal(v, digits, true), Ty::Var(v))
+                    }
+                }
+            }
+            Lit::Bool(b) => Val::new(Code::text(if b.value { "true" } else { "false" }), Ty::Scalar(Scalar::Bool)),
+            _ => Val::error(),
+        }
+    }
+
+    fn path_value(&mut self, p: &syn::ExprPath) -> Val {
+        let segs: Vec<&syn::PathSegment> = p.path.segments.iter().collect();
+        if p.qself.is_some() || segs.is_empty() {
+            return Val::error();
+        }
+        if segs.len() == 1 && p.path.leading_colon.is_none() {
+            let name = segs[0].ident.to_string();
+            if let Some(id) = self.lookup(&name) {
+                let local = &self.locals[id];
+                let ty = match &local.ty {
+                    Ty::Ref(inner) => (**inner).clone(),
+                    t => t.clone(),
+                };
+                return Val { code: Code::text(local.cpp.clone()), ty, index: local.index, atom: true };
+            }
+            if is_screaming(&name) {
+                // `valid` rejected non-vocabulary constants.
+                let ty = if name == "WARP_SIZE" { Ty::Scalar(Scalar::U32) } else { Ty::Unknown };
+                return Val::new(Code::text(format!("weft::{name}")), ty);
+            }
+            if is_camel(&name) {
+                // R6: a unit struct is a value in Rust, a type in C++.
+                return Val::new(Code::text(format!("weft::{name}{{}}")), Ty::Cpp(format!("weft::{name}")));
+            }
+            self.cx.error_spanned_by(
+                p,
+                format!(
+                    "`{name}` is not a parameter or local of this function: a kernel can only read its parameters \
+                     and locals (pass host values as parameters)"
+                ),
+            );
+            return Val::error();
+        }
+        let names: Vec<String> = segs.iter().map(|s| s.ident.to_string()).collect();
+        let last = names.last().cloned().unwrap_or_default();
+        let prev = names.get(names.len().wrapping_sub(2)).cloned().unwrap_or_default();
+        if is_screaming(&last) && (is_vocabulary_module(&prev)) {
+            return Val::new(Code::text(format!("weft::{last}")), Ty::Unknown);
+        }
+        if let (Some(s), true) = (Scalar::from_name(&prev), names.len() == 2) {
+            if let Some(text) = integer_constant(s, &last) {
+                return Val { code: Code::text(text.0), ty: Ty::Scalar(s), index: IndexValue::Unknown, atom: text.1 };
+            }
+        }
+        if is_camel(&prev) && is_camel(&last) {
+            // R8: enum variants.
+            return Val::new(Code::text(format!("weft::{prev}::{last}")), Ty::Cpp(format!("weft::{prev}")));
+        }
+        if is_camel(&last) && names[..names.len() - 1].iter().all(|s| is_vocabulary_module(s)) {
+            return Val::new(Code::text(format!("weft::{last}{{}}")), Ty::Cpp(format!("weft::{last}")));
+        }
+        self.cx.error_spanned_by(
+            p,
+            "only parameters, locals and vocabulary values (`Order::Release`, `Cta`, `WARP_SIZE`) can be named in a \
+             kernel",
+        );
+        Val::error()
+    }
+
+    fn binary(&mut self, b: &syn::ExprBinary) -> Val {
+        let op = binop(&b.op);
+        let lhs = self.expr(&b.left);
+        let rhs = self.expr(&b.right);
+        match op.kind {
+            OpKind::Arith => {
+                self.unify_operands(&lhs.ty, &rhs.ty);
+                let ty = known_of(&lhs.ty, &rhs.ty);
+                let index = fold(&b.op, lhs.index, rhs.index);
+                let mut code = lhs.operand();
+                code.push_str(&format!(" {} ", op.text)).push(rhs.operand());
+                promote_cast(code, ty, index)
+            }
+            OpKind::Shift => {
+                let ty = lhs.ty.clone();
+                let index = fold(&b.op, lhs.index, rhs.index);
+                let mut code = lhs.operand();
+                code.push_str(&format!(" {} ", op.text)).push(rhs.operand());
+                promote_cast(code, ty, index)
+            }
+            OpKind::Compare => {
+                self.unify_operands(&lhs.ty, &rhs.ty);
+                let mut code = lhs.operand();
+                code.push_str(&format!(" {} ", op.text)).push(rhs.operand());
+                Val::compound(code, Ty::Scalar(Scalar::Bool))
+            }
+            OpKind::Logic => {
+                let mut code = lhs.operand();
+                code.push_str(&format!(" {} ", op.text)).push(rhs.operand());
+                Val::compound(code, Ty::Scalar(Scalar::Bool))
+            }
+            OpKind::CompoundArith => {
+                self.flow_into(&lhs.ty, &rhs.ty);
+                let mut code = lhs.code;
+                code.push_str(&format!(" {} ", op.text)).push(rhs.code);
+                Val::compound(code, Ty::Unit)
+            }
+            OpKind::CompoundShift => {
+                let mut code = lhs.code;
+                code.push_str(&format!(" {} ", op.text)).push(rhs.code);
+                Val::compound(code, Ty::Unit)
+            }
+        }
+    }
+
+    /// Operands of an arithmetic operator or comparison have one type in Rust.
+    fn unify_operands(&mut self, a: &Ty, b: &Ty) {
+        match (a, b) {
+            (Ty::Unknown, other) | (other, Ty::Unknown) => self.escape(other),
+            _ => self.unify(a, b),
+        }
+    }
+
+    fn unary(&mut self, u: &syn::ExprUnary) -> Val {
+        let inner = self.expr(&u.expr);
+        match u.op {
+            UnOp::Neg(_) => {
+                let ty = inner.ty.clone();
+                let index = match inner.index {
+                    IndexValue::Const(0) => IndexValue::Const(0),
+                    _ => IndexValue::Unknown,
+                };
+                let mut code = Code::text("-");
+                code.push(inner.operand());
+                promote_cast(code, ty, index)
+            }
+            UnOp::Not(_) => {
+                let ty = inner.ty.clone();
+                match &ty {
+                    Ty::Scalar(Scalar::Bool) => {
+                        let mut code = Code::text("!");
+                        code.push(inner.operand());
+                        Val::compound(code, ty)
+                    }
+                    Ty::Scalar(s) if s.is_integer() => {
+                        let mut code = Code::text("~");
+                        code.push(inner.operand());
+                        promote_cast(code, ty, IndexValue::Unknown)
+                    }
+                    Ty::Var(_) => {
+                        let mut code = Code::text("~");
+                        code.push(inner.operand());
+                        Val::compound(code, ty)
+                    }
+                    _ => {
+                        // Unknown type: the prelude's overloads pick `!` for bool and `~` for integers.
+                        let mut code = Code::text("weft_not(");
+                        code.push(inner.code).push_str(")");
+                        Val::new(code, ty)
+                    }
+                }
+            }
+            UnOp::Deref(_) => {
+                // A device fn's `&mut x` parameter is a C++ reference: `*x` is `x`.
+                let is_ref_param = matches!(&*u.expr, Expr::Path(p) if p.path.get_ident().and_then(|i| self.lookup(&i.to_string())).is_some_and(|id| matches!(self.locals[id].ty, Ty::Ref(_))));
+                if !is_ref_param {
+                    self.cx.error_spanned_by(
+                        u,
+                        "`*` is only needed on a device fn's `&mut` parameter here: kernels have no pointers; use \
+                         the value directly",
+                    );
+                }
+                inner
+            }
+            _ => Val::error(),
+        }
+    }
+
+    fn cast(&mut self, c: &syn::ExprCast) -> Val {
+        let inner = self.expr(&c.expr);
+        let Some((cpp, ty)) = self.mapper().map(&c.ty, Position::Local) else { return Val::error() };
+        if !matches!(ty, Ty::Scalar(_) | Ty::Param(_)) {
+            self.cx.error_spanned_by(&c.ty, "`as` casts convert between number types only");
+            return Val::error();
+        }
+        let index = match inner.index {
+            IndexValue::Block(a) => IndexValue::Block(a),
+            IndexValue::Const(n) => IndexValue::Const(n),
+            IndexValue::Unknown => IndexValue::Unknown,
+        };
+        let mut code = Code::text(format!("static_cast<{cpp}>("));
+        code.push(inner.code).push_str(")");
+        Val { code, ty, index, atom: true }
+    }
+
+    fn index(&mut self, i: &syn::ExprIndex) -> Val {
+        let base = self.expr(&i.expr);
+        let elem = match &base.ty {
+            Ty::Indexable(e) => Some((**e).clone()),
+            _ => None,
+        };
+        let idx = if elem.is_some() { self.expr_expect(&i.index, &Ty::Scalar(Scalar::Usize)) } else { self.expr(&i.index) };
+        let mut code = base.operand();
+        code.push_str("[").push(idx.code).push_str("]");
+        Val::new(code, elem.unwrap_or(Ty::Unknown))
+    }
+
+    fn field(&mut self, f: &syn::ExprField) -> Val {
+        let base = self.expr(&f.base);
+        let (name, ty) = match &f.member {
+            syn::Member::Unnamed(i) => {
+                let n = i.index as usize;
+                let ty = match &base.ty {
+                    Ty::Tuple(elems) => elems.get(n).cloned().unwrap_or(Ty::Unknown),
+                    _ => Ty::Unknown,
+                };
+                (format!("_{n}"), ty)
+            }
+            syn::Member::Named(name) => {
+                let ty = match name.to_string().as_str() {
+                    "nranks" | "rank" | "stride" | "buffer" | "slots" => Ty::Scalar(Scalar::U32),
+                    _ => Ty::Unknown,
+                };
+                (name.to_string(), ty)
+            }
+        };
+        let mut code = base.operand();
+        code.push_str(&format!(".{name}"));
+        Val::new(code, ty)
+    }
+
+    /// Lowers call arguments: `&x`/`&mut x` become `x` (R13).
+    fn args<'e>(&mut self, args: impl Iterator<Item = &'e Expr>) -> Vec<Val> {
+        args.map(|a| self.expr(a)).collect()
+    }
+
+    fn call(&mut self, c: &ExprCall) -> Val {
+        let Expr::Path(p) = &*c.func else { return Val::error() };
+        let segs: Vec<&syn::PathSegment> = p.path.segments.iter().collect();
+        let names: Vec<String> = segs.iter().map(|s| s.ident.to_string()).collect();
+        let Some(last) = names.last().cloned() else { return Val::error() };
+        let prev = if names.len() >= 2 { Some(names[names.len() - 2].clone()) } else { None };
+        let mut args = self.args(c.args.iter());
+
+        // Associated functions: `T::zero()` (R9), `Lanes::from_mask(m)`.
+        if let Some(prev) = &prev {
+            let prev_seg = segs[segs.len() - 2];
+            let scalar = Scalar::from_name(prev);
+            let is_param = self.sig.generic_names.elements.contains(prev);
+            if scalar.is_some() || is_param {
+                let (cpp, self_ty) = match scalar {
+                    Some(s) => (s.cpp().to_string(), Ty::Scalar(s)),
+                    None => (prev.clone(), Ty::Param(prev.clone())),
+                };
+                let ty = match last.as_str() {
+                    "zero" | "one" => self_ty,
+                    "from_f32" => {
+                        if let Some(a) = args.first() {
+                            let t = a.ty.clone();
+                            self.unify(&Ty::Scalar(Scalar::F32), &t);
+                        }
+                        self_ty
+                    }
+                    _ => {
+                        args.iter().for_each(|a| self.escape(&a.ty.clone()));
+                        Ty::Unknown
+                    }
+                };
+                let mut code = Code::text(format!("weft::{last}<{cpp}>("));
+                code.push(Code::join(args.into_iter().map(|a| a.code).collect(), ", ")).push_str(")");
+                return Val::new(code, ty);
+            }
+            if is_camel(prev) {
+                if prev == "SharedArray" {
+                    self.cx.error_spanned_by(
+                        c,
+                        "`SharedArray::new()` must initialise a `let` directly: `let s = SharedArray::<T, 256>::new();`",
+                    );
+                    return Val::error();
+                }
+                let type_args = self.turbofish(&prev_seg.arguments);
+                let fn_args = self.turbofish(&segs[segs.len() - 1].arguments);
+                args.iter().for_each(|a| self.escape(&a.ty.clone()));
+                let mut code = Code::text(format!("weft::{prev}{type_args}::{last}{fn_args}("));
+                code.push(Code::join(args.into_iter().map(|a| a.code).collect(), ", ")).push_str(")");
+                return Val::new(code, Ty::Cpp(format!("weft::{prev}")));
+            }
+        }
+
+        // Tuple-struct constructors (R7): `SignalInc(s)`.
+        if is_camel(&last) {
+            if let Some(rule) = usage::constructor_rule(&last) {
+                self.apply_rule(&rule, &c.args.iter().collect::<Vec<_>>(), &args);
+            }
+            if let Some(first) = args.first() {
+                let t = first.ty.clone();
+                if usage::constructor_rule(&last).is_some_and(|r| r.resource.is_some()) {
+                    self.unify(&Ty::Scalar(Scalar::U32), &t);
+                }
+            }
+            args.iter().skip(1).for_each(|a| self.escape(&a.ty.clone()));
+            let mut code = Code::text(format!("weft::{last}("));
+            code.push(Code::join(args.into_iter().map(|a| a.code).collect(), ", ")).push_str(")");
+            return Val::new(code, Ty::Cpp(format!("weft::{last}")));
+        }
+
+        // Free functions: vocabulary or #[device_fn], both `weft::name` in C++.
+        if last == "grid_stride" {
+            self.cx.error_spanned_by(c, "`grid_stride(n)` can only be iterated by a `for` loop: `for i in grid_stride(n)`");
+        }
+        if !known::is_vocabulary_function(&last) {
+            self.record_call(&p.path);
+        }
+        let ty = match known::free_fn(&last) {
+            Some(FreeFn::Returns(ty, fixed)) => {
+                for (i, s) in fixed {
+                    if let Some(a) = args.get(*i) {
+                        let t = a.ty.clone();
+                        self.unify(&Ty::Scalar(*s), &t);
+                    }
+                }
+                ty
+            }
+            Some(FreeFn::SameAsArgs(n)) => self.unify_args(&args, n),
+            Some(FreeFn::FirstArg(fixed)) => {
+                for (i, s) in fixed {
+                    if let Some(a) = args.get(*i) {
+                        let t = a.ty.clone();
+                        self.unify(&Ty::Scalar(*s), &t);
+                    }
+                }
+                args.first().map(|a| a.ty.clone()).unwrap_or(Ty::Unknown)
+            }
+            Some(FreeFn::Atomic { shared, returns }) => {
+                let t = self.unify_args(&args, shared);
+                if returns {
+                    t
+                } else {
+                    Ty::Unit
+                }
+            }
+            None => {
+                args.iter().for_each(|a| self.escape(&a.ty.clone()));
+                Ty::Unknown
+            }
+        };
+        let index = match (last.as_str(), args.is_empty()) {
+            ("block_idx_x", true) => IndexValue::Block(0),
+            ("block_idx_y", true) => IndexValue::Block(1),
+            ("block_idx_z", true) => IndexValue::Block(2),
+            _ => IndexValue::Unknown,
+        };
+        let generics = self.turbofish(&segs[segs.len() - 1].arguments);
+        let mut code = Code::text(format!("weft::{}{generics}(", super::cpp_ident(&last)));
+        code.push(Code::join(args.into_iter().map(|a| a.code).collect(), ", ")).push_str(")");
+        Val { code, ty, index, atom: true }
+    }
+
+    /// Unifies the first `n` arguments; their common type.
+    fn unify_args(&mut self, args: &[Val], n: usize) -> Ty {
+        let tys: Vec<Ty> = args.iter().take(n).map(|a| a.ty.clone()).collect();
+        for w in tys.windows(2) {
+            self.unify_operands(&w[0], &w[1]);
+        }
+        for a in args.iter().skip(n) {
+            let t = a.ty.clone();
+            self.escape(&t);
+        }
+        tys.iter().find(|t| !matches!(t, Ty::Var(_) | Ty::Unknown)).or(tys.first()).cloned().unwrap_or(Ty::Unknown)
+    }
+
+    /// Remembers a called free function for the generated module (its companion holds device-fn source).
+    fn record_call(&mut self, path: &syn::Path) {
+        let mut path = path.clone();
+        for seg in path.segments.iter_mut() {
+            seg.arguments = syn::PathArguments::None;
+        }
+        let key = quote::quote!(#path).to_string();
+        if !self.calls.iter().any(|p| quote::quote!(#p).to_string() == key) {
+            self.calls.push(path);
+        }
+    }
+
+    /// `::<A, B>` → `<A', B'>` (mapped types; const arguments as written).
+    fn turbofish(&mut self, args: &syn::PathArguments) -> String {
+        let syn::PathArguments::AngleBracketed(a) = args else { return String::new() };
+        let mut out = Vec::new();
+        for arg in &a.args {
+            match arg {
+                syn::GenericArgument::Type(t) => {
+                    if let Some((cpp, _)) = self.mapper().map(t, Position::Local) {
+                        out.push(cpp);
+                    }
+                }
+                syn::GenericArgument::Const(e) => {
+                    if let Some(t) = crate::codegen::types::const_arg_text(e, self.cx) {
+                        out.push(t);
+                    }
+                }
+                syn::GenericArgument::Lifetime(_) => {}
+                other => self.cx.error_spanned_by(other, "this generic argument is not supported in kernels"),
+            }
+        }
+        if out.is_empty() {
+            String::new()
+        } else {
+            format!("<{}>", out.join(", "))
+        }
+    }
+
+    fn method_call(&mut self, m: &ExprMethodCall) -> Val {
+        let name = m.method.to_string();
+        let recv = self.expr(&m.receiver);
+        let arg_exprs: Vec<&Expr> = m.args.iter().collect();
+        let args = self.args(m.args.iter());
+
+        if SCALAR_METHODS.contains(&name.as_str()) {
+            // R10: `x.sqrt()` → `weft::sqrt(x)`.
+            let recv_ty = recv.ty.clone();
+            for a in &args {
+                let t = a.ty.clone();
+                self.unify_operands(&recv_ty, &t);
+            }
+            let ty = if name == "to_f32" { Ty::Scalar(Scalar::F32) } else { recv_ty };
+            let mut parts = vec![recv.code];
+            parts.extend(args.into_iter().map(|a| a.code));
+            let mut code = Code::text(format!("weft::{name}("));
+            code.push(Code::join(parts, ", ")).push_str(")");
+            return Val::new(code, ty);
+        }
+        if name == "clone" && args.is_empty() {
+            return recv;
+        }
+        if let Some(rule) = usage::method_rule(&name, args.len()) {
+            self.apply_rule(&rule, &arg_exprs, &args);
+        }
+        let (ty, fixed) = match known::method(&recv.ty, &name) {
+            Some((ty, fixed)) => (ty, fixed),
+            None => (Ty::Unknown, known::untyped_receiver_method_args(&name)),
+        };
+        for (i, a) in args.iter().enumerate() {
+            let t = a.ty.clone();
+            match fixed.iter().find(|(j, _)| *j == i) {
+                Some((_, s)) => self.unify(&Ty::Scalar(*s), &t),
+                None => self.escape(&t),
+            }
+        }
+        let turbofish = m.turbofish.as_ref().map(|t| {
+            let args = syn::PathArguments::AngleBracketed(syn::AngleBracketedGenericArguments {
+                colon2_token: None,
+                lt_token: t.lt_token,
+                args: t.args.clone(),
+                gt_token: t.gt_token,
+            });
+            self.turbofish(&args)
+        });
+        let mut code = recv.operand();
+        match turbofish {
+            // R14: `x.recv::<T>(slot)` → `x.template recv<T'>(slot)`.
+            Some(t) => code.push_str(&format!(".template {name}{t}(")),
+            None => code.push_str(&format!(".{name}(")),
+        };
+        code.push(Code::join(args.into_iter().map(|a| a.code).collect(), ", ")).push_str(")");
+        Val::new(code, ty)
+    }
+
+    /// Records the capabilities and resource index a vocabulary item implies.
+    fn apply_rule(&mut self, rule: &Rule, arg_exprs: &[&Expr], args: &[Val]) {
+        self.usage.caps = self.usage.caps.union(rule.caps);
+        let Some((resource, position)) = rule.resource else { return };
+        let Some(arg) = args.get(position) else { return };
+        match arg.index {
+            IndexValue::Unknown if self.attrs.declared(resource).is_none() => {
+                let node = arg_exprs.get(position).map(|e| e.span()).unwrap_or_else(proc_macro2::Span::call_site);
+                self.unknown_index(resource, node);
+            }
+            index => self.usage.add_index(resource, index),
+        }
+    }
+
+    fn unknown_index(&self, resource: Resource, span: proc_macro2::Span) {
+        let which = match self.sig.kind {
+            crate::codegen::ast::FnKind::Kernel => "kernel",
+            crate::codegen::ast::FnKind::DeviceFn => "device_fn",
+        };
+        self.cx.error_at(
+            span,
+            format!(
+                "cannot tell how many {} this needs from this index: use a constant or `block_idx_x()` (or an \
+                 immutable local holding one), or declare the count: `#[{which}({} = N)]` (or `= grid` for one per \
+                 block)",
+                resource.describe(),
+                resource.attribute()
+            ),
+        );
+    }
+
+    fn if_value(&mut self, i: &syn::ExprIf) -> Val {
+        let cond = self.expr_expect(&i.cond, &Ty::Scalar(Scalar::Bool));
+        let then = self.block_value(&i.then_branch);
+        let els = match &i.else_branch {
+            Some((_, e)) => self.expr(e),
+            None => Val::new(Code::text("(void)0"), Ty::Unit),
+        };
+        self.unify(&then.ty, &els.ty);
+        let ty = if matches!(then.ty, Ty::Unknown | Ty::Unit) { els.ty.clone() } else { then.ty.clone() };
+        let mut code = cond.operand();
+        code.push_str(" ? ").push(then.operand()).push_str(" : ").push(els.operand());
+        Val::compound(code, ty)
+    }
+
+    /// A block in value position: its tail expression, or a statement expression `({ …; tail; })`.
+    pub(crate) fn block_value(&mut self, b: &syn::Block) -> Val {
+        if let [syn::Stmt::Expr(e, None)] = b.stmts.as_slice() {
+            self.push_scope();
+            let v = self.expr(e);
+            self.pop_scope();
+            return v;
+        }
+        self.push_scope();
+        let (init, tail) = match b.stmts.split_last() {
+            Some((syn::Stmt::Expr(e, None), init)) => (init, Some(e)),
+            _ => (b.stmts.as_slice(), None),
+        };
+        let mut tail_val = None;
+        let lines = self.capture(|l| {
+            for s in init {
+                l.stmt(s);
+            }
+            if let Some(t) = tail {
+                tail_val = Some(l.expr(t));
+            }
+        });
+        self.pop_scope();
+        let ty = tail_val.as_ref().map(|v| v.ty.clone()).unwrap_or(Ty::Unit);
+        Val::new(statement_expression(lines, tail_val.map(|v| v.code)), ty)
+    }
+
+    /// Runs `f` with a fresh line buffer and returns what it emitted.
+    pub(crate) fn capture(&mut self, f: impl FnOnce(&mut Self)) -> Vec<Line> {
+        let saved = std::mem::take(&mut self.lines);
+        let indent = self.indent;
+        self.indent = 0;
+        f(self);
+        self.indent = indent;
+        std::mem::replace(&mut self.lines, saved)
+    }
+}
+
+/// `({ stmt; stmt; tail; })` on one line (a GNU statement expression, which nvcc accepts).
+pub(crate) fn statement_expression(lines: Vec<Line>, tail: Option<Code>) -> Code {
+    let mut code = Code::text("({ ");
+    for line in lines {
+        code.push(line.code).push_str(" ");
+    }
+    if let Some(t) = tail {
+        code.push(t).push_str("; ");
+    }
+    code.push_str("})");
+    code
+}
+
+enum OpKind {
+    Arith,
+    Shift,
+    Compare,
+    Logic,
+    CompoundArith,
+    CompoundShift,
+}
+
+struct Op {
+    text: &'static str,
+    kind: OpKind,
+}
+
+fn binop(op: &BinOp) -> Op {
+    use OpKind::*;
+    let (text, kind) = match op {
+        BinOp::Add(_) => ("+", Arith),
+        BinOp::Sub(_) => ("-", Arith),
+        BinOp::Mul(_) => ("*", Arith),
+        BinOp::Div(_) => ("/", Arith),
+        BinOp::Rem(_) => ("%", Arith),
+        BinOp::BitAnd(_) => ("&", Arith),
+        BinOp::BitOr(_) => ("|", Arith),
+        BinOp::BitXor(_) => ("^", Arith),
+        BinOp::Shl(_) => ("<<", Shift),
+        BinOp::Shr(_) => (">>", Shift),
+        BinOp::And(_) => ("&&", Logic),
+        BinOp::Or(_) => ("||", Logic),
+        BinOp::Eq(_) => ("==", Compare),
+        BinOp::Ne(_) => ("!=", Compare),
+        BinOp::Lt(_) => ("<", Compare),
+        BinOp::Le(_) => ("<=", Compare),
+        BinOp::Gt(_) => (">", Compare),
+        BinOp::Ge(_) => (">=", Compare),
+        BinOp::AddAssign(_) => ("+=", CompoundArith),
+        BinOp::SubAssign(_) => ("-=", CompoundArith),
+        BinOp::MulAssign(_) => ("*=", CompoundArith),
+        BinOp::DivAssign(_) => ("/=", CompoundArith),
+        BinOp::RemAssign(_) => ("%=", CompoundArith),
+        BinOp::BitAndAssign(_) => ("&=", CompoundArith),
+        BinOp::BitOrAssign(_) => ("|=", CompoundArith),
+        BinOp::BitXorAssign(_) => ("^=", CompoundArith),
+        BinOp::ShlAssign(_) => ("<<=", CompoundShift),
+        BinOp::ShrAssign(_) => (">>=", CompoundShift),
+        _ => ("/* ? */", Arith),
+    };
+    Op { text, kind }
+}
+
+/// The more informative of two operand types.
+fn known_of(a: &Ty, b: &Ty) -> Ty {
+    match (a, b) {
+        (Ty::Scalar(_) | Ty::Param(_), _) => a.clone(),
+        (_, Ty::Scalar(_) | Ty::Param(_)) => b.clone(),
+        (Ty::Var(_), _) => a.clone(),
+        (_, Ty::Var(_)) => b.clone(),
+        (Ty::Local(_), _) => a.clone(),
+        _ => b.clone(),
+    }
+}
+
+/// Constant folding for resource indices (`2 * 3`), and `block_idx_x() + 0`-style identities.
+fn fold(op: &BinOp, a: IndexValue, b: IndexValue) -> IndexValue {
+    use IndexValue::*;
+    match (a, b) {
+        (Const(x), Const(y)) => match op {
+            BinOp::Add(_) => x.checked_add(y).map_or(Unknown, Const),
+            BinOp::Sub(_) => x.checked_sub(y).map_or(Unknown, Const),
+            BinOp::Mul(_) => x.checked_mul(y).map_or(Unknown, Const),
+            BinOp::Div(_) if y != 0 => Const(x / y),
+            BinOp::Rem(_) if y != 0 => Const(x % y),
+            BinOp::Shl(_) if y < 64 => x.checked_shl(y as u32).map_or(Unknown, Const),
+            BinOp::Shr(_) if y < 64 => Const(x >> y),
+            BinOp::BitAnd(_) => Const(x & y),
+            BinOp::BitOr(_) => Const(x | y),
+            BinOp::BitXor(_) => Const(x ^ y),
+            _ => Unknown,
+        },
+        (Block(axis), Const(0)) if matches!(op, BinOp::Add(_) | BinOp::Sub(_)) => Block(axis),
+        (Const(0), Block(axis)) if matches!(op, BinOp::Add(_)) => Block(axis),
+        (Block(axis), Const(1)) if matches!(op, BinOp::Mul(_) | BinOp::Div(_)) => Block(axis),
+        _ => Unknown,
+    }
+}
+
+/// C++ promotes 8- and 16-bit integers to `int`; cast the result back so it keeps Rust's type.
+fn promote_cast(code: Code, ty: Ty, index: IndexValue) -> Val {
+    match &ty {
+        Ty::Scalar(s) if s.promotes() => {
+            let mut out = Code::text(format!("static_cast<{}>(", s.cpp()));
+            out.push(code).push_str(")");
+            Val { code: out, ty, index, atom: true }
+        }
+        _ => Val { code, ty, index, atom: false },
+    }
+}
+
+/// `u32::MAX` → `4294967295u`; `i64::MIN` → `(-9223372036854775807ll - 1)`; `u8::BITS` → `8u`.
+fn integer_constant(s: Scalar, name: &str) -> Option<(String, bool)> {
+    let bits: u32 = match s {
+        Scalar::I8 | Scalar::U8 => 8,
+        Scalar::I16 | Scalar::U16 => 16,
+        Scalar::I32 | Scalar::U32 => 32,
+        Scalar::I64 | Scalar::U64 | Scalar::Isize | Scalar::Usize => 64,
+        _ => return None,
+    };
+    let signed = matches!(s, Scalar::I8 | Scalar::I16 | Scalar::I32 | Scalar::I64 | Scalar::Isize);
+    match name {
+        "BITS" => Some((Scalar::U32.int_literal(&bits.to_string()), true)),
+        "MAX" if signed => Some((s.int_literal(&((1u128 << (bits - 1)) - 1).to_string()), true)),
+        "MAX" => Some((s.int_literal(&((1u128 << bits) - 1).to_string()), true)),
+        "MIN" if signed => {
+            let max = s.int_literal(&((1u128 << (bits - 1)) - 1).to_string());
+            Some((format!("(-{max} - {})", s.int_literal("1")), true))
+        }
+        "MIN" => Some((s.int_literal("0"), true)),
+        _ => None,
+    }
+}

@@ -1,0 +1,98 @@
+//! The few vocabulary signatures the lowering uses to type literals (`atomic_add(&mut x[i], 1, …)` makes `1` the
+//! element type; `w.lsa(peer)[i]` is an element). Names are never translated through this table: an item missing
+//! here is still emitted by name, its result just has an unknown type.
+
+use crate::codegen::types::{Scalar, Ty};
+
+/// How a free function's argument and result types relate.
+pub(crate) enum FreeFn {
+    /// Fixed result type; `args` gives fixed argument types where known.
+    Returns(Ty, &'static [(usize, Scalar)]),
+    /// Arguments `0..n` share one type, which is also the result (`min`, `fma`, `sqrt`).
+    SameAsArgs(usize),
+    /// The result is the first argument's type; the listed arguments have fixed types (`shfl(v, lane: u32)`).
+    FirstArg(&'static [(usize, Scalar)]),
+    /// `atomic_*(&mut p, v…)`: arguments `0..n` share the element type; `result` says whether it is returned.
+    Atomic { shared: usize, returns: bool },
+}
+
+pub(crate) fn free_fn(name: &str) -> Option<FreeFn> {
+    use Scalar::*;
+    Some(match name {
+        "thread_idx_x" | "thread_idx_y" | "thread_idx_z" | "block_idx_x" | "block_idx_y" | "block_idx_z"
+        | "block_dim_x" | "block_dim_y" | "block_dim_z" | "grid_dim_x" | "grid_dim_y" | "grid_dim_z" | "lane_id"
+        | "warp_id" => FreeFn::Returns(Ty::Scalar(U32), &[]),
+        "index_1d" | "grid_size_1d" => FreeFn::Returns(Ty::Scalar(Usize), &[]),
+        "global_timer_ns" => FreeFn::Returns(Ty::Scalar(U64), &[]),
+        "sync_threads" | "sync_warp" | "threadfence" | "threadfence_block" | "threadfence_system" | "atomic_fence" => {
+            FreeFn::Returns(Ty::Unit, &[])
+        }
+        "sqrt" | "rsqrt" | "exp" | "log" | "tanh" | "abs" => FreeFn::SameAsArgs(1),
+        "min" | "max" => FreeFn::SameAsArgs(2),
+        "fma" => FreeFn::SameAsArgs(3),
+        "shfl" | "shfl_xor" | "shfl_down" | "shfl_up" => FreeFn::FirstArg(&[(1, U32)]),
+        "warp_reduce_sum" | "warp_reduce_max" | "warp_reduce_min" | "block_reduce_sum" | "block_reduce_max"
+        | "block_reduce_min" => FreeFn::FirstArg(&[]),
+        "atomic_add" | "atomic_max" | "atomic_min" | "atomic_exch" => FreeFn::Atomic { shared: 2, returns: true },
+        "atomic_cas" => FreeFn::Atomic { shared: 3, returns: true },
+        "atomic_load" => FreeFn::Atomic { shared: 1, returns: true },
+        "atomic_store" => FreeFn::Atomic { shared: 2, returns: false },
+        _ => return None,
+    })
+}
+
+/// Scalar methods that become free functions with the receiver first (vocabulary rule R10); the method names are
+/// reserved for this.
+pub(crate) const SCALAR_METHODS: &[&str] =
+    &["to_f32", "sqrt", "rsqrt", "exp", "ln", "tanh", "abs", "min", "max", "mul_add"];
+
+/// Result type of a vocabulary method on a receiver of known type, and fixed argument types.
+pub(crate) fn method(receiver: &Ty, name: &str) -> Option<(Ty, &'static [(usize, Scalar)])> {
+    use Scalar::*;
+    let elem = |e: &Ty| Ty::Indexable(Box::new(e.clone()));
+    Some(match (receiver, name) {
+        (Ty::Window(e), "local") => (elem(e), &[]),
+        (Ty::Window(e), "lsa") => (elem(e), &[(0, U32)]),
+        (Ty::Window(e), "peer") => (elem(e), &[(1, U32)]),
+        (Ty::Window(e), "offset") => (Ty::Window(e.clone()), &[(0, Usize)]),
+        (Ty::Window(_) | Ty::Indexable(_), "len") => (Ty::Scalar(Usize), &[]),
+        (Ty::Window(_) | Ty::Indexable(_), "is_empty") => (Ty::Scalar(Bool), &[]),
+        (Ty::Indexable(e), "as_slice" | "as_mut_slice") => (elem(e), &[]),
+        (Ty::DevComm, "rank" | "nranks" | "lsa_rank" | "lsa_size") => (Ty::Scalar(U32), &[]),
+        (Ty::DevComm, "team_rank_to_world" | "team_rank_to_lsa") => (Ty::Scalar(U32), &[(1, U32)]),
+        (Ty::DevComm, "lsa_barrier" | "lsa_multimem_barrier") => (Ty::Unknown, &[(1, U32)]),
+        (Ty::DevComm, "gin") => (Ty::Unknown, &[(0, U32)]),
+        _ => return None,
+    })
+}
+
+/// Fixed argument types of methods whose receiver type is not tracked (GIN sessions, barriers): resource indices
+/// are `u32`, so a literal index needs no annotation.
+pub(crate) fn untyped_receiver_method_args(name: &str) -> &'static [(usize, Scalar)] {
+    use Scalar::*;
+    match name {
+        "read_signal" | "reset_signal" | "signal_shadow" | "read_counter" | "reset_counter" => &[(0, U32)],
+        "increase_signal_shadow" => &[(0, U32)],
+        "wait_signal" | "wait_counter" | "wait_signal_meet_shadow" => &[(1, U32), (2, U64)],
+        "rail_barrier" | "world_barrier" => &[(1, U32)],
+        "hybrid_barrier" => &[(2, U32)],
+        _ => &[],
+    }
+}
+
+/// The vocabulary's free functions (docs/vocabulary.md §3). Calls to them need no device-fn source; any other
+/// free function a body calls must be a `#[weft::device_fn]` (its companion module holds its C++).
+const VOCABULARY_FUNCTIONS: &[&str] = &[
+    "thread_idx_x", "thread_idx_y", "thread_idx_z", "block_idx_x", "block_idx_y", "block_idx_z", "block_dim_x",
+    "block_dim_y", "block_dim_z", "grid_dim_x", "grid_dim_y", "grid_dim_z", "index_1d", "grid_size_1d",
+    "grid_stride", "sync_threads", "sync_warp", "lane_id", "warp_id", "shfl", "shfl_xor", "shfl_down", "shfl_up",
+    "warp_reduce_sum", "warp_reduce_max", "warp_reduce_min", "block_reduce_sum", "block_reduce_max",
+    "block_reduce_min", "threadfence", "threadfence_block", "threadfence_system", "atomic_fence",
+    "global_timer_ns", "atomic_add", "atomic_max", "atomic_min", "atomic_exch", "atomic_cas", "atomic_load",
+    "atomic_store", "sqrt", "rsqrt", "exp", "log", "tanh", "fma", "abs", "min", "max", "local_reduce_sum",
+    "local_copy", "local_reduce_sum_copy", "device_only",
+];
+
+pub(crate) fn is_vocabulary_function(name: &str) -> bool {
+    VOCABULARY_FUNCTIONS.contains(&name)
+}

@@ -1,0 +1,322 @@
+//! Rust body → C++ body. Runs after `valid` and assumes its checks: anything `valid` rejected is skipped here
+//! without a second error. What only this pass can see (types of literals, resource indices) it reports itself.
+
+mod code;
+mod expr;
+mod infer;
+mod known;
+mod names;
+mod stmt;
+
+use std::collections::HashSet;
+
+use proc_macro2::Span;
+use syn::visit::Visit;
+
+use super::ast::{FnKind, ParamKind, Signature};
+use super::attr::Attributes;
+use super::ctxt::Ctxt;
+use super::types::{Ty, TypeMapper};
+use super::usage::{IndexValue, Usage};
+pub(crate) use code::{Code, Resolver};
+use infer::{Origin, Vars};
+pub(crate) use expr::{is_camel, is_screaming, VOCABULARY_CONSTANTS};
+pub(crate) use names::cpp_ident;
+
+/// What lowering a body produced.
+pub(crate) struct LoweredBody {
+    /// The body's statements, indented by one level, one per line.
+    pub(crate) text: String,
+    /// C++ names of the parameters, in order.
+    pub(crate) param_names: Vec<String>,
+    pub(crate) usage: Usage,
+    /// Paths (as the kernel's generated module must write them) of every free function the body calls; each has a
+    /// companion module with the C++ source of device fns (empty for vocabulary functions).
+    pub(crate) calls: Vec<syn::Path>,
+}
+
+/// Options of the C++ writer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Options {
+    /// End each statement with `// line N` (the Rust line it came from) when the line is known.
+    pub(crate) line_comments: bool,
+}
+
+struct Line {
+    indent: usize,
+    code: Code,
+    line: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Local {
+    rust: String,
+    cpp: String,
+    ty: Ty,
+    /// For immutable integer locals: what a resource index through them means.
+    index: IndexValue,
+    decl: Origin,
+}
+
+struct LoopFrame {
+    label: Option<String>,
+    /// `Some(label)`: `continue` must jump to this label (inclusive ranges check their end after the body).
+    continue_goto: Option<String>,
+    continue_label: Option<String>,
+    break_label: Option<String>,
+    continue_label_used: bool,
+    break_label_used: bool,
+}
+
+pub(crate) struct Lowerer<'a> {
+    cx: &'a Ctxt,
+    sig: &'a Signature,
+    attrs: &'a Attributes,
+    options: Options,
+    lines: Vec<Line>,
+    indent: usize,
+    locals: Vec<Local>,
+    scopes: Vec<(usize, Vec<usize>)>,
+    next_scope: usize,
+    seq: usize,
+    vars: Vars,
+    used_names: HashSet<String>,
+    loops: Vec<LoopFrame>,
+    usage: Usage,
+    calls: Vec<syn::Path>,
+    let_vars: Vec<(usize, Span, String)>,
+    current_line: usize,
+}
+
+/// Lowers `body` of a function with signature `sig`.
+pub(crate) fn lower_body(
+    sig: &Signature,
+    item: &syn::ItemFn,
+    attrs: &Attributes,
+    options: Options,
+    cx: &Ctxt,
+) -> LoweredBody {
+    let mut idents = IdentCollector::default();
+    idents.visit_block(&item.block);
+    let mut used_names: HashSet<String> = idents.0;
+    used_names.insert(sig.ident.to_string());
+    used_names.insert("weft".into());
+    for e in &sig.elements {
+        used_names.insert(e.ident.to_string());
+    }
+    let mut l = Lowerer {
+        cx,
+        sig,
+        attrs,
+        options,
+        lines: Vec::new(),
+        indent: 1,
+        locals: Vec::new(),
+        scopes: vec![(0, Vec::new())],
+        next_scope: 1,
+        seq: 0,
+        vars: Vars::default(),
+        used_names,
+        loops: Vec::new(),
+        usage: Usage::default(),
+        calls: Vec::new(),
+        let_vars: Vec::new(),
+        current_line: 0,
+    };
+    let mut param_names = Vec::new();
+    for p in &sig.params {
+        let rust = p.ident.to_string();
+        let cpp = cpp_ident(&rust);
+        l.used_names.insert(cpp.clone());
+        if let ParamKind::DevComm { .. } = p.kind {
+            if sig.kind == FnKind::Kernel {
+                // R1: the entry point takes NCCL's struct; the body wraps it.
+                let raw = format!("{cpp}__raw");
+                param_names.push(raw.clone());
+                l.emit(Code::text(format!("weft::DevComm {cpp}{{{raw}}};")), 0);
+                l.declare_named(&rust, cpp, Ty::DevComm, IndexValue::Unknown);
+                continue;
+            }
+        }
+        param_names.push(cpp.clone());
+        let ty = match &p.kind {
+            ParamKind::Scalar { .. } => p.ty.clone(),
+            _ => p.ty.clone(),
+        };
+        l.declare_named(&rust, cpp, ty, IndexValue::Unknown);
+    }
+    let ret = sig.ret_ty.clone();
+    l.lower_fn_block(&item.block, &ret);
+    l.check_let_vars();
+    let text = l.render();
+    LoweredBody { text, param_names, usage: l.usage, calls: l.calls }
+}
+
+impl<'a> Lowerer<'a> {
+    fn mapper(&self) -> TypeMapper<'_> {
+        TypeMapper { generics: &self.sig.generic_names, cx: self.cx }
+    }
+
+    fn origin(&self) -> Origin {
+        Origin { seq: self.seq, scopes: self.scopes.iter().map(|(id, _)| *id).collect() }
+    }
+
+    fn emit(&mut self, code: Code, line: usize) {
+        self.lines.push(Line { indent: self.indent, code, line });
+    }
+
+    fn emit_text(&mut self, text: impl Into<String>) {
+        self.lines.push(Line { indent: self.indent, code: Code::text(text), line: 0 });
+    }
+
+    fn push_scope(&mut self) {
+        let id = self.next_scope;
+        self.next_scope += 1;
+        self.scopes.push((id, Vec::new()));
+    }
+
+    fn pop_scope(&mut self) {
+        self.scopes.pop();
+    }
+
+    /// A C++ name for a new binding of `rust`: its own name unless that would shadow or collide in C++.
+    fn fresh_name(&mut self, rust: &str) -> String {
+        let base = cpp_ident(rust);
+        let visible = |name: &str, l: &Lowerer<'_>| {
+            l.scopes.iter().any(|(_, ids)| ids.iter().any(|id| l.locals[*id].cpp == name))
+        };
+        let reserved = |name: &str, l: &Lowerer<'_>| {
+            l.sig.ident == name || l.sig.elements.iter().any(|e| e.ident == name) || name == "weft"
+        };
+        if !visible(&base, self) && !reserved(&base, self) {
+            self.used_names.insert(base.clone());
+            return base;
+        }
+        let mut n = 1;
+        loop {
+            let candidate = format!("{base}_{n}");
+            if !self.used_names.contains(&candidate) {
+                self.used_names.insert(candidate.clone());
+                return candidate;
+            }
+            n += 1;
+        }
+    }
+
+    /// A fresh name for a temporary the translation introduces.
+    fn temp_name(&mut self, hint: &str) -> String {
+        let mut n = 0;
+        loop {
+            let candidate = if n == 0 { hint.to_string() } else { format!("{hint}_{n}") };
+            if !self.used_names.contains(&candidate) {
+                self.used_names.insert(candidate.clone());
+                return candidate;
+            }
+            n += 1;
+        }
+    }
+
+    fn declare_named(&mut self, rust: &str, cpp: String, ty: Ty, index: IndexValue) -> usize {
+        self.seq += 1;
+        let decl = self.origin();
+        let id = self.locals.len();
+        self.locals.push(Local { rust: rust.to_string(), cpp, ty, index, decl });
+        if let Some((_, ids)) = self.scopes.last_mut() {
+            ids.push(id);
+        }
+        self.seq += 1;
+        id
+    }
+
+    fn lookup(&self, rust: &str) -> Option<usize> {
+        self.scopes.iter().rev().flat_map(|(_, ids)| ids.iter().rev()).copied().find(|id| self.locals[*id].rust == rust)
+    }
+
+    /// Makes `a` and `b` the same type where one of them is a literal's variable.
+    fn unify(&mut self, a: &Ty, b: &Ty) {
+        match (a, b) {
+            (Ty::Var(x), Ty::Var(y)) => self.vars.union(*x, *y),
+            (Ty::Var(v), other) | (other, Ty::Var(v)) => self.bind_var(*v, other.clone()),
+            (Ty::Tuple(xs), Ty::Tuple(ys)) if xs.len() == ys.len() => {
+                for (x, y) in xs.iter().zip(ys) {
+                    self.unify(x, y);
+                }
+            }
+            (Ty::Ref(x), y) | (y, Ty::Ref(x)) => {
+                let x = (**x).clone();
+                self.unify(&x, y)
+            }
+            _ => {}
+        }
+    }
+
+    fn bind_var(&mut self, v: usize, ty: Ty) {
+        match ty {
+            Ty::Scalar(_) | Ty::Param(_) => self.vars.bind(v, ty, |_| true),
+            Ty::Local(id) => {
+                let decl = self.locals[id].decl.clone();
+                self.vars.bind(v, ty, |origin| origin.sees(&decl))
+            }
+            Ty::Unknown | Ty::Cpp(_) => self.vars.escape(v),
+            _ => {}
+        }
+    }
+
+    /// Marks every literal variable in `ty` as having met something the lowering cannot type.
+    fn escape(&mut self, ty: &Ty) {
+        match ty {
+            Ty::Var(v) => self.vars.escape(*v),
+            Ty::Tuple(xs) => xs.iter().for_each(|x| self.escape(x)),
+            _ => {}
+        }
+    }
+
+    fn check_let_vars(&mut self) {
+        for (v, span, name) in std::mem::take(&mut self.let_vars) {
+            if self.vars.binding(v).is_none() && self.vars.escaped(v) {
+                let example = if self.vars.is_float(v) { "f32 = 0.0" } else { "u32 = 0" };
+                self.cx.error_at(
+                    span,
+                    format!(
+                        "cannot tell the C++ type of `{name}`: its initial value is an untyped literal and it is used \
+                         with vocabulary whose types the macro does not see; annotate it (`let {name}: {example};`) \
+                         or give the literal a suffix (`0.0f32`, `0u32`)"
+                    ),
+                );
+            }
+        }
+    }
+
+    fn render(&self) -> String {
+        let names: Vec<String> = self.locals.iter().map(|l| l.cpp.clone()).collect();
+        let resolver = Resolver { vars: &self.vars, local_names: &names };
+        let mut out = String::new();
+        for line in &self.lines {
+            for _ in 0..line.indent {
+                out.push_str("    ");
+            }
+            let text = line.code.render(&resolver);
+            out.push_str(&text);
+            if self.options.line_comments && line.line > 0 {
+                out.push_str(&format!("  // line {}", line.line));
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Every identifier in the body, so translation temporaries never collide with a user's name.
+#[derive(Default)]
+struct IdentCollector(HashSet<String>);
+
+impl<'ast> Visit<'ast> for IdentCollector {
+    fn visit_ident(&mut self, i: &'ast proc_macro2::Ident) {
+        self.0.insert(i.to_string());
+    }
+}
+
+/// The Rust source line of a node, 0 when unknown.
+fn line_of<T: syn::spanned::Spanned>(node: &T) -> usize {
+    node.span().start().line
+}

@@ -1,0 +1,194 @@
+//! The translation, as plain library code over `proc_macro2` (testable without the compiler's macro machinery):
+//!
+//! - `attr`: the attribute's arguments;
+//! - `ast`: the signature, checked and classified (parse);
+//! - `valid`: rejections of unsupported syntax, each naming the replacement (validate);
+//! - `lower`: the body as C++, with literal typing and capability/resource inference (lower);
+//! - `cuda`, `expand`, `launcher`: the C++ translation unit and the Rust module around it (emit).
+//!
+//! Every pass reports into one `Ctxt`, so all problems of a function are reported together; on error the user's
+//! function is still emitted, and the generated module too when the signature could be understood.
+
+pub(crate) mod ast;
+pub(crate) mod attr;
+pub(crate) mod ctxt;
+pub(crate) mod cuda;
+pub(crate) mod expand;
+pub(crate) mod launcher;
+pub(crate) mod lower;
+pub(crate) mod types;
+pub(crate) mod usage;
+pub(crate) mod valid;
+
+#[cfg(test)]
+mod tests;
+
+use proc_macro2::TokenStream;
+use quote::quote;
+use syn::ItemFn;
+
+use ast::{FnKind, ParamKind, Signature};
+use attr::{AttrKind, Attributes, Declared, LenOperand};
+use ctxt::Ctxt;
+use lower::{LoweredBody, Options};
+use usage::Usage;
+
+/// What one function turned into.
+pub(crate) struct Analysis {
+    pub(crate) sig: Signature,
+    pub(crate) attrs: Attributes,
+    pub(crate) lowered: LoweredBody,
+    /// The body's usage plus what the signature and the attribute declare.
+    pub(crate) usage: Usage,
+}
+
+pub(crate) fn analyze(kind: FnKind, attr: TokenStream, item: &ItemFn, options: Options, cx: &Ctxt) -> Option<Analysis> {
+    let attr_kind = match kind {
+        FnKind::Kernel => AttrKind::Kernel,
+        FnKind::DeviceFn => AttrKind::DeviceFn,
+    };
+    let attrs = attr::parse(attr_kind, attr, cx);
+    valid::check_body(&item.sig.ident.to_string(), &item.block, cx);
+    let sig = ast::parse(kind, item, &attrs, cx)?;
+    check_len_checks(&sig, &attrs, cx);
+    let lowered = lower::lower_body(&sig, item, &attrs, options, cx);
+    let mut usage = lowered.usage.clone();
+    usage.caps = usage.caps.union(sig.declared_caps());
+    for (resource, declared, _) in &attrs.declared {
+        match declared {
+            Declared::Count(n) => usage.add_count(*resource, *n),
+            Declared::Grid => usage.add_grid(*resource),
+        }
+    }
+    Some(Analysis { sig, attrs, lowered, usage })
+}
+
+fn check_len_checks(sig: &Signature, attrs: &Attributes, cx: &Ctxt) {
+    for check in &attrs.len_checks {
+        for operand in [&check.lhs, &check.rhs] {
+            let LenOperand::Param(ident) = operand else { continue };
+            match sig.params.iter().find(|p| p.ident == *ident).map(|p| &p.kind) {
+                Some(ParamKind::Window { .. } | ParamKind::Slice { .. }) => {}
+                Some(ParamKind::Scalar { rust }) if is_integer_type(rust) => {}
+                Some(_) => cx.error_spanned_by(
+                    ident,
+                    format!("`{ident}` has no length: `len(…)` compares slices, windows and integer parameters"),
+                ),
+                None => cx.error_spanned_by(ident, format!("`{ident}` is not a parameter of this kernel")),
+            }
+        }
+    }
+}
+
+fn is_integer_type(ty: &syn::Type) -> bool {
+    types::last_ident(ty).and_then(|n| types::Scalar::from_name(&n)).is_some_and(|s| s.is_integer())
+}
+
+/// `#[kernel]`: the user's function and its generated module.
+pub(crate) fn expand_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let item_fn: ItemFn = match syn::parse2(item.clone()) {
+        Ok(f) => f,
+        Err(e) => {
+            let e = syn::Error::new(e.span(), "#[weft::kernel] goes on a function");
+            let err = e.to_compile_error();
+            return quote!(#err #item);
+        }
+    };
+    let cx = Ctxt::new();
+    let analysis = analyze(FnKind::Kernel, attr, &item_fn, Options { line_comments: true }, &cx);
+    let user = expand::user_fn(&item_fn);
+    let module = analysis.map(|a| {
+        let header = cuda::header(&a.sig.ident.to_string());
+        let kernel = cuda::kernel(&a.sig, &item_fn, &a.lowered, &cx);
+        if a.attrs.debug {
+            print_debug(&a, &header, &kernel);
+        }
+        expand::kernel_module(&item_fn, &a.sig, &a.attrs, &header, &kernel, &a.usage, &a.lowered.calls)
+    });
+    let errors = cx.into_errors().into_iter().map(|e| e.to_compile_error());
+    quote! {
+        #(#errors)*
+        #user
+        #module
+    }
+}
+
+/// `#[device_fn]`: the user's function and its companion module.
+pub(crate) fn expand_device_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let item_fn: ItemFn = match syn::parse2(item.clone()) {
+        Ok(f) => f,
+        Err(e) => {
+            let e = syn::Error::new(e.span(), "#[weft::device_fn] goes on a function");
+            let err = e.to_compile_error();
+            return quote!(#err #item);
+        }
+    };
+    let cx = Ctxt::new();
+    let analysis = analyze(FnKind::DeviceFn, attr, &item_fn, Options { line_comments: true }, &cx);
+    let user = expand::user_fn(&item_fn);
+    let module = analysis.map(|a| {
+        let source = cuda::device_fn(&a.sig, &item_fn, &a.lowered, &cx);
+        if a.attrs.debug {
+            eprintln!("{source}");
+        }
+        expand::device_fn_module(&item_fn, &source, &a.usage, &a.lowered.calls)
+    });
+    let errors = cx.into_errors().into_iter().map(|e| e.to_compile_error());
+    quote! {
+        #(#errors)*
+        #user
+        #module
+    }
+}
+
+fn print_debug(a: &Analysis, header: &str, kernel: &str) {
+    let callees: Vec<String> = a.lowered.calls.iter().map(|p| quote!(#p).to_string().replace(' ', "")).collect();
+    eprintln!("// ===== #[weft::kernel({})] generated C++ =====", a.sig.ident);
+    eprint!("{header}");
+    if !callees.is_empty() {
+        eprintln!("// (the C++ of the device fns {} goes here)\n", callees.join(", "));
+    }
+    eprintln!("{kernel}");
+}
+
+/// The complete C++ of a kernel without device-fn calls (or with their sources given): for tests and tools.
+pub(crate) fn generate_cuda_with(
+    attr: TokenStream,
+    item: &ItemFn,
+    device_fn_sources: &[String],
+    options: Options,
+) -> Result<String, Vec<syn::Error>> {
+    let cx = Ctxt::new();
+    let analysis = analyze(FnKind::Kernel, attr, item, options, &cx);
+    let out = analysis.map(|a| {
+        let mut source = cuda::header(&a.sig.ident.to_string());
+        for s in device_fn_sources {
+            source.push_str(s);
+        }
+        source.push_str(&cuda::kernel(&a.sig, item, &a.lowered, &cx));
+        source
+    });
+    let errors = cx.into_errors();
+    match out {
+        Some(s) if errors.is_empty() => Ok(s),
+        _ => Err(errors),
+    }
+}
+
+/// The C++ of a kernel (`#[kernel]` without arguments, no device fns).
+#[allow(dead_code)]
+pub(crate) fn generate_cuda(item: &ItemFn) -> Result<String, Vec<syn::Error>> {
+    generate_cuda_with(TokenStream::new(), item, &[], Options { line_comments: true })
+}
+
+/// The C++ definition of a device fn.
+pub(crate) fn generate_device_fn_cuda(attr: TokenStream, item: &ItemFn, options: Options) -> Result<String, Vec<syn::Error>> {
+    let cx = Ctxt::new();
+    let analysis = analyze(FnKind::DeviceFn, attr, item, options, &cx);
+    let out = analysis.map(|a| cuda::device_fn(&a.sig, item, &a.lowered, &cx));
+    let errors = cx.into_errors();
+    match out {
+        Some(s) if errors.is_empty() => Ok(s),
+        _ => Err(errors),
+    }
+}

@@ -1,0 +1,469 @@
+//! Rejects, with a spanned error naming the replacement, every construct the translation does not support. All
+//! problems of a body are reported, not just the first.
+
+use syn::{Block, Expr, Item, Lit, Pat, Stmt};
+
+use super::ctxt::Ctxt;
+use super::lower::{is_screaming, VOCABULARY_CONSTANTS};
+use super::types::MAX_TUPLE;
+
+pub(crate) fn check_body(fn_name: &str, block: &Block, cx: &Ctxt) {
+    let v = Validator { cx, fn_name };
+    v.block(block);
+}
+
+struct Validator<'a> {
+    cx: &'a Ctxt,
+    fn_name: &'a str,
+}
+
+/// Where an expression sits: some constructs are only valid in one place.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Value,
+    /// A direct argument of a call: `&x` / `&mut x` allowed (R13).
+    Argument,
+    /// The iterator of a `for` loop: ranges allowed.
+    ForIterator,
+}
+
+const ITERATOR_METHODS: &[&str] = &[
+    "iter", "iter_mut", "into_iter", "map", "filter", "fold", "sum", "product", "collect", "enumerate", "zip",
+    "for_each", "chain", "take", "skip", "windows", "chunks", "any", "all", "position", "find",
+];
+
+impl Validator<'_> {
+    fn block(&self, b: &Block) {
+        for s in &b.stmts {
+            self.stmt(s);
+        }
+    }
+
+    fn stmt(&self, s: &Stmt) {
+        match s {
+            Stmt::Local(l) => {
+                self.let_pattern(&l.pat, true);
+                if let Some(init) = &l.init {
+                    if let Some((_, diverge)) = &init.diverge {
+                        self.cx.error_spanned_by(
+                            diverge,
+                            "`let … else` is not supported in kernels: test the condition with `if` and `return`",
+                        );
+                    }
+                    self.expr(&init.expr, Place::Value);
+                }
+            }
+            Stmt::Item(item) => match item {
+                Item::Use(_) => {}
+                other => self.cx.error_spanned_by(
+                    other,
+                    "items inside a kernel body are not supported: move it out of the function (helper functions \
+                     are #[weft::device_fn]s)",
+                ),
+            },
+            Stmt::Expr(e, _) => self.expr(e, Place::Value),
+            Stmt::Macro(m) => self.mac(&m.mac),
+        }
+    }
+
+    fn mac(&self, mac: &syn::Macro) {
+        let name = mac.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+        let advice = match name.as_str() {
+            "panic" | "unreachable" | "todo" | "unimplemented" | "assert" | "assert_eq" | "assert_ne"
+            | "debug_assert" | "debug_assert_eq" | "debug_assert_ne" => {
+                "there is no panicking on the GPU: test the condition and `return` early (or record the failure in \
+                 an output slice)"
+            }
+            "println" | "print" | "eprintln" | "eprint" | "format" | "write" | "writeln" | "dbg" => {
+                "kernels cannot print: write the values to an output slice and print them on the host"
+            }
+            "vec" => "kernels cannot allocate: use `SharedArray<T, N>` or a slice parameter",
+            _ => "macros are not supported in kernels: write the code out, or move it into a #[weft::device_fn]",
+        };
+        self.cx.error_spanned_by(mac, format!("`{name}!` is not supported in kernels: {advice}"));
+    }
+
+    fn expr(&self, e: &Expr, place: Place) {
+        match e {
+            Expr::Lit(l) => self.lit(&l.lit),
+            Expr::Path(p) => self.path(p),
+            Expr::Paren(p) => self.expr(&p.expr, if place == Place::ForIterator { place } else { Place::Value }),
+            Expr::Group(g) => self.expr(&g.expr, place),
+            Expr::Binary(b) => {
+                self.expr(&b.left, Place::Value);
+                self.expr(&b.right, Place::Value);
+            }
+            Expr::Unary(u) => self.expr(&u.expr, Place::Value),
+            Expr::Cast(c) => self.expr(&c.expr, Place::Value),
+            Expr::Assign(a) => {
+                if let Expr::Tuple(_) = &*a.left {
+                    self.cx.error_spanned_by(
+                        &a.left,
+                        "destructuring assignment is not supported in kernels: assign each variable",
+                    );
+                }
+                self.expr(&a.left, Place::Value);
+                self.expr(&a.right, Place::Value);
+            }
+            Expr::Call(c) => self.call(c),
+            Expr::MethodCall(m) => {
+                let name = m.method.to_string();
+                if ITERATOR_METHODS.contains(&name.as_str()) {
+                    self.cx.error_spanned_by(
+                        &m.method,
+                        format!(
+                            "`.{name}()`: iterators are not supported in kernels: loop over indices \
+                             (`for i in 0..s.len()`)"
+                        ),
+                    );
+                } else if matches!(name.as_str(), "unwrap" | "expect" | "unwrap_or" | "ok" | "is_some" | "is_none") {
+                    self.cx.error_spanned_by(
+                        &m.method,
+                        format!("`.{name}()`: kernels have no `Option`/`Result`: use a `bool` flag or a sentinel value"),
+                    );
+                } else if name == "to_string" || name == "to_owned" {
+                    self.cx.error_spanned_by(&m.method, "kernels have no strings: pass numbers");
+                } else if (name == "step_by" || name == "rev") && place != Place::ForIterator {
+                    self.cx.error_spanned_by(
+                        &m.method,
+                        format!("`.{name}()` is only supported on the range of a `for` loop"),
+                    );
+                }
+                let receiver_place = if place == Place::ForIterator { Place::ForIterator } else { Place::Value };
+                self.expr(&m.receiver, receiver_place);
+                for a in &m.args {
+                    self.expr(a, Place::Argument);
+                }
+            }
+            Expr::Index(i) => {
+                if let Expr::Range(_) = &*i.index {
+                    self.cx.error_spanned_by(
+                        &i.index,
+                        "sub-slicing is not supported in kernels: index single elements (`s[i]`)",
+                    );
+                } else {
+                    self.expr(&i.index, Place::Value);
+                }
+                self.expr(&i.expr, Place::Value);
+            }
+            Expr::Field(f) => self.expr(&f.base, Place::Value),
+            Expr::Tuple(t) => {
+                if t.elems.len() > MAX_TUPLE {
+                    self.cx.error_spanned_by(t, format!("tuples in kernels have at most {MAX_TUPLE} elements"));
+                }
+                for e in &t.elems {
+                    self.expr(e, Place::Value);
+                }
+            }
+            Expr::Block(b) => {
+                if let Some(l) = &b.label {
+                    self.cx.error_spanned_by(
+                        l,
+                        "labeled blocks are not supported in kernels: use a `loop` with `break`",
+                    );
+                }
+                self.block(&b.block);
+            }
+            Expr::If(i) => {
+                self.condition(&i.cond);
+                self.block(&i.then_branch);
+                if let Some((_, e)) = &i.else_branch {
+                    self.expr(e, Place::Value);
+                }
+            }
+            Expr::While(w) => {
+                self.condition(&w.cond);
+                self.block(&w.body);
+            }
+            Expr::Loop(l) => self.block(&l.body),
+            Expr::ForLoop(f) => {
+                match &*f.pat {
+                    Pat::Ident(pi) if pi.subpat.is_none() && pi.by_ref.is_none() => {}
+                    Pat::Wild(_) => {}
+                    other => self.cx.error_spanned_by(other, "the loop variable must be a plain name (`for i in …`)"),
+                }
+                if !is_supported_iteration(&f.expr) {
+                    self.cx.error_spanned_by(
+                        &f.expr,
+                        "`for` loops in kernels iterate over a range (`0..n`, `a..=b`, `(a..b).step_by(s)`, \
+                         `(a..b).rev()`) or `grid_stride(n)`: index slices instead of iterating them",
+                    );
+                } else {
+                    self.expr(&f.expr, Place::ForIterator);
+                }
+                self.block(&f.body);
+            }
+            Expr::Break(b) => {
+                if let Some(v) = &b.expr {
+                    self.cx.error_spanned_by(
+                        v,
+                        "`break` with a value is not supported in kernels: assign to a `let mut` declared before the \
+                         loop, then `break`",
+                    );
+                }
+            }
+            Expr::Continue(_) => {}
+            Expr::Return(r) => {
+                if let Some(v) = &r.expr {
+                    self.expr(v, Place::Value);
+                }
+            }
+            Expr::Match(m) => {
+                self.expr(&m.expr, Place::Value);
+                for arm in &m.arms {
+                    self.match_pattern(&arm.pat, true);
+                    if let Some((_, g)) = &arm.guard {
+                        self.expr(g, Place::Value);
+                    }
+                    self.expr(&arm.body, Place::Value);
+                }
+            }
+            Expr::Reference(r) => {
+                if place != Place::Argument {
+                    self.cx.error_spanned_by(
+                        r,
+                        "references can only be passed to functions in kernels (`atomic_add(&mut x[i], v, …)`): \
+                         bind the value itself",
+                    );
+                }
+                self.expr(&r.expr, Place::Value);
+            }
+            Expr::Range(r) => {
+                if place != Place::ForIterator {
+                    self.cx.error_spanned_by(r, "ranges are only supported as the iterator of a `for` loop");
+                }
+                if let Some(s) = &r.start {
+                    self.expr(s, Place::Value);
+                }
+                if let Some(e) = &r.end {
+                    self.expr(e, Place::Value);
+                }
+            }
+            Expr::Closure(c) => self.cx.error_spanned_by(
+                c,
+                "closures are not supported in kernels: write the helper as a #[weft::device_fn]",
+            ),
+            Expr::Async(a) => self.cx.error_spanned_by(a, "`async` is not supported in kernels: remove it"),
+            Expr::Await(a) => self.cx.error_spanned_by(a, "`.await` is not supported in kernels: remove it"),
+            Expr::Unsafe(u) => self.cx.error_spanned_by(
+                u,
+                "`unsafe` is not supported in kernels: the vocabulary is safe, remove the block",
+            ),
+            Expr::Macro(m) => self.mac(&m.mac),
+            Expr::Array(a) => self.cx.error_spanned_by(
+                a,
+                "arrays are not supported in kernels: use `SharedArray<T, N>` for per-block scratch, a slice \
+                 parameter, or separate locals",
+            ),
+            Expr::Repeat(r) => self.cx.error_spanned_by(
+                r,
+                "arrays are not supported in kernels: use `SharedArray<T, N>` for per-block scratch, a slice \
+                 parameter, or separate locals",
+            ),
+            Expr::Struct(s) => self.cx.error_spanned_by(
+                s,
+                "struct literals are not supported in kernels: use separate locals, or the vocabulary's \
+                 constructors",
+            ),
+            Expr::Try(t) => self.cx.error_spanned_by(
+                t,
+                "`?` is not supported in kernels (no `Option`/`Result` on the GPU): test the condition and `return`",
+            ),
+            Expr::TryBlock(t) => self.cx.error_spanned_by(t, "`try` blocks are not supported in kernels"),
+            Expr::Yield(y) => self.cx.error_spanned_by(y, "`yield` is not supported in kernels"),
+            Expr::Let(l) => self.cx.error_spanned_by(
+                l,
+                "`if let` / `while let` are not supported in kernels: compare explicitly (`if x == …`) or `match`",
+            ),
+            Expr::Const(c) => self.cx.error_spanned_by(c, "`const` blocks are not supported in kernels: write the value"),
+            Expr::RawAddr(r) => self.cx.error_spanned_by(r, "raw pointers are not supported in kernels"),
+            Expr::Infer(i) => self.cx.error_spanned_by(i, "`_` is not a value: write the expression"),
+            other => self.cx.error_spanned_by(other, "this expression is not supported in kernels"),
+        }
+    }
+
+    fn condition(&self, cond: &Expr) {
+        self.expr(cond, Place::Value);
+    }
+
+    fn lit(&self, lit: &Lit) {
+        match lit {
+            Lit::Int(_) | Lit::Float(_) | Lit::Bool(_) => {}
+            Lit::Str(_) | Lit::ByteStr(_) | Lit::CStr(_) => {
+                self.cx.error_spanned_by(lit, "kernels have no strings: pass numbers")
+            }
+            Lit::Char(_) | Lit::Byte(_) => {
+                self.cx.error_spanned_by(lit, "kernels have no characters: write the number (`b'a'` is `97u8`)")
+            }
+            other => self.cx.error_spanned_by(other, "this literal is not supported in kernels"),
+        }
+    }
+
+    fn path(&self, p: &syn::ExprPath) {
+        if p.qself.is_some() {
+            self.cx.error_spanned_by(p, "qualified paths (`<T as Trait>::f`) are not supported in kernels");
+            return;
+        }
+        let names: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
+        let Some(last) = names.last() else { return };
+        if names.len() >= 2 {
+            let prev = &names[names.len() - 2];
+            let is_type = super::types::Scalar::from_name(prev).is_some()
+                || prev.chars().next().is_some_and(|c| c.is_ascii_uppercase()) && !is_screaming(prev);
+            if is_type && is_screaming(last) {
+                if super::types::Scalar::from_name(prev).is_some_and(|s| s.is_integer())
+                    && (last == "MAX" || last == "MIN" || last == "BITS")
+                {
+                    return;
+                }
+                self.cx.error_spanned_by(
+                    p,
+                    format!(
+                        "associated constants (`{prev}::{last}`) are not available in kernels: write the value as a \
+                         literal"
+                    ),
+                );
+                return;
+            }
+        }
+        if is_screaming(last) && !VOCABULARY_CONSTANTS.contains(&last.as_str()) {
+            self.cx.error_spanned_by(
+                p,
+                format!(
+                    "kernels cannot read Rust constants or statics (`{last}`): the macro cannot see their values; \
+                     write the value as a literal or pass it as a parameter"
+                ),
+            );
+        }
+        if names.first().is_some_and(|f| f == "std" || f == "core" || f == "alloc") {
+            self.cx.error_spanned_by(
+                p,
+                "the standard library is not available in kernels: use the vocabulary (`weft::device`)",
+            );
+        }
+    }
+
+    fn call(&self, c: &syn::ExprCall) {
+        match &*c.func {
+            Expr::Path(p) => {
+                let names: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
+                let joined = names.join("::");
+                let host = match names.last().map(String::as_str) {
+                    Some("Some" | "None" | "Ok" | "Err") => {
+                        Some("kernels have no `Option`/`Result`: use a `bool` flag or a sentinel value")
+                    }
+                    _ => None,
+                };
+                let host = host.or(match names.first().map(String::as_str) {
+                    Some("Vec" | "Box" | "String" | "Rc" | "Arc" | "HashMap") => {
+                        Some("kernels cannot allocate: use `SharedArray<T, N>` or a slice parameter")
+                    }
+                    _ => None,
+                });
+                if let Some(advice) = host {
+                    self.cx.error_spanned_by(&c.func, format!("`{joined}` cannot be used in a kernel: {advice}"));
+                } else if names.len() == 1 && names[0] == self.fn_name {
+                    self.cx.error_spanned_by(
+                        &c.func,
+                        "recursion is not supported in kernels and device fns: write it as a loop",
+                    );
+                } else {
+                    self.path(p);
+                }
+            }
+            other => self.cx.error_spanned_by(
+                other,
+                "only named functions can be called in kernels: vocabulary functions, #[weft::device_fn]s and \
+                 vocabulary constructors",
+            ),
+        }
+        for a in &c.args {
+            self.expr(a, Place::Argument);
+        }
+    }
+
+    fn let_pattern(&self, p: &Pat, top: bool) {
+        match p {
+            Pat::Ident(pi) => {
+                if let Some(r) = &pi.by_ref {
+                    self.cx.error_spanned_by(r, "`ref` bindings are not supported in kernels: bind the value");
+                }
+                if let Some((_, sub)) = &pi.subpat {
+                    self.cx.error_spanned_by(sub, "`@` patterns are not supported in kernels: bind a plain name");
+                }
+            }
+            Pat::Wild(_) => {}
+            Pat::Tuple(t) => {
+                for e in &t.elems {
+                    self.let_pattern(e, false);
+                }
+            }
+            Pat::Type(pt) if top => self.let_pattern(&pt.pat, false),
+            Pat::Paren(pp) => self.let_pattern(&pp.pat, top),
+            other => self.cx.error_spanned_by(
+                other,
+                "this pattern is not supported in a kernel `let`: bind a name or a tuple of names (`let (a, b) = …`)",
+            ),
+        }
+    }
+
+    fn match_pattern(&self, p: &Pat, top: bool) {
+        match p {
+            Pat::Wild(_) | Pat::Lit(_) | Pat::Range(_) => {}
+            Pat::Path(pp) => {
+                if pp.qself.is_some() {
+                    self.cx.error_spanned_by(pp, "qualified paths are not supported in kernel patterns");
+                }
+            }
+            Pat::Ident(pi) => {
+                if !top {
+                    self.cx.error_spanned_by(
+                        pi,
+                        "bindings inside `|` patterns are not supported in kernels: bind the whole value in its own arm",
+                    );
+                }
+                if let Some((_, sub)) = &pi.subpat {
+                    self.cx.error_spanned_by(sub, "`@` patterns are not supported in kernels: test with a guard");
+                }
+                if let Some(r) = &pi.by_ref {
+                    self.cx.error_spanned_by(r, "`ref` bindings are not supported in kernels");
+                }
+            }
+            Pat::Or(o) => {
+                for case in &o.cases {
+                    self.match_pattern(case, false);
+                }
+            }
+            Pat::Paren(pp) => self.match_pattern(&pp.pat, top),
+            other => self.cx.error_spanned_by(
+                other,
+                "this pattern is not supported in kernels: match numbers, ranges or enum values (`Order::Release`), or \
+                 use `if`/`else`",
+            ),
+        }
+    }
+}
+
+fn strip_paren(e: &Expr) -> &Expr {
+    match e {
+        Expr::Paren(p) => strip_paren(&p.expr),
+        Expr::Group(g) => strip_paren(&g.expr),
+        other => other,
+    }
+}
+
+fn is_supported_iteration(e: &Expr) -> bool {
+    match strip_paren(e) {
+        Expr::Range(r) => r.start.is_some() && r.end.is_some(),
+        Expr::MethodCall(m) if m.method == "step_by" && m.args.len() == 1 => {
+            matches!(strip_paren(&m.receiver), Expr::Range(r) if r.start.is_some() && r.end.is_some())
+        }
+        Expr::MethodCall(m) if m.method == "rev" && m.args.is_empty() => {
+            matches!(strip_paren(&m.receiver), Expr::Range(r) if r.start.is_some() && r.end.is_some() && matches!(r.limits, syn::RangeLimits::HalfOpen(_)))
+        }
+        Expr::Call(c) if c.args.len() == 1 => {
+            matches!(&*c.func, Expr::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "grid_stride"))
+        }
+        _ => false,
+    }
+}
