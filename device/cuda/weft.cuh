@@ -1,0 +1,1459 @@
+// weft.cuh — the CUDA C++ side of weft's kernel vocabulary.
+//
+// Every item here mirrors, under the same name in namespace `weft`, an item of the Rust crate `weft-device`
+// (device/src). `#[weft::kernel]` translates kernel bodies into calls of these names; docs/vocabulary.md is the
+// dictionary and lists the few rules where the translation is not a plain name copy. Keep the three in step: the
+// test device/tests/header.rs compiles a translation unit that uses every item, against every supported NCCL.
+//
+// Supported NCCL device headers: 2.28.x and 2.32.x (tested: 2.28.9, 2.32.3). Items that need 2.32 are declared
+// with every version; with older headers using them is a static_assert naming the version, raised only when the
+// item is instantiated.
+//
+// Compile with nvcc: -std=c++17 --extended-lambda --expt-relaxed-constexpr, sm_90 or newer.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include <cuda/atomic>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <nccl.h>
+#include <nccl_device.h>
+
+#if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < 22800
+#error "weft.cuh needs the NCCL device API headers of NCCL 2.28 or newer (nccl_device.h)"
+#endif
+
+// Feature switch: 2.32 changed and extended the device API (timeouts, strong/weak and VA signals, gets, world GIN
+// barriers, reduce-copy helpers, abort flag). Versions between 2.28 and 2.32 take the 2.28 path.
+#if NCCL_VERSION_CODE >= 23200
+#define WEFT_NCCL_2_32 1
+#else
+#define WEFT_NCCL_2_32 0
+#endif
+
+#define WEFT_FN __device__ __forceinline__
+
+namespace weft {
+
+namespace detail {
+template <class... T>
+struct always_false {
+  static constexpr bool value = false;
+};
+// Keeps a parameter out of template argument deduction (`atomic_add(x, 1, ...)` with an `int` literal).
+template <class T>
+struct identity {
+  using type = T;
+};
+template <class T>
+using no_deduce = typename identity<T>::type;
+
+WEFT_FN uint32_t linear_thread_index() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+}  // namespace detail
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// Memory orders and scopes (Rust: ordering.rs)
+
+enum class Order : uint32_t { Relaxed, Acquire, Release, AcqRel, SeqCst };
+enum class Scope : uint32_t { Thread, Block, Device, System };
+
+namespace detail {
+WEFT_FN cuda::memory_order to_cuda(Order o) {
+  switch (o) {
+    case Order::Relaxed: return cuda::memory_order_relaxed;
+    case Order::Acquire: return cuda::memory_order_acquire;
+    case Order::Release: return cuda::memory_order_release;
+    case Order::AcqRel: return cuda::memory_order_acq_rel;
+    default: return cuda::memory_order_seq_cst;
+  }
+}
+WEFT_FN cuda::thread_scope to_cuda(Scope s) {
+  switch (s) {
+    case Scope::Thread: return cuda::thread_scope_thread;
+    case Scope::Block: return cuda::thread_scope_block;
+    case Scope::Device: return cuda::thread_scope_device;
+    default: return cuda::thread_scope_system;
+  }
+}
+}  // namespace detail
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// Execution (Rust: exec.rs)
+
+constexpr uint32_t WARP_SIZE = 32;
+
+WEFT_FN uint32_t thread_idx_x() { return threadIdx.x; }
+WEFT_FN uint32_t thread_idx_y() { return threadIdx.y; }
+WEFT_FN uint32_t thread_idx_z() { return threadIdx.z; }
+WEFT_FN uint32_t block_idx_x() { return blockIdx.x; }
+WEFT_FN uint32_t block_idx_y() { return blockIdx.y; }
+WEFT_FN uint32_t block_idx_z() { return blockIdx.z; }
+WEFT_FN uint32_t block_dim_x() { return blockDim.x; }
+WEFT_FN uint32_t block_dim_y() { return blockDim.y; }
+WEFT_FN uint32_t block_dim_z() { return blockDim.z; }
+WEFT_FN uint32_t grid_dim_x() { return gridDim.x; }
+WEFT_FN uint32_t grid_dim_y() { return gridDim.y; }
+WEFT_FN uint32_t grid_dim_z() { return gridDim.z; }
+
+WEFT_FN size_t index_1d() { return size_t(blockIdx.x) * size_t(blockDim.x) + size_t(threadIdx.x); }
+WEFT_FN size_t grid_size_1d() { return size_t(gridDim.x) * size_t(blockDim.x); }
+
+// `for i in grid_stride(n)` is lowered to a plain loop (rule R11); this range makes
+// `for (size_t i : weft::grid_stride(n))` compile as well.
+struct GridStride {
+  size_t start, end_, step;
+  struct Iter {
+    size_t i, step;
+    WEFT_FN size_t operator*() const { return i; }
+    WEFT_FN Iter& operator++() {
+      i += step;
+      return *this;
+    }
+    WEFT_FN bool operator!=(Iter const& end) const { return i < end.i; }
+  };
+  WEFT_FN Iter begin() const { return Iter{start, step}; }
+  WEFT_FN Iter end() const { return Iter{end_, step}; }
+};
+WEFT_FN GridStride grid_stride(size_t n) { return GridStride{index_1d(), n, grid_size_1d()}; }
+
+WEFT_FN void sync_threads() { __syncthreads(); }
+WEFT_FN void sync_warp() { __syncwarp(); }
+
+WEFT_FN uint32_t lane_id() {
+  uint32_t lane;
+  asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return lane;
+}
+WEFT_FN uint32_t warp_id() { return detail::linear_thread_index() / WARP_SIZE; }
+
+WEFT_FN uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+template <class T>
+WEFT_FN T shfl(T value, uint32_t src_lane) {
+  return __shfl_sync(0xffffffffu, value, int(src_lane));
+}
+template <class T>
+WEFT_FN T shfl_xor(T value, uint32_t lane_mask) {
+  return __shfl_xor_sync(0xffffffffu, value, int(lane_mask));
+}
+template <class T>
+WEFT_FN T shfl_down(T value, uint32_t delta) {
+  return __shfl_down_sync(0xffffffffu, value, delta);
+}
+template <class T>
+WEFT_FN T shfl_up(T value, uint32_t delta) {
+  return __shfl_up_sync(0xffffffffu, value, delta);
+}
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// Numbers (Rust: numeric.rs). Half types compute in float and round once.
+
+template <class T>
+WEFT_FN T zero() { return T(0); }
+template <>
+WEFT_FN __half zero<__half>() { return __float2half_rn(0.0f); }
+template <>
+WEFT_FN __nv_bfloat16 zero<__nv_bfloat16>() { return __float2bfloat16_rn(0.0f); }
+
+template <class T>
+WEFT_FN T one() { return T(1); }
+template <>
+WEFT_FN __half one<__half>() { return __float2half_rn(1.0f); }
+template <>
+WEFT_FN __nv_bfloat16 one<__nv_bfloat16>() { return __float2bfloat16_rn(1.0f); }
+
+template <class T>
+WEFT_FN T from_f32(float v) { return static_cast<T>(v); }
+template <>
+WEFT_FN __half from_f32<__half>(float v) { return __float2half_rn(v); }
+template <>
+WEFT_FN __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+WEFT_FN float to_f32(float x) { return x; }
+WEFT_FN float to_f32(double x) { return float(x); }
+WEFT_FN float to_f32(__half x) { return __half2float(x); }
+WEFT_FN float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// One unary function for the four float types: float and double call the libm name, half types go through float.
+#define WEFT_UNARY(name, float_fn, double_fn)                                                          \
+  WEFT_FN float name(float x) { return ::float_fn(x); }                                                \
+  WEFT_FN double name(double x) { return ::double_fn(x); }                                             \
+  WEFT_FN __half name(__half x) { return __float2half_rn(::float_fn(__half2float(x))); }               \
+  WEFT_FN __nv_bfloat16 name(__nv_bfloat16 x) { return __float2bfloat16_rn(::float_fn(__bfloat162float(x))); }
+
+WEFT_UNARY(sqrt, sqrtf, sqrt)
+WEFT_UNARY(rsqrt, rsqrtf, rsqrt)
+WEFT_UNARY(exp, expf, exp)
+WEFT_UNARY(log, logf, log)
+WEFT_UNARY(ln, logf, log)
+WEFT_UNARY(tanh, tanhf, tanh)
+WEFT_UNARY(abs, fabsf, fabs)
+#undef WEFT_UNARY
+
+WEFT_FN float fma(float a, float b, float c) { return ::fmaf(a, b, c); }
+WEFT_FN double fma(double a, double b, double c) { return ::fma(a, b, c); }
+WEFT_FN __half fma(__half a, __half b, __half c) { return __hfma(a, b, c); }
+WEFT_FN __nv_bfloat16 fma(__nv_bfloat16 a, __nv_bfloat16 b, __nv_bfloat16 c) { return __hfma(a, b, c); }
+template <class T>
+WEFT_FN T mul_add(T x, detail::no_deduce<T> a, detail::no_deduce<T> b) { return weft::fma(x, a, b); }
+
+WEFT_FN float min(float a, float b) { return ::fminf(a, b); }
+WEFT_FN double min(double a, double b) { return ::fmin(a, b); }
+WEFT_FN __half min(__half a, __half b) { return __hmin(a, b); }
+WEFT_FN __nv_bfloat16 min(__nv_bfloat16 a, __nv_bfloat16 b) { return __hmin(a, b); }
+WEFT_FN float max(float a, float b) { return ::fmaxf(a, b); }
+WEFT_FN double max(double a, double b) { return ::fmax(a, b); }
+WEFT_FN __half max(__half a, __half b) { return __hmax(a, b); }
+WEFT_FN __nv_bfloat16 max(__nv_bfloat16 a, __nv_bfloat16 b) { return __hmax(a, b); }
+template <class T, class = typename std::enable_if<std::is_integral<T>::value>::type>
+WEFT_FN T min(T a, detail::no_deduce<T> b) { return b < a ? b : a; }
+template <class T, class = typename std::enable_if<std::is_integral<T>::value>::type>
+WEFT_FN T max(T a, detail::no_deduce<T> b) { return a < b ? b : a; }
+template <class T, class = typename std::enable_if<std::is_signed<T>::value && std::is_integral<T>::value>::type>
+WEFT_FN T abs(T a) { return a < 0 ? T(-a) : a; }
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// Warp and block reductions (Rust: exec.rs)
+
+namespace detail {
+struct OpSum {
+  template <class T>
+  WEFT_FN T operator()(T a, T b) const { return a + b; }
+};
+struct OpMax {
+  template <class T>
+  WEFT_FN T operator()(T a, T b) const { return weft::max(a, b); }
+};
+struct OpMin {
+  template <class T>
+  WEFT_FN T operator()(T a, T b) const { return weft::min(a, b); }
+};
+
+template <class T, class Op>
+WEFT_FN T warp_reduce(T v, Op op) {
+#pragma unroll
+  for (uint32_t offset = 16; offset > 0; offset >>= 1) v = op(v, weft::shfl_xor(v, offset));
+  return v;
+}
+
+// Needs a block size that is a multiple of 32. The scratch is per instantiation; the leading sync makes a second
+// call right after the first safe.
+template <class T, class Op>
+WEFT_FN T block_reduce(T v, Op op, bool pad_with_zero) {
+  __shared__ T scratch[32];
+  uint32_t tid = linear_thread_index();
+  uint32_t nwarps = (blockDim.x * blockDim.y * blockDim.z + 31) / 32;
+  v = warp_reduce(v, op);
+  __syncthreads();
+  if ((tid & 31) == 0) scratch[tid / 32] = v;
+  __syncthreads();
+  if (tid < 32) {
+    T w = tid < nwarps ? scratch[tid] : (pad_with_zero ? weft::zero<T>() : scratch[0]);
+    w = warp_reduce(w, op);
+    if (tid == 0) scratch[0] = w;
+  }
+  __syncthreads();
+  return scratch[0];
+}
+}  // namespace detail
+
+template <class T>
+WEFT_FN T warp_reduce_sum(T v) { return detail::warp_reduce(v, detail::OpSum{}); }
+template <class T>
+WEFT_FN T warp_reduce_max(T v) { return detail::warp_reduce(v, detail::OpMax{}); }
+template <class T>
+WEFT_FN T warp_reduce_min(T v) { return detail::warp_reduce(v, detail::OpMin{}); }
+template <class T>
+WEFT_FN T block_reduce_sum(T v) { return detail::block_reduce(v, detail::OpSum{}, true); }
+template <class T>
+WEFT_FN T block_reduce_max(T v) { return detail::block_reduce(v, detail::OpMax{}, false); }
+template <class T>
+WEFT_FN T block_reduce_min(T v) { return detail::block_reduce(v, detail::OpMin{}, false); }
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// Atomics and fences (Rust: atomic.rs). Read-modify-write atomics are relaxed.
+
+namespace detail {
+// Calls f(cuda::atomic_ref<T, scope>) for the run-time scope.
+template <class T, class F>
+WEFT_FN auto with_atomic_ref(T& place, Scope scope, F f) {
+  switch (scope) {
+    case Scope::Thread: return f(cuda::atomic_ref<T, cuda::thread_scope_thread>(place));
+    case Scope::Block: return f(cuda::atomic_ref<T, cuda::thread_scope_block>(place));
+    case Scope::Device: return f(cuda::atomic_ref<T, cuda::thread_scope_device>(place));
+    default: return f(cuda::atomic_ref<T, cuda::thread_scope_system>(place));
+  }
+}
+
+// 16-bit float add at system scope: CAS on the aligned 32-bit word holding the element.
+template <class H>
+WEFT_FN H atomic_add_half_system(H& place, H value) {
+  uintptr_t addr = reinterpret_cast<uintptr_t>(&place);
+  unsigned int* word = reinterpret_cast<unsigned int*>(addr & ~uintptr_t(3));
+  unsigned int shift = (addr & 2) ? 16 : 0;
+  unsigned int old = *reinterpret_cast<volatile unsigned int*>(word), assumed;
+  H previous;
+  do {
+    assumed = old;
+    unsigned short bits = (unsigned short)(assumed >> shift);
+    previous = *reinterpret_cast<H*>(&bits);
+    H sum = H(float(previous) + float(value));
+    unsigned short sum_bits = *reinterpret_cast<unsigned short*>(&sum);
+    unsigned int next = (assumed & ~(0xffffu << shift)) | ((unsigned int)sum_bits << shift);
+    old = atomicCAS_system(word, assumed, next);
+  } while (old != assumed);
+  return previous;
+}
+}  // namespace detail
+
+template <class T>
+WEFT_FN T atomic_add(T& place, detail::no_deduce<T> value, Scope scope) {
+  return detail::with_atomic_ref(place, scope, [&](auto ref) { return ref.fetch_add(value, cuda::memory_order_relaxed); });
+}
+WEFT_FN __half atomic_add(__half& place, __half value, Scope scope) {
+  if (scope == Scope::System) return detail::atomic_add_half_system(place, value);
+  return atomicAdd(&place, value);
+}
+WEFT_FN __nv_bfloat16 atomic_add(__nv_bfloat16& place, __nv_bfloat16 value, Scope scope) {
+  if (scope == Scope::System) return detail::atomic_add_half_system(place, value);
+  return atomicAdd(&place, value);
+}
+template <class T>
+WEFT_FN T atomic_max(T& place, detail::no_deduce<T> value, Scope scope) {
+  return detail::with_atomic_ref(place, scope, [&](auto ref) { return ref.fetch_max(value, cuda::memory_order_relaxed); });
+}
+template <class T>
+WEFT_FN T atomic_min(T& place, detail::no_deduce<T> value, Scope scope) {
+  return detail::with_atomic_ref(place, scope, [&](auto ref) { return ref.fetch_min(value, cuda::memory_order_relaxed); });
+}
+template <class T>
+WEFT_FN T atomic_exch(T& place, detail::no_deduce<T> value, Scope scope) {
+  return detail::with_atomic_ref(place, scope, [&](auto ref) { return ref.exchange(value, cuda::memory_order_relaxed); });
+}
+template <class T>
+WEFT_FN T atomic_cas(T& place, detail::no_deduce<T> expected, detail::no_deduce<T> value, Scope scope) {
+  return detail::with_atomic_ref(place, scope, [&](auto ref) {
+    T seen = expected;
+    ref.compare_exchange_strong(seen, value, cuda::memory_order_relaxed);
+    return seen;
+  });
+}
+template <class T, class = typename std::enable_if<!std::is_pointer<T>::value>::type>
+WEFT_FN T atomic_load(T const& place, Order order, Scope scope) {
+  return detail::with_atomic_ref(const_cast<T&>(place), scope, [&](auto ref) { return ref.load(detail::to_cuda(order)); });
+}
+template <class T>
+WEFT_FN void atomic_store(T& place, detail::no_deduce<T> value, Order order, Scope scope) {
+  detail::with_atomic_ref(place, scope, [&](auto ref) {
+    ref.store(value, detail::to_cuda(order));
+    return 0;
+  });
+}
+// Pointer forms, for a macro that lowers `&mut place` to `&(place)`.
+template <class T>
+WEFT_FN T atomic_add(T* place, detail::no_deduce<T> value, Scope scope) { return weft::atomic_add(*place, value, scope); }
+template <class T>
+WEFT_FN T atomic_max(T* place, detail::no_deduce<T> value, Scope scope) { return weft::atomic_max(*place, value, scope); }
+template <class T>
+WEFT_FN T atomic_min(T* place, detail::no_deduce<T> value, Scope scope) { return weft::atomic_min(*place, value, scope); }
+template <class T>
+WEFT_FN T atomic_exch(T* place, detail::no_deduce<T> value, Scope scope) { return weft::atomic_exch(*place, value, scope); }
+template <class T>
+WEFT_FN T atomic_cas(T* place, detail::no_deduce<T> expected, detail::no_deduce<T> value, Scope scope) {
+  return weft::atomic_cas(*place, expected, value, scope);
+}
+template <class T>
+WEFT_FN T atomic_load(T const* place, Order order, Scope scope) { return weft::atomic_load(*place, order, scope); }
+template <class T>
+WEFT_FN void atomic_store(T* place, detail::no_deduce<T> value, Order order, Scope scope) {
+  weft::atomic_store(*place, value, order, scope);
+}
+
+WEFT_FN void atomic_fence(Order order, Scope scope) {
+  cuda::memory_order o = detail::to_cuda(order);
+  switch (scope) {
+    case Scope::Thread: cuda::atomic_thread_fence(o, cuda::thread_scope_thread); break;
+    case Scope::Block: cuda::atomic_thread_fence(o, cuda::thread_scope_block); break;
+    case Scope::Device: cuda::atomic_thread_fence(o, cuda::thread_scope_device); break;
+    default: cuda::atomic_thread_fence(o, cuda::thread_scope_system); break;
+  }
+}
+WEFT_FN void threadfence() { __threadfence(); }
+WEFT_FN void threadfence_block() { __threadfence_block(); }
+WEFT_FN void threadfence_system() { __threadfence_system(); }
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// Slices and shared arrays (Rust: &[T], &mut [T], shared.rs). Layouts are the kernel ABI's:
+// Slice<T> = { const T* ptr; size_t len }, SliceMut<T> = { T* ptr; size_t len } (the length field is `count` here
+// because `len` is the method).
+
+template <class T>
+struct Slice {
+  const T* ptr;
+  size_t count;
+  WEFT_FN const T& operator[](size_t i) const { return ptr[i]; }
+  WEFT_FN size_t len() const { return count; }
+  WEFT_FN bool is_empty() const { return count == 0; }
+  WEFT_FN const T* as_ptr() const { return ptr; }
+  // `&x[start..end]`
+  WEFT_FN Slice subslice(size_t start, size_t end) const { return Slice{ptr + start, end - start}; }
+};
+
+template <class T>
+struct SliceMut {
+  T* ptr;
+  size_t count;
+  WEFT_FN T& operator[](size_t i) const { return ptr[i]; }
+  WEFT_FN size_t len() const { return count; }
+  WEFT_FN bool is_empty() const { return count == 0; }
+  WEFT_FN T* as_ptr() const { return ptr; }
+  WEFT_FN T* as_mut_ptr() const { return ptr; }
+  // `&mut x[start..end]`
+  WEFT_FN SliceMut subslice(size_t start, size_t end) const { return SliceMut{ptr + start, end - start}; }
+  // `&mut [T]` coerces to `&[T]` in Rust.
+  WEFT_FN operator Slice<T>() const { return Slice<T>{ptr, count}; }
+};
+
+// Declared by the macro as `__shared__ weft::SharedArray<T, N> name;` (rule R12): trivially constructible, so
+// shared memory accepts it.
+template <class T, size_t N>
+struct SharedArray {
+  T data[N];
+  WEFT_FN T& operator[](size_t i) { return data[i]; }
+  WEFT_FN const T& operator[](size_t i) const { return data[i]; }
+  WEFT_FN constexpr size_t len() const { return N; }
+  WEFT_FN constexpr bool is_empty() const { return N == 0; }
+  WEFT_FN Slice<T> as_slice() const { return Slice<T>{data, N}; }
+  WEFT_FN SliceMut<T> as_mut_slice() { return SliceMut<T>{data, N}; }
+};
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// Coops (Rust: coop.rs). `Nccl` is NCCL's coop type; nccl() makes the value NCCL's calls take.
+
+struct Thread {
+  using Nccl = ncclCoopThread;
+  WEFT_FN Nccl nccl() const { return Nccl(); }
+  WEFT_FN uint32_t thread_rank() const { return 0; }
+  WEFT_FN uint32_t size() const { return 1; }
+  WEFT_FN void sync() const {}
+};
+
+struct Warp {
+  using Nccl = ncclCoopWarp;
+  WEFT_FN Nccl nccl() const { return Nccl(); }
+  WEFT_FN uint32_t thread_rank() const { return lane_id(); }
+  WEFT_FN uint32_t size() const { return 32; }
+  WEFT_FN void sync() const { __syncwarp(); }
+};
+
+struct Cta {
+  using Nccl = ncclCoopCta;
+  WEFT_FN Nccl nccl() const { return Nccl(); }
+  WEFT_FN uint32_t thread_rank() const { return threadIdx.x; }
+  WEFT_FN uint32_t size() const { return blockDim.x; }
+  WEFT_FN void sync() const { __syncthreads(); }
+};
+
+struct Lanes {
+  using Nccl = ncclCoopLanes;
+  uint32_t mask_;
+  WEFT_FN static Lanes from_mask(uint32_t mask) { return Lanes{mask}; }
+  WEFT_FN static Lanes coalesced() { return Lanes{__activemask()}; }
+  WEFT_FN uint32_t mask() const { return mask_; }
+  WEFT_FN Nccl nccl() const { return Nccl(mask_); }
+  WEFT_FN uint32_t thread_rank() const { return uint32_t(nccl().thread_rank()); }
+  WEFT_FN uint32_t size() const { return uint32_t(__popc(mask_)); }
+  WEFT_FN void sync() const { __syncwarp(mask_); }
+};
+
+struct WarpSpan {
+  using Nccl = ncclCoopWarpSpan;
+  uint32_t first_warp_, warp_count_, id_;
+  WEFT_FN static WarpSpan from_warps(uint32_t first_warp, uint32_t warp_count, uint32_t id) {
+    return WarpSpan{first_warp, warp_count, id};
+  }
+  WEFT_FN uint32_t first_warp() const { return first_warp_; }
+  WEFT_FN uint32_t warp_count() const { return warp_count_; }
+  WEFT_FN uint32_t id() const { return id_; }
+  WEFT_FN Nccl nccl() const { return Nccl(int(first_warp_), int(warp_count_), int(id_)); }
+  WEFT_FN uint32_t thread_rank() const { return uint32_t(nccl().thread_rank()); }
+  WEFT_FN uint32_t size() const { return 32 * warp_count_; }
+  WEFT_FN void sync() const { nccl().sync(); }
+};
+
+namespace detail {
+// Whether `flag` is set on any thread of the coop; every thread of the coop must call, and gets the same answer.
+// Also synchronises the coop.
+WEFT_FN bool coop_any(Thread, bool flag) { return flag; }
+WEFT_FN bool coop_any(Warp, bool flag) { return __any_sync(0xffffffffu, flag); }
+WEFT_FN bool coop_any(Lanes c, bool flag) { return __any_sync(c.mask_, flag); }
+WEFT_FN bool coop_any(Cta, bool flag) { return __syncthreads_or(flag) != 0; }
+WEFT_FN bool coop_any(WarpSpan c, bool flag) {
+  uint32_t any;
+  asm volatile(
+      "{ .reg .pred p, q; setp.ne.u32 p, %1, 0; barrier.red.or.pred q, %2, %3, p; selp.u32 %0, 1, 0, q; }"
+      : "=r"(any)
+      : "r"(uint32_t(flag)), "r"(1 + c.id_), "r"(32 * c.warp_count_)
+      : "memory");
+  return any != 0;
+}
+}  // namespace detail
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// Results of bounded waits (Rust: barrier.rs BarrierResult). A struct around an unscoped enum so that
+// `r == weft::BarrierResult::TimedOut`, `switch (r) { case weft::BarrierResult::Ok: ... }` and `r.is_ok()` all work.
+
+struct BarrierResult {
+  enum Code : uint32_t { Ok = 0, TimedOut = 1, Aborted = 2 };
+  Code code;
+  WEFT_FN constexpr BarrierResult(Code c) : code(c) {}
+  WEFT_FN constexpr operator Code() const { return code; }
+  WEFT_FN constexpr bool is_ok() const { return code == Ok; }
+  WEFT_FN constexpr bool is_timed_out() const { return code == TimedOut; }
+  WEFT_FN constexpr bool is_aborted() const { return code == Aborted; }
+};
+
+namespace detail {
+// Combines per-thread outcomes (timed out / aborted) over the coop: every thread gets the same result.
+template <class Co>
+WEFT_FN BarrierResult coop_result(Co coop, bool timed_out, bool aborted) {
+  bool any_aborted = coop_any(coop, aborted);
+  bool any_timed_out = coop_any(coop, timed_out);
+  return any_aborted ? BarrierResult::Aborted : any_timed_out ? BarrierResult::TimedOut : BarrierResult::Ok;
+}
+
+// Whether the communicator's abort flag is raised (2.32 headers carry it in ncclDevComm), polled every 1024 steps.
+WEFT_FN bool abort_requested(ncclDevComm const& comm, uint32_t& steps) {
+#if WEFT_NCCL_2_32
+  if ((++steps & 1023) != 0 || comm.abortFlag == nullptr) return false;
+  return cuda::atomic_ref<uint32_t>{*comm.abortFlag}.load(cuda::memory_order_relaxed) != 0;
+#else
+  (void)comm;
+  (void)steps;
+  return false;
+#endif
+}
+
+// NCCL 2.32's bounded waits count clock64() cycles; weft's API takes nanoseconds. Two cycles per nanosecond is at
+// least the requested time on any GPU clocked at 2 GHz or less (H100/H200 boost at 1.98 GHz).
+WEFT_FN uint64_t ns_to_cycles(uint64_t ns) { return ns > (~uint64_t(0)) / 2 ? ~uint64_t(0) : ns * 2; }
+}  // namespace detail
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// Teams and the device communicator (Rust: comm.rs)
+
+struct Team {
+  uint32_t nranks, rank, stride;
+  WEFT_FN static Team from_nccl(ncclTeam t) { return Team{uint32_t(t.nRanks), uint32_t(t.rank), uint32_t(t.stride)}; }
+  WEFT_FN ncclTeam nccl() const {
+    ncclTeam t;
+    t.nRanks = int(nranks);
+    t.rank = int(rank);
+    t.stride = int(stride);
+    return t;
+  }
+  WEFT_FN bool contains(Team other, uint32_t r) const { return ncclTeamRankIsMember(nccl(), other.nccl(), int(r)); }
+  WEFT_FN uint32_t rank_from(Team other, uint32_t r) const {
+    return uint32_t(ncclTeamRankToTeam(nccl(), other.nccl(), int(r)));
+  }
+  WEFT_FN Team inner_factor(uint32_t inner_size) const {
+    return from_nccl(ncclTeamInnerFactor(nccl(), int(inner_size)));
+  }
+  WEFT_FN Team outer_factor(uint32_t inner_size) const {
+    return from_nccl(ncclTeamOuterFactor(nccl(), int(inner_size)));
+  }
+};
+
+template <class T>
+struct Window;
+template <class T>
+struct MultimemView;
+template <class Co>
+struct LsaBarrier;
+template <class Co>
+struct HybridBarrier;
+template <class Co>
+struct LlA2a;
+struct GinSession;
+
+// `weft::DevComm dev{dev__raw};` (rule R1): a pointer to the kernel's ncclDevComm parameter.
+struct DevComm {
+  ncclDevComm const* comm_;
+
+  WEFT_FN explicit DevComm(ncclDevComm const& comm) : comm_(&comm) {}
+  WEFT_FN ncclDevComm const& raw() const { return *comm_; }
+
+  WEFT_FN uint32_t rank() const { return uint32_t(comm_->rank); }
+  WEFT_FN uint32_t nranks() const { return uint32_t(comm_->nRanks); }
+  WEFT_FN uint32_t lsa_rank() const { return uint32_t(comm_->lsaRank); }
+  WEFT_FN uint32_t lsa_size() const { return uint32_t(comm_->lsaSize); }
+  WEFT_FN Team world() const { return Team::from_nccl(ncclTeamWorld(*comm_)); }
+  WEFT_FN Team lsa() const { return Team::from_nccl(ncclTeamLsa(*comm_)); }
+  WEFT_FN Team rail() const { return Team::from_nccl(ncclTeamRail(*comm_)); }
+  WEFT_FN uint32_t team_rank_to_world(Team team, uint32_t r) const {
+    return uint32_t(ncclTeamRankToWorld(*comm_, team.nccl(), int(r)));
+  }
+  WEFT_FN uint32_t team_rank_to_lsa(Team team, uint32_t r) const {
+    return uint32_t(ncclTeamRankToLsa(*comm_, team.nccl(), int(r)));
+  }
+
+  // LSA barrier sessions (barrier section below).
+  template <class Co>
+  WEFT_FN LsaBarrier<Co> lsa_barrier(Co coop, uint32_t index) const;
+  template <class Co>
+  WEFT_FN LsaBarrier<Co> lsa_multimem_barrier(Co coop, uint32_t index) const;
+
+  // Reduce-copy (reduce-copy section below).
+  template <class T, class Co>
+  WEFT_FN void lsa_reduce_sum(Co coop, Window<T> const& src, SliceMut<T> dst, size_t count) const;
+  template <class T, class Co>
+  WEFT_FN void lsa_copy(Co coop, Slice<T> src, Window<T> const& dst, size_t count) const;
+  template <class T, class Co>
+  WEFT_FN void lsa_reduce_sum_copy(Co coop, Window<T> const& src, Window<T> const& dst, size_t count) const;
+
+  // GIN (GIN section below).
+  WEFT_FN GinSession gin(uint32_t context) const;
+  template <class Co>
+  WEFT_FN HybridBarrier<Co> hybrid_barrier(Co coop, GinSession const& gin, uint32_t index) const;
+
+  // LL all-to-all.
+  template <class Co>
+  WEFT_FN LlA2a<Co> ll_a2a(Co coop, ncclLLA2AHandle handle, uint32_t block, uint32_t max_elements) const;
+
+  // Multimem.
+  template <class T>
+  WEFT_FN MultimemView<T> lsa_multimem(Window<T> const& window) const;
+  template <class T, class Co>
+  WEFT_FN void multimem_reduce_sum(Co coop, Window<T> const& src, SliceMut<T> dst, size_t count) const;
+  template <class T, class Co>
+  WEFT_FN void multimem_copy(Co coop, Slice<T> src, Window<T> const& dst, size_t count) const;
+  template <class T, class Co>
+  WEFT_FN void multimem_reduce_sum_copy(Co coop, Window<T> const& src, Window<T> const& dst, size_t count) const;
+};
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// Windows and views (Rust: window.rs). Window<T> is the kernel ABI's { ncclWindow_t win; size_t offset_bytes;
+// size_t len } (the length field is `length` here because `len` is the method).
+
+template <class T>
+struct View {
+  T* ptr;
+  size_t length;
+  WEFT_FN T& operator[](size_t i) const { return ptr[i]; }
+  WEFT_FN size_t len() const { return length; }
+  WEFT_FN bool is_empty() const { return length == 0; }
+  WEFT_FN T* as_ptr() const { return ptr; }
+};
+
+template <class T>
+struct Window {
+  ncclWindow_t win;
+  size_t offset_bytes;
+  size_t length;
+
+  WEFT_FN size_t len() const { return length; }
+  WEFT_FN bool is_empty() const { return length == 0; }
+  WEFT_FN Window offset(size_t elements) const {
+    return Window{win, offset_bytes + elements * sizeof(T), elements < length ? length - elements : 0};
+  }
+  WEFT_FN View<T> local() const { return View<T>{(T*)ncclGetLocalPointer(win, offset_bytes), length}; }
+  WEFT_FN View<T> lsa(uint32_t peer) const {
+    return View<T>{(T*)ncclGetLsaPointer(win, offset_bytes, int(peer)), length};
+  }
+  WEFT_FN View<T> peer(Team team, uint32_t peer) const {
+    return View<T>{(T*)ncclGetPeerPointer(win, offset_bytes, team.nccl(), int(peer)), length};
+  }
+};
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// LSA barrier sessions (Rust: barrier.rs)
+//
+// The NCCL session lives in an anonymous union so that end() can run its destructor (epoch write-back, coop sync)
+// early; the wrapper's destructor runs it otherwise. Sessions are neither copyable nor movable, like NCCL's;
+// DevComm::lsa_barrier returns a prvalue (C++17 guaranteed elision), so `auto bar = dev.lsa_barrier(...)` works.
+
+template <class Co>
+struct LsaBarrier {
+  using Session = ncclLsaBarrierSession<typename Co::Nccl>;
+  union {
+    Session s;
+  };
+  bool ended;
+
+  WEFT_FN LsaBarrier(ncclDevComm const& comm, Co coop, uint32_t index, bool multimem)
+      : s(coop.nccl(), comm, ncclTeamTagLsa{}, index, multimem), ended(false) {}
+  LsaBarrier(LsaBarrier const&) = delete;
+  LsaBarrier& operator=(LsaBarrier const&) = delete;
+  WEFT_FN ~LsaBarrier() {
+    if (!ended) s.~Session();
+  }
+
+  WEFT_FN void arrive(Co coop, Order order) { s.arrive(coop.nccl(), detail::to_cuda(order)); }
+  WEFT_FN void wait(Co coop, Order order) { s.wait(coop.nccl(), detail::to_cuda(order)); }
+  WEFT_FN void sync(Co coop, Order order) { s.sync(coop.nccl(), detail::to_cuda(order)); }
+
+  // weft's bounded wait: the inbox words and comparisons of NCCL's wait (lsa_barrier__funcs.h), polled against
+  // %globaltimer; the epoch advances only when every thread of the coop saw every peer.
+  WEFT_FN BarrierResult wait_timeout(Co coop, Order order, uint64_t timeout_ns) {
+    cuda::memory_order acquire = nccl::utility::acquireOrderOf(detail::to_cuda(order));
+    uint64_t start = global_timer_ns();
+    bool timed_out = false, aborted = false;
+    uint32_t steps = 0;
+    int const n = s.team.nRanks;
+    if (s.multimem) {
+      if (coop.thread_rank() == 0) {
+        cuda::atomic_ref<uint32_t> inbox(*s.mcInbox(/*multimem=*/false));
+#pragma unroll 1
+        while (true) {
+          uint32_t got = inbox.load(acquire);
+          if (got - (s.epoch + uint32_t(n)) <= uint32_t(-1) >> 1) break;
+          if (global_timer_ns() - start >= timeout_ns) { timed_out = true; break; }
+          if (detail::abort_requested(s.comm, steps)) { aborted = true; break; }
+        }
+      }
+    } else {
+#pragma unroll 1
+      for (int i = int(coop.thread_rank()); i < n - 1 && !timed_out && !aborted; i += int(coop.size())) {
+        int peer = i + (s.team.rank <= i ? 1 : 0);
+        cuda::atomic_ref<uint32_t> inbox(*s.ucInbox(s.team.rank, peer));
+#pragma unroll 1
+        while (true) {
+          uint32_t got = inbox.load(acquire);
+          if (got - (s.epoch + 1) <= uint32_t(-1) >> 1) break;
+          if (global_timer_ns() - start >= timeout_ns) { timed_out = true; break; }
+          if (detail::abort_requested(s.comm, steps)) { aborted = true; break; }
+        }
+      }
+    }
+    BarrierResult result = detail::coop_result(coop, timed_out, aborted);
+    if (result.is_ok()) {
+      if (!s.multimem) s.epoch += 1;
+      else if (coop.thread_rank() == 0) s.epoch += uint32_t(n);
+    }
+    coop.sync();
+    return result;
+  }
+  WEFT_FN BarrierResult sync_timeout(Co coop, Order order, uint64_t timeout_ns) {
+    arrive(coop, order);
+    return wait_timeout(coop, order, timeout_ns);
+  }
+  WEFT_FN void end() {
+    if (!ended) {
+      s.~Session();
+      ended = true;
+    }
+  }
+};
+
+template <class Co>
+WEFT_FN LsaBarrier<Co> DevComm::lsa_barrier(Co coop, uint32_t index) const {
+  return LsaBarrier<Co>(*comm_, coop, index, false);
+}
+template <class Co>
+WEFT_FN LsaBarrier<Co> DevComm::lsa_multimem_barrier(Co coop, uint32_t index) const {
+  return LsaBarrier<Co>(*comm_, coop, index, true);
+}
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// Reduce-copy (Rust: reduce_copy.rs). NCCL 2.32's helpers where the headers have them (they need device lambdas:
+// --extended-lambda); plain loops over the coop's threads otherwise.
+
+#if WEFT_NCCL_2_32 && defined(__CUDACC_EXTENDED_LAMBDA__)
+#define WEFT_NCCL_REDUCE_COPY 1
+#else
+#define WEFT_NCCL_REDUCE_COPY 0
+#endif
+
+namespace detail {
+// Types NCCL's reduce-copy packs handle; the others take weft's loops.
+template <class T>
+struct nccl_reduce_copy_type
+    : std::integral_constant<bool, std::is_same<T, float>::value || std::is_same<T, double>::value ||
+                                       std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value ||
+                                       std::is_same<T, int32_t>::value || std::is_same<T, uint32_t>::value ||
+                                       std::is_same<T, int64_t>::value || std::is_same<T, uint64_t>::value> {};
+
+template <class T>
+WEFT_FN T* lsa_ptr(ncclWindow_t win, size_t offset_bytes, int peer) {
+  return (T*)ncclGetLsaPointer(win, offset_bytes, peer);
+}
+}  // namespace detail
+
+template <class T, class Co>
+WEFT_FN void DevComm::lsa_reduce_sum(Co coop, Window<T> const& src, SliceMut<T> dst, size_t count) const {
+#if WEFT_NCCL_REDUCE_COPY
+  if constexpr (detail::nccl_reduce_copy_type<T>::value) {
+    ncclLsaReduceSum<T>(coop.nccl(), src.win, src.offset_bytes, dst.ptr, count, *comm_);
+  } else
+#endif
+  {
+    int const n = comm_->lsaSize;
+#pragma unroll 1
+    for (size_t i = coop.thread_rank(); i < count; i += coop.size()) {
+      T acc = detail::lsa_ptr<T>(src.win, src.offset_bytes, 0)[i];
+      for (int p = 1; p < n; p++) acc = acc + detail::lsa_ptr<T>(src.win, src.offset_bytes, p)[i];
+      dst.ptr[i] = acc;
+    }
+  }
+}
+
+template <class T, class Co>
+WEFT_FN void DevComm::lsa_copy(Co coop, Slice<T> src, Window<T> const& dst, size_t count) const {
+#if WEFT_NCCL_REDUCE_COPY
+  if constexpr (detail::nccl_reduce_copy_type<T>::value) {
+    ncclLsaCopy<T>(coop.nccl(), const_cast<T*>(src.ptr), dst.win, dst.offset_bytes, count, *comm_);
+  } else
+#endif
+  {
+    int const n = comm_->lsaSize;
+#pragma unroll 1
+    for (size_t i = coop.thread_rank(); i < count; i += coop.size()) {
+      T v = src.ptr[i];
+      for (int p = 0; p < n; p++) detail::lsa_ptr<T>(dst.win, dst.offset_bytes, p)[i] = v;
+    }
+  }
+}
+
+template <class T, class Co>
+WEFT_FN void DevComm::lsa_reduce_sum_copy(Co coop, Window<T> const& src, Window<T> const& dst, size_t count) const {
+#if WEFT_NCCL_REDUCE_COPY
+  if constexpr (detail::nccl_reduce_copy_type<T>::value) {
+    ncclLsaReduceSumCopy<T>(coop.nccl(), src.win, src.offset_bytes, dst.win, dst.offset_bytes, count, *comm_);
+  } else
+#endif
+  {
+    int const n = comm_->lsaSize;
+#pragma unroll 1
+    for (size_t i = coop.thread_rank(); i < count; i += coop.size()) {
+      T acc = detail::lsa_ptr<T>(src.win, src.offset_bytes, 0)[i];
+      for (int p = 1; p < n; p++) acc = acc + detail::lsa_ptr<T>(src.win, src.offset_bytes, p)[i];
+      for (int p = 0; p < n; p++) detail::lsa_ptr<T>(dst.win, dst.offset_bytes, p)[i] = acc;
+    }
+  }
+}
+
+template <class T, class Co>
+WEFT_FN void local_reduce_sum(Co coop, Slice<T> src, uint32_t src_count, size_t src_stride, SliceMut<T> dst,
+                              size_t count) {
+#if WEFT_NCCL_REDUCE_COPY
+  if constexpr (detail::nccl_reduce_copy_type<T>::value) {
+    ncclLocalReduceSum<T>(coop.nccl(), int(src_count), const_cast<T*>(src.ptr), src_stride, dst.ptr, count);
+  } else
+#endif
+  {
+#pragma unroll 1
+    for (size_t i = coop.thread_rank(); i < count; i += coop.size()) {
+      T acc = src.ptr[i];
+      for (uint32_t k = 1; k < src_count; k++) acc = acc + src.ptr[k * src_stride + i];
+      dst.ptr[i] = acc;
+    }
+  }
+}
+
+template <class T, class Co>
+WEFT_FN void local_copy(Co coop, Slice<T> src, SliceMut<T> dst, uint32_t dst_count, size_t dst_stride, size_t count) {
+#if WEFT_NCCL_REDUCE_COPY
+  if constexpr (detail::nccl_reduce_copy_type<T>::value) {
+    ncclLocalCopy<T>(coop.nccl(), const_cast<T*>(src.ptr), int(dst_count), dst.ptr, dst_stride, count);
+  } else
+#endif
+  {
+#pragma unroll 1
+    for (size_t i = coop.thread_rank(); i < count; i += coop.size()) {
+      T v = src.ptr[i];
+      for (uint32_t k = 0; k < dst_count; k++) dst.ptr[k * dst_stride + i] = v;
+    }
+  }
+}
+
+template <class T, class Co>
+WEFT_FN void local_reduce_sum_copy(Co coop, Slice<T> src, uint32_t src_count, size_t src_stride, SliceMut<T> dst,
+                                   uint32_t dst_count, size_t dst_stride, size_t count) {
+#if WEFT_NCCL_REDUCE_COPY
+  if constexpr (detail::nccl_reduce_copy_type<T>::value) {
+    ncclLocalReduceSumCopy<T>(coop.nccl(), int(src_count), const_cast<T*>(src.ptr), src_stride, int(dst_count),
+                              dst.ptr, dst_stride, count);
+  } else
+#endif
+  {
+#pragma unroll 1
+    for (size_t i = coop.thread_rank(); i < count; i += coop.size()) {
+      T acc = src.ptr[i];
+      for (uint32_t k = 1; k < src_count; k++) acc = acc + src.ptr[k * src_stride + i];
+      for (uint32_t k = 0; k < dst_count; k++) dst.ptr[k * dst_stride + i] = acc;
+    }
+  }
+}
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// GIN (Rust: gin.rs)
+
+struct NoAction {};
+struct SignalInc {
+  uint32_t signal;
+  WEFT_FN explicit SignalInc(uint32_t s) : signal(s) {}
+};
+struct SignalAdd {
+  uint32_t signal;
+  uint64_t value;
+  WEFT_FN SignalAdd(uint32_t s, uint64_t v) : signal(s), value(v) {}
+};
+struct StrongSignalInc {
+  uint32_t signal;
+  WEFT_FN explicit StrongSignalInc(uint32_t s) : signal(s) {}
+};
+struct WeakSignalInc {
+  uint32_t signal;
+  WEFT_FN explicit WeakSignalInc(uint32_t s) : signal(s) {}
+};
+struct StrongSignalAdd {
+  uint32_t signal;
+  uint64_t value;
+  WEFT_FN StrongSignalAdd(uint32_t s, uint64_t v) : signal(s), value(v) {}
+};
+struct WeakSignalAdd {
+  uint32_t signal;
+  uint64_t value;
+  WEFT_FN WeakSignalAdd(uint32_t s, uint64_t v) : signal(s), value(v) {}
+};
+// VA signals: the u64 at the start of a window. They keep the window's handle and byte offset.
+#define WEFT_VA_ACTION(Name)                                                                     \
+  struct Name {                                                                                  \
+    ncclWindow_t win;                                                                            \
+    size_t offset_bytes;                                                                         \
+    uint64_t value;                                                                              \
+    WEFT_FN explicit Name(Window<uint64_t> const& w) : win(w.win), offset_bytes(w.offset_bytes), value(1) {} \
+    WEFT_FN explicit Name(Window<uint64_t> const* w) : Name(*w) {}                              \
+    WEFT_FN Name(Window<uint64_t> const& w, uint64_t v) : win(w.win), offset_bytes(w.offset_bytes), value(v) {} \
+    WEFT_FN Name(Window<uint64_t> const* w, uint64_t v) : Name(*w, v) {}                        \
+  };
+WEFT_VA_ACTION(VaSignalInc)
+WEFT_VA_ACTION(VaSignalAdd)
+WEFT_VA_ACTION(StrongVaSignalInc)
+WEFT_VA_ACTION(WeakVaSignalInc)
+WEFT_VA_ACTION(StrongVaSignalAdd)
+WEFT_VA_ACTION(WeakVaSignalAdd)
+#undef WEFT_VA_ACTION
+struct CounterInc {
+  uint32_t counter;
+  WEFT_FN explicit CounterInc(uint32_t c) : counter(c) {}
+};
+struct WeakCounterInc {
+  uint32_t counter;
+  WEFT_FN explicit WeakCounterInc(uint32_t c) : counter(c) {}
+};
+
+namespace detail {
+template <class A>
+WEFT_FN auto remote_action(A const& a) {
+  if constexpr (std::is_same<A, NoAction>::value) {
+    return ncclGin_None{};
+  } else if constexpr (std::is_same<A, SignalInc>::value) {
+    return ncclGin_SignalInc{a.signal};
+  } else if constexpr (std::is_same<A, SignalAdd>::value) {
+    return ncclGin_SignalAdd{a.signal, a.value};
+#if WEFT_NCCL_2_32
+  } else if constexpr (std::is_same<A, StrongSignalInc>::value) {
+    return ncclGin_StrongSignalInc{a.signal};
+  } else if constexpr (std::is_same<A, WeakSignalInc>::value) {
+    return ncclGin_WeakSignalInc{a.signal};
+  } else if constexpr (std::is_same<A, StrongSignalAdd>::value) {
+    return ncclGin_StrongSignalAdd{a.signal, a.value};
+  } else if constexpr (std::is_same<A, WeakSignalAdd>::value) {
+    return ncclGin_WeakSignalAdd{a.signal, a.value};
+  } else if constexpr (std::is_same<A, VaSignalInc>::value) {
+    return ncclGin_VASignalInc{a.win, a.offset_bytes};
+  } else if constexpr (std::is_same<A, VaSignalAdd>::value) {
+    return ncclGin_VASignalAdd{a.win, a.offset_bytes, a.value};
+  } else if constexpr (std::is_same<A, StrongVaSignalInc>::value) {
+    return ncclGin_StrongVASignalInc{a.win, a.offset_bytes};
+  } else if constexpr (std::is_same<A, WeakVaSignalInc>::value) {
+    return ncclGin_WeakVASignalInc{a.win, a.offset_bytes};
+  } else if constexpr (std::is_same<A, StrongVaSignalAdd>::value) {
+    return ncclGin_StrongVASignalAdd{a.win, a.offset_bytes, a.value};
+  } else if constexpr (std::is_same<A, WeakVaSignalAdd>::value) {
+    return ncclGin_WeakVASignalAdd{a.win, a.offset_bytes, a.value};
+#endif
+  } else {
+    static_assert(always_false<A>::value,
+                  "weft: strong/weak and VA GIN signals need NCCL 2.32 or newer device headers "
+                  "(these headers have SignalInc and SignalAdd only)");
+    return ncclGin_None{};
+  }
+}
+
+template <class A>
+WEFT_FN auto local_action(A const& a) {
+  if constexpr (std::is_same<A, NoAction>::value) {
+    return ncclGin_None{};
+  } else if constexpr (std::is_same<A, CounterInc>::value) {
+    return ncclGin_CounterInc{a.counter};
+#if WEFT_NCCL_2_32
+  } else if constexpr (std::is_same<A, WeakCounterInc>::value) {
+    return ncclGin_WeakCounterInc{a.counter};
+#endif
+  } else {
+    static_assert(always_false<A>::value,
+                  "weft: WeakCounterInc needs NCCL 2.32 or newer device headers (these have CounterInc only)");
+    return ncclGin_None{};
+  }
+}
+
+// weft's bounded wait on a GIN signal or counter: thread 0 polls `read()` (NCCL's public readSignal/readCounter)
+// with NCCL's rolling comparison; the outcome is shared with the coop.
+template <class Co, class Read>
+WEFT_FN BarrierResult gin_wait_timeout(Co coop, ncclDevComm const& comm, uint64_t least, int bits,
+                                       uint64_t timeout_ns, Read read) {
+  coop.sync();
+  bool timed_out = false, aborted = false;
+  if (coop.thread_rank() == 0) {
+    uint64_t start = global_timer_ns();
+    uint32_t steps = 0;
+#pragma unroll 1
+    while (true) {
+      if (nccl::utility::rollingLessEq(least, read(), bits)) break;
+      if (global_timer_ns() - start >= timeout_ns) { timed_out = true; break; }
+      if (abort_requested(comm, steps)) { aborted = true; break; }
+    }
+  }
+  return coop_result(coop, timed_out, aborted);
+}
+}  // namespace detail
+
+template <class Co>
+struct GinBarrier;
+
+// A GIN context (ncclGin). Copyable, like NCCL's: it holds a reference to the kernel's ncclDevComm.
+struct GinSession {
+  ncclGin g;
+
+  WEFT_FN GinSession(ncclDevComm const& comm, uint32_t context) : g(comm, int(context)) {}
+
+  template <class T, class R, class L, class Co>
+  WEFT_FN void put(Team team, uint32_t peer, Window<T> const& dst, Window<T> const& src, size_t count, R remote,
+                   L local, Co coop) const {
+    g.put(team.nccl(), int(peer), dst.win, dst.offset_bytes, src.win, src.offset_bytes, count * sizeof(T),
+          detail::remote_action(remote), detail::local_action(local), coop.nccl());
+  }
+  template <class T, class R, class Co>
+  WEFT_FN void put_value(Team team, uint32_t peer, Window<T> const& dst, detail::no_deduce<T> value, R remote,
+                         Co coop) const {
+    g.putValue(team.nccl(), int(peer), dst.win, dst.offset_bytes, value, detail::remote_action(remote), coop.nccl());
+  }
+  template <class R, class Co>
+  WEFT_FN void signal(Team team, uint32_t peer, R remote, Co coop) const {
+    g.signal(team.nccl(), int(peer), detail::remote_action(remote), coop.nccl());
+  }
+  template <class T, class Co>
+  WEFT_FN void get(Team team, uint32_t peer, Window<T> const& remote, Window<T> const& local, size_t count,
+                   Co coop) const {
+#if WEFT_NCCL_2_32
+    g.get(team.nccl(), int(peer), remote.win, remote.offset_bytes, local.win, local.offset_bytes, count * sizeof(T),
+          coop.nccl());
+#else
+    static_assert(detail::always_false<T>::value, "weft: GinSession::get needs NCCL 2.32 or newer device headers");
+#endif
+  }
+  template <class Co>
+  WEFT_FN void flush(Co coop, Order order) const {
+    g.flush(coop.nccl(), detail::to_cuda(order));
+  }
+
+  WEFT_FN uint64_t read_signal(uint32_t signal) const { return g.readSignal(signal); }
+  template <class Co>
+  WEFT_FN void wait_signal(Co coop, uint32_t signal, uint64_t least) const {
+    g.waitSignal(coop.nccl(), signal, least);
+  }
+  template <class Co>
+  WEFT_FN BarrierResult wait_signal_timeout(Co coop, uint32_t signal, uint64_t least, uint64_t timeout_ns) const {
+    ncclGin const& gin = g;
+    return detail::gin_wait_timeout(coop, g.comm, least, 64, timeout_ns, [&] { return gin.readSignal(signal); });
+  }
+  WEFT_FN void reset_signal(uint32_t signal) const { g.resetSignal(signal); }
+  WEFT_FN uint64_t signal_shadow(uint32_t signal) const { return *g.getSignalShadowPtr(signal); }
+  WEFT_FN void increase_signal_shadow(uint32_t signal, uint64_t delta) const { g.increaseSignalShadow(signal, delta); }
+  template <class Co>
+  WEFT_FN void wait_signal_meet_shadow(Co coop, uint32_t signal) const {
+    g.waitSignalMeetShadow(coop.nccl(), signal);
+  }
+
+  // VA signals: 2.32+. Templates so that the static_assert fires only when used.
+  template <class W>
+  WEFT_FN uint64_t read_va_signal(W const& signal) const {
+#if WEFT_NCCL_2_32
+    return g.readSignal(signal.win, signal.offset_bytes);
+#else
+    static_assert(detail::always_false<W>::value, "weft: VA signals need NCCL 2.32 or newer device headers");
+    return 0;
+#endif
+  }
+  template <class Co, class W>
+  WEFT_FN void wait_va_signal(Co coop, W const& signal, uint64_t least) const {
+#if WEFT_NCCL_2_32
+    g.waitSignal(coop.nccl(), signal.win, signal.offset_bytes, least);
+#else
+    static_assert(detail::always_false<W>::value, "weft: VA signals need NCCL 2.32 or newer device headers");
+#endif
+  }
+  template <class W>
+  WEFT_FN void reset_va_signal(W const& signal) const {
+#if WEFT_NCCL_2_32
+    g.resetSignal(signal.win, signal.offset_bytes);
+#else
+    static_assert(detail::always_false<W>::value, "weft: VA signals need NCCL 2.32 or newer device headers");
+#endif
+  }
+
+  WEFT_FN uint64_t read_counter(uint32_t counter) const { return g.readCounter(counter); }
+  template <class Co>
+  WEFT_FN void wait_counter(Co coop, uint32_t counter, uint64_t least) const {
+    g.waitCounter(coop.nccl(), counter, least);
+  }
+  template <class Co>
+  WEFT_FN BarrierResult wait_counter_timeout(Co coop, uint32_t counter, uint64_t least, uint64_t timeout_ns) const {
+    ncclGin const& gin = g;
+    return detail::gin_wait_timeout(coop, g.comm, least, 56, timeout_ns, [&] { return gin.readCounter(counter); });
+  }
+  WEFT_FN void reset_counter(uint32_t counter) const { g.resetCounter(counter); }
+
+  template <class Co>
+  WEFT_FN GinBarrier<Co> rail_barrier(Co coop, uint32_t index) const;
+  template <class Co>
+  WEFT_FN GinBarrier<Co> world_barrier(Co coop, uint32_t index) const;
+};
+
+WEFT_FN GinSession DevComm::gin(uint32_t context) const { return GinSession(*comm_, context); }
+
+namespace detail {
+// The fence a GIN barrier applies: 2.28 knows only Relaxed; 2.32's default (Put|Get) makes peers' puts to this
+// rank, issued before the barrier, visible after it.
+WEFT_FN ncclGinFenceLevel gin_barrier_fence() {
+#if WEFT_NCCL_2_32
+  return ncclGinFenceLevel::Put | ncclGinFenceLevel::Get;
+#else
+  return ncclGinFenceLevel::Relaxed;
+#endif
+}
+struct RailTag {};
+struct WorldTag {};
+}  // namespace detail
+
+template <class Co>
+struct GinBarrier {
+  using Session = ncclGinBarrierSession<typename Co::Nccl>;
+  union {
+    Session s;
+  };
+  bool ended;
+
+  WEFT_FN GinBarrier(ncclGin const& gin, Co coop, uint32_t index, detail::RailTag)
+      : s(coop.nccl(), gin, ncclTeamTagRail{}, index), ended(false) {}
+#if WEFT_NCCL_2_32
+  WEFT_FN GinBarrier(ncclGin const& gin, Co coop, uint32_t index, detail::WorldTag)
+      : s(coop.nccl(), gin, ncclTeamTagWorld{}, index), ended(false) {}
+#endif
+  GinBarrier(GinBarrier const&) = delete;
+  GinBarrier& operator=(GinBarrier const&) = delete;
+  WEFT_FN ~GinBarrier() {
+    if (!ended) s.~Session();
+  }
+
+  WEFT_FN void sync(Co coop, Order order) { s.sync(coop.nccl(), detail::to_cuda(order), detail::gin_barrier_fence()); }
+
+  // 2.32: NCCL's own bounded sync (clock cycles, converted from ns). 2.28: NCCL's sync (gin_barrier__funcs.h) with
+  // its final waitSignal replaced by weft's poll. Either way, after TimedOut end the session: the signals were sent.
+  WEFT_FN BarrierResult sync_timeout(Co coop, Order order, uint64_t timeout_ns) {
+#if WEFT_NCCL_2_32
+    ncclResult_t r =
+        s.sync(coop.nccl(), detail::to_cuda(order), detail::gin_barrier_fence(), detail::ns_to_cycles(timeout_ns));
+    return detail::coop_result(coop, r != ncclSuccess, false);
+#else
+    cuda::memory_order ord = detail::to_cuda(order);
+    coop.sync();
+#pragma unroll 1
+    for (int i = int(coop.thread_rank()); i < s.team.nRanks - 1; i += int(coop.size())) {
+      int peer = 1 + s.team.rank + i;
+      if (s.team.nRanks <= peer) peer -= s.team.nRanks;
+      s.net.signal(s.team, peer, ncclGin_SignalInc{s.signal}, ncclCoopThread(), ncclGin_None(),
+                   nccl::utility::releaseOrderOf(ord) != cuda::memory_order_relaxed ? cuda::thread_scope_thread
+                                                                                    : cuda::thread_scope_system);
+    }
+    uint32_t target = s.epoch + uint32_t(s.team.nRanks - 1);
+    ncclGin const& net = s.net;
+    uint32_t signal = s.signal;
+    cuda::memory_order acquire = nccl::utility::acquireOrderOf(ord);
+    BarrierResult result = detail::gin_wait_timeout(coop, net.comm, target, 32, timeout_ns,
+                                                    [&] { return net.readSignal(signal, 32, acquire); });
+    if (result.is_ok()) s.epoch = target;
+    coop.sync();
+    return result;
+#endif
+  }
+  WEFT_FN void end() {
+    if (!ended) {
+      s.~Session();
+      ended = true;
+    }
+  }
+};
+
+template <class Co>
+WEFT_FN GinBarrier<Co> GinSession::rail_barrier(Co coop, uint32_t index) const {
+  return GinBarrier<Co>(g, coop, index, detail::RailTag{});
+}
+template <class Co>
+WEFT_FN GinBarrier<Co> GinSession::world_barrier(Co coop, uint32_t index) const {
+#if WEFT_NCCL_2_32
+  return GinBarrier<Co>(g, coop, index, detail::WorldTag{});
+#else
+  static_assert(detail::always_false<Co>::value, "weft: world GIN barriers need NCCL 2.32 or newer device headers");
+  return GinBarrier<Co>(g, coop, index, detail::RailTag{});
+#endif
+}
+
+// Hybrid barrier: LSA inside the LSA team, then GIN across the rail team (ncclBarrierSession, world tag).
+template <class Co>
+struct HybridBarrier {
+  using Session = ncclBarrierSession<typename Co::Nccl>;
+  union {
+    Session s;
+  };
+  bool ended;
+
+  WEFT_FN HybridBarrier(GinSession const& gin, Co coop, uint32_t index)
+      : s(coop.nccl(), ncclTeamTagWorld{}, gin.g, index), ended(false) {}
+  HybridBarrier(HybridBarrier const&) = delete;
+  HybridBarrier& operator=(HybridBarrier const&) = delete;
+  WEFT_FN ~HybridBarrier() {
+    if (!ended) s.~Session();
+  }
+  WEFT_FN void sync(Co coop, Order order) { s.sync(coop.nccl(), detail::to_cuda(order), detail::gin_barrier_fence()); }
+  WEFT_FN void end() {
+    if (!ended) {
+      s.~Session();
+      ended = true;
+    }
+  }
+};
+
+template <class Co>
+WEFT_FN HybridBarrier<Co> DevComm::hybrid_barrier(Co coop, GinSession const& gin, uint32_t index) const {
+  return HybridBarrier<Co>(gin, coop, index);
+}
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// LL all-to-all (Rust: ll_a2a.rs). The handle is a kernel parameter: NCCL's struct, by value.
+
+using LlA2aHandle = ncclLLA2AHandle;
+
+template <class Co>
+struct LlA2a {
+  using Session = ncclLLA2ASession<typename Co::Nccl>;
+  union {
+    Session s;
+  };
+  bool ended;
+
+  WEFT_FN LlA2a(ncclDevComm const& comm, Co coop, LlA2aHandle handle, uint32_t block, uint32_t max_elements)
+      : s(coop.nccl(), comm, ncclTeamLsa(comm), handle, block, int(max_elements)), ended(false) {}
+  LlA2a(LlA2a const&) = delete;
+  LlA2a& operator=(LlA2a const&) = delete;
+  WEFT_FN ~LlA2a() {
+    if (!ended) s.~Session();
+  }
+  template <class T>
+  WEFT_FN void send(uint32_t peer, uint32_t slot, T value) {
+    s.send(int(peer), int(slot), value);
+  }
+  template <class T>
+  WEFT_FN void broadcast(uint32_t slot, T value) {
+    s.bcast(int(slot), value);
+  }
+  template <class T>
+  WEFT_FN T recv(uint32_t slot) {
+    return s.template recv<T>(int(slot));
+  }
+  WEFT_FN void end_epoch(Co coop) { s.endEpoch(coop.nccl()); }
+  WEFT_FN void end() {
+    if (!ended) {
+      s.~Session();
+      ended = true;
+    }
+  }
+};
+
+template <class Co>
+WEFT_FN LlA2a<Co> DevComm::ll_a2a(Co coop, LlA2aHandle handle, uint32_t block, uint32_t max_elements) const {
+  return LlA2a<Co>(*comm_, coop, handle, block, max_elements);
+}
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// Multimem (Rust: multimem.rs): multicast addresses on the LSA team and the multimem.* instructions (sm_90+).
+// There are no 16-bit scalar multimem instructions: a 16-bit load-reduce reads the aligned pair and keeps its half,
+// a 16-bit reduction adds -0.0 (the additive identity) to the neighbour; 16-bit stores are not offered.
+
+namespace detail {
+WEFT_FN float mm_ld_reduce(float const* p) {
+  float v;
+  asm volatile("multimem.ld_reduce.relaxed.sys.global.add.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
+WEFT_FN double mm_ld_reduce(double const* p) {
+  double v;
+  asm volatile("multimem.ld_reduce.relaxed.sys.global.add.f64 %0, [%1];" : "=d"(v) : "l"(p) : "memory");
+  return v;
+}
+WEFT_FN int32_t mm_ld_reduce(int32_t const* p) {
+  int32_t v;
+  asm volatile("multimem.ld_reduce.relaxed.sys.global.add.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+WEFT_FN uint32_t mm_ld_reduce(uint32_t const* p) {
+  uint32_t v;
+  asm volatile("multimem.ld_reduce.relaxed.sys.global.add.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+WEFT_FN uint64_t mm_ld_reduce(uint64_t const* p) {
+  uint64_t v;
+  asm volatile("multimem.ld_reduce.relaxed.sys.global.add.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+template <class H>
+WEFT_FN H mm_half_select(uint32_t pair, uintptr_t addr) {
+  unsigned short bits = (unsigned short)((addr & 2) ? (pair >> 16) : (pair & 0xffffu));
+  H h;
+  memcpy(&h, &bits, 2);
+  return h;
+}
+WEFT_FN __half mm_ld_reduce(__half const* p) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t pair;
+  asm volatile("multimem.ld_reduce.relaxed.sys.global.add.acc::f32.f16x2 %0, [%1];"
+               : "=r"(pair)
+               : "l"(a & ~uintptr_t(3))
+               : "memory");
+  return mm_half_select<__half>(pair, a);
+}
+WEFT_FN __nv_bfloat16 mm_ld_reduce(__nv_bfloat16 const* p) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t pair;
+  asm volatile("multimem.ld_reduce.relaxed.sys.global.add.acc::f32.bf16x2 %0, [%1];"
+               : "=r"(pair)
+               : "l"(a & ~uintptr_t(3))
+               : "memory");
+  return mm_half_select<__nv_bfloat16>(pair, a);
+}
+
+WEFT_FN void mm_st(float* p, float v) { asm volatile("multimem.st.relaxed.sys.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory"); }
+WEFT_FN void mm_st(double* p, double v) { asm volatile("multimem.st.relaxed.sys.global.f64 [%0], %1;" ::"l"(p), "d"(v) : "memory"); }
+WEFT_FN void mm_st(int32_t* p, int32_t v) { asm volatile("multimem.st.relaxed.sys.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory"); }
+WEFT_FN void mm_st(uint32_t* p, uint32_t v) { asm volatile("multimem.st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory"); }
+WEFT_FN void mm_st(uint64_t* p, uint64_t v) { asm volatile("multimem.st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory"); }
+
+WEFT_FN void mm_red(float* p, float v) { asm volatile("multimem.red.relaxed.sys.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory"); }
+WEFT_FN void mm_red(double* p, double v) { asm volatile("multimem.red.relaxed.sys.global.add.f64 [%0], %1;" ::"l"(p), "d"(v) : "memory"); }
+WEFT_FN void mm_red(int32_t* p, int32_t v) { asm volatile("multimem.red.relaxed.sys.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory"); }
+WEFT_FN void mm_red(uint32_t* p, uint32_t v) { asm volatile("multimem.red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory"); }
+WEFT_FN void mm_red(uint64_t* p, uint64_t v) { asm volatile("multimem.red.relaxed.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory"); }
+template <class H>
+WEFT_FN uint32_t mm_half_pair(H v, uintptr_t addr) {
+  unsigned short bits;
+  memcpy(&bits, &v, 2);
+  uint32_t neg_zero = 0x8000u;
+  return (addr & 2) ? ((uint32_t(bits) << 16) | neg_zero) : ((neg_zero << 16) | bits);
+}
+WEFT_FN void mm_red(__half* p, __half v) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  asm volatile("multimem.red.relaxed.sys.global.add.f16x2 [%0], %1;" ::"l"(a & ~uintptr_t(3)), "r"(mm_half_pair(v, a))
+               : "memory");
+}
+WEFT_FN void mm_red(__nv_bfloat16* p, __nv_bfloat16 v) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  asm volatile("multimem.red.relaxed.sys.global.add.bf16x2 [%0], %1;" ::"l"(a & ~uintptr_t(3)), "r"(mm_half_pair(v, a))
+               : "memory");
+}
+}  // namespace detail
+
+template <class T>
+struct MultimemView {
+  T* mc;
+  size_t length;
+  WEFT_FN size_t len() const { return length; }
+  WEFT_FN bool is_empty() const { return length == 0; }
+  WEFT_FN T load_reduce_sum(size_t i) const { return detail::mm_ld_reduce(mc + i); }
+  WEFT_FN void store(size_t i, T v) const { detail::mm_st(mc + i, v); }
+  WEFT_FN void reduce_add(size_t i, T v) const { detail::mm_red(mc + i, v); }
+};
+
+template <class T>
+WEFT_FN MultimemView<T> DevComm::lsa_multimem(Window<T> const& w) const {
+  return MultimemView<T>{(T*)ncclGetLsaMultimemPointer(w.win, w.offset_bytes, *comm_), w.length};
+}
+
+template <class T, class Co>
+WEFT_FN void DevComm::multimem_reduce_sum(Co coop, Window<T> const& src, SliceMut<T> dst, size_t count) const {
+#if WEFT_NCCL_REDUCE_COPY
+  if constexpr (detail::nccl_reduce_copy_type<T>::value && !std::is_integral<T>::value) {
+    ncclMultimemReduceSum<T>(coop.nccl(), src.win, src.offset_bytes, dst.ptr, count, comm_->lsaMultimem);
+  } else
+#endif
+  {
+    MultimemView<T> mv = lsa_multimem(src);
+#pragma unroll 1
+    for (size_t i = coop.thread_rank(); i < count; i += coop.size()) dst.ptr[i] = mv.load_reduce_sum(i);
+  }
+}
+
+namespace detail {
+template <class T>
+WEFT_FN void require_multimem_store() {
+  static_assert(sizeof(T) >= 4,
+                "weft: multimem stores of 16-bit elements need NCCL 2.32 or newer device headers (the hardware has "
+                "no 16-bit multimem store; NCCL's helper stores pairs)");
+}
+}  // namespace detail
+
+template <class T, class Co>
+WEFT_FN void DevComm::multimem_copy(Co coop, Slice<T> src, Window<T> const& dst, size_t count) const {
+#if WEFT_NCCL_REDUCE_COPY
+  if constexpr (detail::nccl_reduce_copy_type<T>::value && !std::is_integral<T>::value) {
+    ncclMultimemCopy<T>(coop.nccl(), const_cast<T*>(src.ptr), dst.win, dst.offset_bytes, count, comm_->lsaMultimem);
+  } else
+#endif
+  {
+    detail::require_multimem_store<T>();
+    MultimemView<T> mv = lsa_multimem(dst);
+#pragma unroll 1
+    for (size_t i = coop.thread_rank(); i < count; i += coop.size()) mv.store(i, src.ptr[i]);
+  }
+}
+
+template <class T, class Co>
+WEFT_FN void DevComm::multimem_reduce_sum_copy(Co coop, Window<T> const& src, Window<T> const& dst,
+                                               size_t count) const {
+#if WEFT_NCCL_REDUCE_COPY
+  if constexpr (detail::nccl_reduce_copy_type<T>::value && !std::is_integral<T>::value) {
+    ncclMultimemReduceSumCopy<T>(coop.nccl(), src.win, src.offset_bytes, comm_->lsaMultimem, dst.win,
+                                 dst.offset_bytes, comm_->lsaMultimem, count);
+  } else
+#endif
+  {
+    detail::require_multimem_store<T>();
+    MultimemView<T> in = lsa_multimem(src);
+    MultimemView<T> out = lsa_multimem(dst);
+#pragma unroll 1
+    for (size_t i = coop.thread_rank(); i < count; i += coop.size()) out.store(i, in.load_reduce_sum(i));
+  }
+}
+
+}  // namespace weft
