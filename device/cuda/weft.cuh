@@ -1414,14 +1414,9 @@ WEFT_FN void DevComm::multimem_reduce_sum(Co coop, Window<T> const& src, SliceMu
   }
 }
 
-namespace detail {
-template <class T>
-WEFT_FN void require_multimem_store() {
-  static_assert(sizeof(T) >= 4,
-                "weft: multimem stores of 16-bit elements need NCCL 2.32 or newer device headers (the hardware has "
-                "no 16-bit multimem store; NCCL's helper stores pairs)");
-}
-}  // namespace detail
+#define WEFT_MULTIMEM_STORE_16_MESSAGE                                                                          \
+  "weft: multimem stores of 16-bit elements need NCCL 2.32 or newer device headers (the hardware has no 16-bit " \
+  "multimem store; NCCL's helper stores pairs)"
 
 template <class T, class Co>
 WEFT_FN void DevComm::multimem_copy(Co coop, Slice<T> src, Window<T> const& dst, size_t count) const {
@@ -1430,11 +1425,12 @@ WEFT_FN void DevComm::multimem_copy(Co coop, Slice<T> src, Window<T> const& dst,
     ncclMultimemCopy<T>(coop.nccl(), const_cast<T*>(src.ptr), dst.win, dst.offset_bytes, count, comm_->lsaMultimem);
   } else
 #endif
-  {
-    detail::require_multimem_store<T>();
+  if constexpr (sizeof(T) >= 4) {
     MultimemView<T> mv = lsa_multimem(dst);
 #pragma unroll 1
     for (size_t i = coop.thread_rank(); i < count; i += coop.size()) mv.store(i, src.ptr[i]);
+  } else {
+    static_assert(detail::always_false<T>::value, WEFT_MULTIMEM_STORE_16_MESSAGE);
   }
 }
 
@@ -1447,12 +1443,13 @@ WEFT_FN void DevComm::multimem_reduce_sum_copy(Co coop, Window<T> const& src, Wi
                                  dst.offset_bytes, comm_->lsaMultimem, count);
   } else
 #endif
-  {
-    detail::require_multimem_store<T>();
+  if constexpr (sizeof(T) >= 4) {
     MultimemView<T> in = lsa_multimem(src);
     MultimemView<T> out = lsa_multimem(dst);
 #pragma unroll 1
     for (size_t i = coop.thread_rank(); i < count; i += coop.size()) out.store(i, in.load_reduce_sum(i));
+  } else {
+    static_assert(detail::always_false<T>::value, WEFT_MULTIMEM_STORE_16_MESSAGE);
   }
 }
 

@@ -175,12 +175,7 @@ impl<C: HasLsa + HasGin> DevComm<C> {
     /// Opens hybrid barrier `index` for `coop` with GIN context `gin`
     /// (`ncclBarrierSession(coop, ncclTeamTagWorld{}, gin, index)`); `index` below both the LSA and the rail GIN
     /// barrier counts. C++ `dev.hybrid_barrier(coop, gin, index)`.
-    pub fn hybrid_barrier<'a, Co: Coop>(
-        &'a self,
-        coop: Co,
-        gin: &GinSession<'a>,
-        index: u32,
-    ) -> HybridBarrier<'a, Co> {
+    pub fn hybrid_barrier<'a, Co: Coop>(&'a self, coop: Co, gin: &GinSession<'a>, index: u32) -> HybridBarrier<'a, Co> {
         device_only("DevComm::hybrid_barrier")
     }
 }

@@ -19,9 +19,7 @@ mod sealed {
 }
 
 /// A set of capabilities, as a type (implemented by the markers of this module only).
-pub trait CapabilitySet:
-    sealed::Sealed + Copy + Default + fmt::Debug + Send + Sync + 'static
-{
+pub trait CapabilitySet: sealed::Sealed + Copy + Default + fmt::Debug + Send + Sync + 'static {
     /// Whether the set includes LSA.
     const LSA: bool;
     /// Whether the set includes GIN.
@@ -31,11 +29,7 @@ pub trait CapabilitySet:
     /// The marker's name, for messages (`"LsaGin"`).
     const NAME: &'static str;
     /// The same set as a value.
-    const CAPABILITIES: Capabilities = Capabilities {
-        lsa: Self::LSA,
-        gin: Self::GIN,
-        multimem: Self::MULTIMEM,
-    };
+    const CAPABILITIES: Capabilities = Capabilities { lsa: Self::LSA, gin: Self::GIN, multimem: Self::MULTIMEM };
 }
 
 /// Implemented by every capability set that includes LSA (load/store access to the peers of the LSA team).
@@ -182,11 +176,7 @@ impl fmt::Display for Capabilities {
             return f.write_str("none");
         }
         let mut first = true;
-        for (present, name) in [
-            (self.lsa, "lsa"),
-            (self.gin, "gin"),
-            (self.multimem, "multimem"),
-        ] {
+        for (present, name) in [(self.lsa, "lsa"), (self.gin, "gin"), (self.multimem, "multimem")] {
             if present {
                 if !first {
                     f.write_str("+")?;
@@ -209,14 +199,8 @@ mod tests {
         assert_eq!(Gin::CAPABILITIES, Capabilities::GIN);
         assert_eq!(Multimem::CAPABILITIES, Capabilities::MULTIMEM);
         assert_eq!(LsaGin::CAPABILITIES, Capabilities::new(true, true, false));
-        assert_eq!(
-            LsaMultimem::CAPABILITIES,
-            Capabilities::new(true, false, true)
-        );
-        assert_eq!(
-            LsaGinMultimem::CAPABILITIES,
-            Capabilities::new(true, true, true)
-        );
+        assert_eq!(LsaMultimem::CAPABILITIES, Capabilities::new(true, false, true));
+        assert_eq!(LsaGinMultimem::CAPABILITIES, Capabilities::new(true, true, true));
         assert_eq!(Capabilities::of::<LsaGin>().marker_name(), "LsaGin");
     }
 
@@ -225,21 +209,12 @@ mod tests {
         let all = LsaGinMultimem::CAPABILITIES;
         assert!(all.includes(LsaGin::CAPABILITIES));
         assert!(!Lsa::CAPABILITIES.includes(LsaGin::CAPABILITIES));
-        assert_eq!(
-            Lsa::CAPABILITIES.missing_from(LsaGin::CAPABILITIES),
-            Capabilities::GIN
-        );
+        assert_eq!(Lsa::CAPABILITIES.missing_from(LsaGin::CAPABILITIES), Capabilities::GIN);
         assert!(Capabilities::NONE.is_empty());
         assert!(Capabilities::LSA.includes(Capabilities::NONE));
         assert_eq!(all.to_string(), "lsa+gin+multimem");
-        assert_eq!(
-            Capabilities::new(false, true, true).to_string(),
-            "gin+multimem"
-        );
-        assert_eq!(
-            Capabilities::new(false, true, true).marker_name(),
-            "LsaGinMultimem"
-        );
+        assert_eq!(Capabilities::new(false, true, true).to_string(), "gin+multimem");
+        assert_eq!(Capabilities::new(false, true, true).marker_name(), "LsaGinMultimem");
     }
 
     fn needs_gin<C: HasGin>() -> &'static str {

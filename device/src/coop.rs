@@ -72,11 +72,7 @@ impl WarpSpan {
     /// The span of `warp_count` warps from `first_warp`, with barrier id `id` (< 15).
     /// C++ `weft::WarpSpan::from_warps(first_warp, warp_count, id)`.
     pub const fn from_warps(first_warp: u32, warp_count: u32, id: u32) -> WarpSpan {
-        WarpSpan {
-            first_warp,
-            warp_count,
-            id,
-        }
+        WarpSpan { first_warp, warp_count, id }
     }
 
     /// The first warp. C++ `.first_warp()`.

@@ -203,13 +203,7 @@ impl GinSession<'_> {
 
     /// [`wait_signal`](Self::wait_signal), giving up after `timeout_ns` nanoseconds; every thread of `coop` gets
     /// the same result. C++ `gin.wait_signal_timeout(coop, signal, least, timeout_ns)`.
-    pub fn wait_signal_timeout<Co: Coop>(
-        &self,
-        coop: Co,
-        signal: u32,
-        least: u64,
-        timeout_ns: u64,
-    ) -> BarrierResult {
+    pub fn wait_signal_timeout<Co: Coop>(&self, coop: Co, signal: u32, least: u64, timeout_ns: u64) -> BarrierResult {
         device_only("GinSession::wait_signal_timeout")
     }
 
@@ -266,13 +260,7 @@ impl GinSession<'_> {
 
     /// [`wait_counter`](Self::wait_counter), giving up after `timeout_ns` nanoseconds.
     /// C++ `gin.wait_counter_timeout(coop, counter, least, timeout_ns)`.
-    pub fn wait_counter_timeout<Co: Coop>(
-        &self,
-        coop: Co,
-        counter: u32,
-        least: u64,
-        timeout_ns: u64,
-    ) -> BarrierResult {
+    pub fn wait_counter_timeout<Co: Coop>(&self, coop: Co, counter: u32, least: u64, timeout_ns: u64) -> BarrierResult {
         device_only("GinSession::wait_counter_timeout")
     }
 

@@ -54,8 +54,8 @@ pub mod window;
 pub use half::{bf16, f16};
 
 pub use atomic::{
-    atomic_add, atomic_cas, atomic_exch, atomic_fence, atomic_load, atomic_max, atomic_min,
-    atomic_store, threadfence, threadfence_block, threadfence_system,
+    atomic_add, atomic_cas, atomic_exch, atomic_fence, atomic_load, atomic_max, atomic_min, atomic_store, threadfence,
+    threadfence_block, threadfence_system,
 };
 pub use barrier::{BarrierResult, GinBarrier, HybridBarrier, LsaBarrier};
 pub use caps::{Capabilities, CapabilitySet, HasGin, HasLsa, HasMultimem};
@@ -63,15 +63,15 @@ pub use comm::{DevComm, Team};
 pub use coop::{Coop, Cta, Lanes, Thread, Warp, WarpSpan};
 pub use exec::*;
 pub use gin::{
-    CounterInc, GinSession, LocalAction, NoAction, RemoteAction, SignalAdd, SignalInc,
-    StrongSignalAdd, StrongSignalInc, StrongVaSignalAdd, StrongVaSignalInc, VaSignalAdd,
-    VaSignalInc, WeakCounterInc, WeakSignalAdd, WeakSignalInc, WeakVaSignalAdd, WeakVaSignalInc,
+    CounterInc, GinSession, LocalAction, NoAction, RemoteAction, SignalAdd, SignalInc, StrongSignalAdd,
+    StrongSignalInc, StrongVaSignalAdd, StrongVaSignalInc, VaSignalAdd, VaSignalInc, WeakCounterInc, WeakSignalAdd,
+    WeakSignalInc, WeakVaSignalAdd, WeakVaSignalInc,
 };
 pub use ll_a2a::{LlA2a, LlA2aHandle};
 pub use multimem::MultimemView;
 pub use numeric::{
-    abs, exp, fma, log, max, min, rsqrt, sqrt, tanh, AtomicAdd, AtomicBits, AtomicMinMax, Element,
-    Float, MultimemElement, Numeric, Shuffle,
+    abs, exp, fma, log, max, min, rsqrt, sqrt, tanh, AtomicAdd, AtomicBits, AtomicMinMax, Element, Float,
+    MultimemElement, MultimemStore, Numeric, Shuffle,
 };
 pub use ordering::{Order, Scope};
 pub use reduce_copy::{local_copy, local_reduce_sum, local_reduce_sum_copy};
@@ -103,21 +103,19 @@ pub fn device_only(item: &str) -> ! {
 /// Everything a kernel body usually needs: `use weft_device::prelude::*;` (re-exported as `weft::prelude`).
 pub mod prelude {
     pub use crate::caps::{
-        Capabilities, CapabilitySet, Gin, HasGin, HasLsa, HasMultimem, Lsa, LsaGin, LsaGinMultimem,
-        LsaMultimem, Multimem,
+        Capabilities, CapabilitySet, Gin, HasGin, HasLsa, HasMultimem, Lsa, LsaGin, LsaGinMultimem, LsaMultimem,
+        Multimem,
     };
     pub use crate::exec::*;
     pub use crate::{
-        abs, atomic_add, atomic_cas, atomic_exch, atomic_fence, atomic_load, atomic_max,
-        atomic_min, atomic_store, exp, fma, local_copy, local_reduce_sum, local_reduce_sum_copy,
-        log, max, min, rsqrt, sqrt, tanh, threadfence, threadfence_block, threadfence_system,
-        AtomicAdd, AtomicBits, AtomicMinMax, BarrierResult, Coop, CounterInc, Cta, DevComm,
-        Element, Float, GinBarrier, GinSession, HybridBarrier, Lanes, LlA2a, LlA2aHandle,
-        LocalAction, LsaBarrier, MultimemElement, MultimemView, NoAction, Numeric, Order,
-        RemoteAction, Scope, SharedArray, Shuffle, SignalAdd, SignalInc, StrongSignalAdd,
-        StrongSignalInc, StrongVaSignalAdd, StrongVaSignalInc, Team, Thread, VaSignalAdd,
-        VaSignalInc, Warp, WarpSpan, WeakCounterInc, WeakSignalAdd, WeakSignalInc, WeakVaSignalAdd,
-        WeakVaSignalInc, Window, WindowView,
+        abs, atomic_add, atomic_cas, atomic_exch, atomic_fence, atomic_load, atomic_max, atomic_min, atomic_store, exp,
+        fma, local_copy, local_reduce_sum, local_reduce_sum_copy, log, max, min, rsqrt, sqrt, tanh, threadfence,
+        threadfence_block, threadfence_system, AtomicAdd, AtomicBits, AtomicMinMax, BarrierResult, Coop, CounterInc,
+        Cta, DevComm, Element, Float, GinBarrier, GinSession, HybridBarrier, Lanes, LlA2a, LlA2aHandle, LocalAction,
+        LsaBarrier, MultimemElement, MultimemStore, MultimemView, NoAction, Numeric, Order, RemoteAction, Scope,
+        SharedArray, Shuffle, SignalAdd, SignalInc, StrongSignalAdd, StrongSignalInc, StrongVaSignalAdd,
+        StrongVaSignalInc, Team, Thread, VaSignalAdd, VaSignalInc, Warp, WarpSpan, WeakCounterInc, WeakSignalAdd,
+        WeakSignalInc, WeakVaSignalAdd, WeakVaSignalInc, Window, WindowView,
     };
     pub use half::{bf16, f16};
 }

@@ -35,13 +35,7 @@ impl<C: HasLsa> DevComm<C> {
     /// messages of up to `max_elements` elements per slot
     /// (`ncclLLA2ASession(coop, comm, ncclTeamLsa(comm), handle, block, max_elements)`).
     /// C++ `dev.ll_a2a(coop, handle, block, max_elements)`.
-    pub fn ll_a2a<Co: Coop>(
-        &self,
-        coop: Co,
-        handle: LlA2aHandle,
-        block: u32,
-        max_elements: u32,
-    ) -> LlA2a<'_, Co> {
+    pub fn ll_a2a<Co: Coop>(&self, coop: Co, handle: LlA2aHandle, block: u32, max_elements: u32) -> LlA2a<'_, Co> {
         device_only("DevComm::ll_a2a")
     }
 }

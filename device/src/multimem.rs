@@ -10,7 +10,7 @@ use crate::caps::HasMultimem;
 use crate::comm::DevComm;
 use crate::coop::Coop;
 use crate::device_only;
-use crate::numeric::{MultimemElement, Numeric};
+use crate::numeric::{MultimemElement, MultimemStore, Numeric};
 use crate::window::Window;
 
 /// The multicast view of a window (`ncclGetLsaMultimemPointer`). C++ `weft::MultimemView<T>`.
@@ -21,10 +21,7 @@ pub struct MultimemView<'w, T> {
 
 impl<C: HasMultimem> DevComm<C> {
     /// The multicast view of `window` over the LSA team. C++ `dev.lsa_multimem(window)`.
-    pub fn lsa_multimem<'w, T: MultimemElement>(
-        &self,
-        window: &'w Window<T>,
-    ) -> MultimemView<'w, T> {
+    pub fn lsa_multimem<'w, T: MultimemElement>(&self, window: &'w Window<T>) -> MultimemView<'w, T> {
         device_only("DevComm::lsa_multimem")
     }
 
@@ -40,20 +37,16 @@ impl<C: HasMultimem> DevComm<C> {
         device_only("DevComm::multimem_reduce_sum")
     }
 
-    /// `dst.lsa(p)[i] = src[i]` for every LSA peer through one multicast store (`ncclMultimemCopy`).
+    /// `dst.lsa(p)[i] = src[i]` for every LSA peer through one multicast store (`ncclMultimemCopy`). 16-bit
+    /// types need NCCL 2.32+ headers (NCCL stores pairs; weft's 2.28 fallback cannot).
     /// C++ `dev.multimem_copy(coop, src, dst, count)`.
-    pub fn multimem_copy<T: MultimemElement, Co: Coop>(
-        &self,
-        coop: Co,
-        src: &[T],
-        dst: &Window<T>,
-        count: usize,
-    ) {
+    pub fn multimem_copy<T: MultimemElement, Co: Coop>(&self, coop: Co, src: &[T], dst: &Window<T>, count: usize) {
         device_only("DevComm::multimem_copy")
     }
 
     /// `dst.lsa(q)[i] = Σ_p src.lsa(p)[i]` for every peer `q`: multicast load-reduce, then multicast store
-    /// (`ncclMultimemReduceSumCopy`). C++ `dev.multimem_reduce_sum_copy(coop, src, dst, count)`.
+    /// (`ncclMultimemReduceSumCopy`). 16-bit types need NCCL 2.32+ headers.
+    /// C++ `dev.multimem_reduce_sum_copy(coop, src, dst, count)`.
     pub fn multimem_reduce_sum_copy<T: MultimemElement, Co: Coop>(
         &self,
         coop: Co,
@@ -82,15 +75,17 @@ impl<T: MultimemElement + Numeric> MultimemView<'_, T> {
         device_only("MultimemView::load_reduce_sum")
     }
 
-    /// Stores `value` into element `index` of every LSA peer's copy (`multimem.st.relaxed.sys.global`).
-    /// C++ `mv.store(index, value)`.
-    pub fn store(&self, index: usize, value: T) {
-        device_only("MultimemView::store")
-    }
-
-    /// Adds `value` to element `index` of every LSA peer's copy (`multimem.red.relaxed.sys.global.add`).
-    /// C++ `mv.reduce_add(index, value)`.
+    /// Adds `value` to element `index` of every LSA peer's copy (`multimem.red.relaxed.sys.global.add`; for 16-bit
+    /// types a pair-wise add whose other half adds -0.0). C++ `mv.reduce_add(index, value)`.
     pub fn reduce_add(&self, index: usize, value: T) {
         device_only("MultimemView::reduce_add")
+    }
+}
+
+impl<T: MultimemStore> MultimemView<'_, T> {
+    /// Stores `value` into element `index` of every LSA peer's copy (`multimem.st.relaxed.sys.global`; 32- and
+    /// 64-bit types only). C++ `mv.store(index, value)`.
+    pub fn store(&self, index: usize, value: T) {
+        device_only("MultimemView::store")
     }
 }

@@ -19,9 +19,7 @@ mod sealed {
 ///
 /// Implemented for `f32`, `f64`, [`f16`], [`bf16`], `i8`, `u8`, `i32`, `u32`, `i64`, `u64`, `usize`, `isize` and
 /// `bool` (sealed: exactly the types of the kernel ABI's type table).
-pub trait Element:
-    sealed::Sealed + Copy + Default + Debug + PartialEq + Send + Sync + 'static
-{
+pub trait Element: sealed::Sealed + Copy + Default + Debug + PartialEq + Send + Sync + 'static {
     /// The Rust name, used as the entry-point suffix of generic kernels (`k__f32`).
     const NAME: &'static str;
     /// The C++ spelling the macro emits (`float`, `__nv_bfloat16`, `uint32_t`).
@@ -91,9 +89,13 @@ pub trait AtomicMinMax: Numeric {}
 /// Types exchanged, compared-and-swapped, loaded and stored atomically: `i32`, `u32`, `i64`, `u64`, `f32`, `f64`.
 pub trait AtomicBits: Element {}
 
-/// Types the multimem (NVLink SHARP) load-reduce, store and reduce instructions support: `f32`, `f16`, `bf16`,
-/// `f64`, `i32`, `u32`, `u64`.
+/// Types the multimem (NVLink SHARP) load-reduce and reduce instructions support: `f32`, `f16`, `bf16`, `f64`,
+/// `i32`, `u32`, `u64`.
 pub trait MultimemElement: Numeric {}
+
+/// Multimem element types a single element can be stored through: the 32- and 64-bit ones (`f32`, `f64`, `i32`,
+/// `u32`, `u64`); the hardware has no 16-bit multimem store.
+pub trait MultimemStore: MultimemElement {}
 
 macro_rules! element {
     ($($t:ty => $name:literal, $cpp:literal;)*) => {$(
@@ -158,6 +160,7 @@ marker!(AtomicAdd: i32, u32, i64, u64, f32, f64, f16, bf16);
 marker!(AtomicMinMax: i32, u32, i64, u64);
 marker!(AtomicBits: i32, u32, i64, u64, f32, f64);
 marker!(MultimemElement: f32, f16, bf16, f64, i32, u32, u64);
+marker!(MultimemStore: f32, f64, i32, u32, u64);
 
 /// Square root. C++ `weft::sqrt`.
 pub fn sqrt<F: Float>(x: F) -> F {

@@ -15,38 +15,20 @@ use crate::window::Window;
 impl<C: HasLsa> DevComm<C> {
     /// `dst[i] = Σ over LSA peers p of src.lsa(p)[i]` for `i < count` (`ncclLsaReduceSum`).
     /// C++ `dev.lsa_reduce_sum(coop, src, dst, count)`.
-    pub fn lsa_reduce_sum<T: Numeric, Co: Coop>(
-        &self,
-        coop: Co,
-        src: &Window<T>,
-        dst: &mut [T],
-        count: usize,
-    ) {
+    pub fn lsa_reduce_sum<T: Numeric, Co: Coop>(&self, coop: Co, src: &Window<T>, dst: &mut [T], count: usize) {
         device_only("DevComm::lsa_reduce_sum")
     }
 
     /// `dst.lsa(p)[i] = src[i]` for every LSA peer `p` and `i < count`: a broadcast of local data into every
     /// peer's window (`ncclLsaCopy`). C++ `dev.lsa_copy(coop, src, dst, count)`.
-    pub fn lsa_copy<T: Numeric, Co: Coop>(
-        &self,
-        coop: Co,
-        src: &[T],
-        dst: &Window<T>,
-        count: usize,
-    ) {
+    pub fn lsa_copy<T: Numeric, Co: Coop>(&self, coop: Co, src: &[T], dst: &Window<T>, count: usize) {
         device_only("DevComm::lsa_copy")
     }
 
     /// `dst.lsa(q)[i] = Σ_p src.lsa(p)[i]` for every LSA peer `q` and `i < count`: an all-reduce of the range
     /// when each rank handles its own share (`ncclLsaReduceSumCopy`).
     /// C++ `dev.lsa_reduce_sum_copy(coop, src, dst, count)`.
-    pub fn lsa_reduce_sum_copy<T: Numeric, Co: Coop>(
-        &self,
-        coop: Co,
-        src: &Window<T>,
-        dst: &Window<T>,
-        count: usize,
-    ) {
+    pub fn lsa_reduce_sum_copy<T: Numeric, Co: Coop>(&self, coop: Co, src: &Window<T>, dst: &Window<T>, count: usize) {
         device_only("DevComm::lsa_reduce_sum_copy")
     }
 }

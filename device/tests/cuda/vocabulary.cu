@@ -226,6 +226,11 @@ __global__ void reduce_copy(ncclDevComm dev__raw, weft::Window<T> x, weft::Windo
                             weft::SliceMut<T> out, size_t n) {
   weft::DevComm dev{dev__raw};
   reduce_copy_body(dev, weft::Cta{}, x, z, in, out, n);
+}
+// Other coops take the same code path; one type is enough for them (NCCL's 2.32 helpers are slow to compile).
+extern "C" __global__ void reduce_copy_warp(ncclDevComm dev__raw, weft::Window<float> x, weft::Window<float> z,
+                                            weft::Slice<float> in, weft::SliceMut<float> out, size_t n) {
+  weft::DevComm dev{dev__raw};
   reduce_copy_body(dev, weft::Warp{}, x, z, in, out, n);
 }
 #define REDUCE_COPY(T)                                                                                   \
