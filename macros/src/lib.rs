@@ -6,6 +6,9 @@
 #![forbid(unsafe_code)]
 
 mod codegen;
+#[cfg(test)]
+#[path = "codegen/tests/mod.rs"]
+mod tests;
 
 use proc_macro::TokenStream;
 

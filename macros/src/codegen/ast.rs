@@ -121,7 +121,7 @@ impl Signature {
 const DEFAULTABLE_BOUNDS: &[&str] = &["Float", "Element", "Numeric", "Copy", "Clone", "Send", "Sync", "Default"];
 
 pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) -> Option<Signature> {
-    let errors_before = cx.has_errors();
+    let errors_before = cx.error_count();
     let sig = &item.sig;
     if let Some(t) = &sig.asyncness {
         cx.error_spanned_by(t, "kernels cannot be `async`: remove it");
@@ -284,8 +284,9 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
             }
         };
         let Some((cpp_ty, ty)) = mapper.map(&pt.ty, position) else { continue };
+        let before = cx.error_count();
         let kind_of = classify(&pt.ty, &generic_names, &capabilities, cx);
-        if kind == FnKind::Kernel && matches!(kind_of, ParamKind::Other) {
+        if kind == FnKind::Kernel && matches!(kind_of, ParamKind::Other) && cx.error_count() == before {
             cx.error_spanned_by(
                 &pt.ty,
                 "kernel parameters are `&DevComm<C>`, `&Window<T>`, `&[T]`, `&mut [T]`, `LlA2aHandle` or scalars",
@@ -316,7 +317,7 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
         }
     };
 
-    if cx.has_errors() && !errors_before {
+    if cx.error_count() > errors_before {
         return None;
     }
     Some(Signature {

@@ -30,6 +30,10 @@ impl Ctxt {
         self.errors.borrow_mut().push(error);
     }
 
+    pub(crate) fn error_count(&self) -> usize {
+        self.errors.borrow().len()
+    }
+
     pub(crate) fn has_errors(&self) -> bool {
         !self.errors.borrow().is_empty()
     }

@@ -50,10 +50,9 @@ template <typename X> __device__ __forceinline__ X weft_not(X v) { return static
 ";
 
 /// Parameter list of the body (`T`-generic) or of an entry point (`substitute` given).
-fn params(sig: &Signature, names: &[String], substitute: &[(String, Scalar)], cx: &Ctxt) -> Vec<String> {
+fn params(sig: &Signature, names: &[String], entry: bool, substitute: &[(String, Scalar)], cx: &Ctxt) -> Vec<String> {
     let generics = GenericNames { substitute: substitute.to_vec(), ..sig.generic_names.clone() };
     let mapper = TypeMapper { generics: &generics, cx };
-    let entry = !substitute.is_empty() || sig.elements.is_empty();
     let position = match sig.kind {
         FnKind::Kernel => Position::KernelParam,
         FnKind::DeviceFn => Position::DeviceFnParam,
@@ -98,7 +97,7 @@ pub(crate) fn kernel(sig: &Signature, item: &syn::ItemFn, body: &LoweredBody, cx
     if let Some(t) = template_line(sig) {
         let _ = writeln!(out, "{t}");
     }
-    let _ = writeln!(out, "__device__ void {name}__body({}) {{", params(sig, &body.param_names, &[], cx).join(", "));
+    let _ = writeln!(out, "__device__ void {name}__body({}) {{", params(sig, &body.param_names, false, &[], cx).join(", "));
     out.push_str(&body.text);
     out.push_str("}\n");
     for types in sig.instantiations() {
@@ -113,7 +112,7 @@ pub(crate) fn kernel(sig: &Signature, item: &syn::ItemFn, body: &LoweredBody, cx
         let _ = writeln!(
             out,
             "\nextern \"C\" __global__ void {entry}({}) {{\n    {name}__body{template_args}({});\n}}",
-            params(sig, &body.param_names, &substitute, cx).join(", "),
+            params(sig, &body.param_names, true, &substitute, cx).join(", "),
             body.param_names.join(", ")
         );
     }
@@ -133,7 +132,7 @@ pub(crate) fn device_fn(sig: &Signature, item: &syn::ItemFn, body: &LoweredBody,
         "__device__ {} {}({}) {{",
         sig.ret_cpp,
         super::lower::cpp_ident(&name),
-        params(sig, &body.param_names, &[], cx).join(", ")
+        params(sig, &body.param_names, false, &[], cx).join(", ")
     );
     def.push_str(&body.text);
     def.push_str("}\n");

@@ -20,9 +20,6 @@ pub(crate) mod types;
 pub(crate) mod usage;
 pub(crate) mod valid;
 
-#[cfg(test)]
-mod tests;
-
 use proc_macro2::TokenStream;
 use quote::quote;
 use syn::ItemFn;

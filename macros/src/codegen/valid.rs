@@ -42,14 +42,15 @@ impl Validator<'_> {
     fn stmt(&self, s: &Stmt) {
         match s {
             Stmt::Local(l) => {
+                if let Some((_, diverge)) = l.init.as_ref().and_then(|i| i.diverge.as_ref()) {
+                    self.cx.error_spanned_by(
+                        diverge,
+                        "`let … else` is not supported in kernels: test the condition with `if` and `return`",
+                    );
+                    return;
+                }
                 self.let_pattern(&l.pat, true);
                 if let Some(init) = &l.init {
-                    if let Some((_, diverge)) = &init.diverge {
-                        self.cx.error_spanned_by(
-                            diverge,
-                            "`let … else` is not supported in kernels: test the condition with `if` and `return`",
-                        );
-                    }
                     self.expr(&init.expr, Place::Value);
                 }
             }
@@ -109,6 +110,10 @@ impl Validator<'_> {
             Expr::MethodCall(m) => {
                 let name = m.method.to_string();
                 if ITERATOR_METHODS.contains(&name.as_str()) {
+                    // One error per chain (`x.iter().sum()`): on the outermost call, whose receiver is not visited.
+                    for a in &m.args {
+                        self.expr(a, Place::Argument);
+                    }
                     self.cx.error_spanned_by(
                         &m.method,
                         format!(
@@ -116,6 +121,7 @@ impl Validator<'_> {
                              (`for i in 0..s.len()`)"
                         ),
                     );
+                    return;
                 } else if matches!(name.as_str(), "unwrap" | "expect" | "unwrap_or" | "ok" | "is_some" | "is_none") {
                     self.cx.error_spanned_by(
                         &m.method,
@@ -128,6 +134,7 @@ impl Validator<'_> {
                         &m.method,
                         format!("`.{name}()` is only supported on the range of a `for` loop"),
                     );
+                    return;
                 }
                 let receiver_place = if place == Place::ForIterator { Place::ForIterator } else { Place::Value };
                 self.expr(&m.receiver, receiver_place);

@@ -11,6 +11,8 @@ enum Piece {
     Lit { var: usize, text: String, float: bool },
     /// The C++ spelling of a type that may contain type variables.
     Ty(Ty),
+    /// `static_cast<T>(code)` if the variable resolves to an integer type C++ promotes to `int`, else `code`.
+    Promote(usize, Code),
 }
 
 /// A fragment of C++.
@@ -32,6 +34,10 @@ impl Code {
 
     pub(crate) fn ty(ty: Ty) -> Code {
         Code(vec![Piece::Ty(ty)])
+    }
+
+    pub(crate) fn promote(var: usize, inner: Code) -> Code {
+        Code(vec![Piece::Promote(var, inner)])
     }
 
     pub(crate) fn push_str(&mut self, s: &str) -> &mut Code {
@@ -66,6 +72,10 @@ impl Code {
         out
     }
 
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.iter().all(|p| matches!(p, Piece::Text(t) if t.is_empty()))
+    }
+
     /// `(self)`.
     pub(crate) fn parens(self) -> Code {
         let mut out = Code::text("(");
@@ -81,6 +91,12 @@ impl Code {
                 Piece::Text(t) => out.push_str(t),
                 Piece::Lit { var, text, float } => out.push_str(&r.literal(*var, text, *float)),
                 Piece::Ty(ty) => out.push_str(&r.ty(ty)),
+                Piece::Promote(var, inner) => match r.vars.binding(*var) {
+                    Some(Ty::Scalar(s)) if s.promotes() => {
+                        out.push_str(&format!("static_cast<{}>({})", s.cpp(), inner.render(r)))
+                    }
+                    _ => out.push_str(&inner.render(r)),
+                },
             }
         }
         out

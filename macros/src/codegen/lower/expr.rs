@@ -210,13 +210,14 @@ impl Lowerer<'_> {
         let names: Vec<String> = segs.iter().map(|s| s.ident.to_string()).collect();
         let last = names.last().cloned().unwrap_or_default();
         let prev = names.get(names.len().wrapping_sub(2)).cloned().unwrap_or_default();
-        if is_screaming(&last) && (is_vocabulary_module(&prev)) {
-            return Val::new(Code::text(format!("weft::{last}")), Ty::Unknown);
-        }
         if let (Some(s), true) = (Scalar::from_name(&prev), names.len() == 2) {
             if let Some(text) = integer_constant(s, &last) {
                 return Val { code: Code::text(text.0), ty: Ty::Scalar(s), index: IndexValue::Unknown, atom: text.1 };
             }
+        }
+        if is_screaming(&last) {
+            // Vocabulary constants; `valid` rejected the others.
+            return Val::new(Code::text(format!("weft::{last}")), Ty::Unknown);
         }
         if is_camel(&prev) && is_camel(&last) {
             // R8: enum variants.
@@ -315,7 +316,7 @@ impl Lowerer<'_> {
                     Ty::Var(_) => {
                         let mut code = Code::text("~");
                         code.push(inner.operand());
-                        Val::compound(code, ty)
+                        promote_cast(code, ty, IndexValue::Unknown)
                     }
                     _ => {
                         // Unknown type: the prelude's overloads pick `!` for bool and `~` for integers.
@@ -819,6 +820,8 @@ fn promote_cast(code: Code, ty: Ty, index: IndexValue) -> Val {
             out.push(code).push_str(")");
             Val { code: out, ty, index, atom: true }
         }
+        // Known only once the literal's type is: decided when rendering.
+        Ty::Var(v) => Val { code: Code::promote(*v, code), ty, index, atom: false },
         _ => Val { code, ty, index, atom: false },
     }
 }

@@ -75,6 +75,8 @@ pub(crate) fn untyped_receiver_method_args(name: &str) -> &'static [(usize, Scal
         "increase_signal_shadow" => &[(0, U32)],
         "wait_signal" | "wait_counter" | "wait_signal_meet_shadow" => &[(1, U32), (2, U64)],
         "rail_barrier" | "world_barrier" => &[(1, U32)],
+        "wait_timeout" | "sync_timeout" => &[(2, U64)],
+        "wait_signal_timeout" | "wait_counter_timeout" => &[(1, U32), (2, U64), (3, U64)],
         "hybrid_barrier" => &[(2, U32)],
         _ => &[],
     }

@@ -85,7 +85,6 @@ pub(crate) struct Lowerer<'a> {
     usage: Usage,
     calls: Vec<syn::Path>,
     let_vars: Vec<(usize, Span, String)>,
-    current_line: usize,
 }
 
 /// Lowers `body` of a function with signature `sig`.
@@ -121,7 +120,6 @@ pub(crate) fn lower_body(
         usage: Usage::default(),
         calls: Vec::new(),
         let_vars: Vec::new(),
-        current_line: 0,
     };
     let mut param_names = Vec::new();
     for p in &sig.params {
@@ -291,14 +289,17 @@ impl<'a> Lowerer<'a> {
         let names: Vec<String> = self.locals.iter().map(|l| l.cpp.clone()).collect();
         let resolver = Resolver { vars: &self.vars, local_names: &names };
         let mut out = String::new();
+        let mut last_line = 0;
         for line in &self.lines {
             for _ in 0..line.indent {
                 out.push_str("    ");
             }
             let text = line.code.render(&resolver);
             out.push_str(&text);
-            if self.options.line_comments && line.line > 0 {
+            // Only where the Rust line changes: one comment per source line, not per generated line.
+            if self.options.line_comments && line.line > 0 && line.line != last_line {
                 out.push_str(&format!("  // line {}", line.line));
+                last_line = line.line;
             }
             out.push('\n');
         }

@@ -137,7 +137,7 @@ impl Lowerer<'_> {
             Expr::Paren(p) => self.expr_stmt(&p.expr),
             _ => {
                 let v = self.expr(e);
-                if !matches!(v.ty, Ty::Unit) || !is_empty(&v.code) {
+                if !v.code.is_empty() {
                     let mut code = v.code;
                     code.push_str(";");
                     self.emit(code, line);
@@ -888,10 +888,6 @@ impl Lowerer<'_> {
             _ => (None, Vec::new()),
         }
     }
-}
-
-fn is_empty(code: &Code) -> bool {
-    code.render(&super::Resolver { vars: &Default::default(), local_names: &[] }).is_empty()
 }
 
 /// `if`/`match`/blocks whose branches have statements: in `let x: T = …` they become assignments per branch.

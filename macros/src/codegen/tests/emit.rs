@@ -1,0 +1,697 @@
+//! The C++ each supported construct becomes.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use super::{assert_lines, body, device_fn_body, parse, OPTIONS};
+use crate::codegen::{cuda, generate_cuda_with, generate_device_fn_cuda};
+
+#[test]
+fn lets_with_and_without_types() {
+    let b = body(quote! {
+        fn k(x: &[f32], n: u32) {
+            let a = x[0];
+            let mut b: f32 = 2.0;
+            let c: u64;
+            c = 7;
+            b += a;
+            let d = n;
+        }
+    });
+    assert_lines(&b, &["auto a = x[size_t(0)];", "float b = 2.0f;", "uint64_t c;", "c = 7ull;", "b += a;", "auto d = n;"]);
+}
+
+#[test]
+fn rust_precedence_is_kept_with_parentheses() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], a: u32, b: u32, c: u32) {
+            out[0] = (a & b == c) as u32;
+            out[1] = a + b * c;
+            out[2] = a << 2 | b;
+            out[3] = (a + b) * c;
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "out[size_t(0)] = static_cast<uint32_t>(((a & b) == c));",
+            "out[size_t(1)] = a + (b * c);",
+            "out[size_t(2)] = (a << 2) | b;",
+            "out[size_t(3)] = (a + b) * c;",
+        ],
+    );
+}
+
+#[test]
+fn comparisons_logic_and_compound_assignment() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], a: u32, b: u32) {
+            let mut x = a;
+            if a < b && b >= 3 || !(a == b) {
+                x -= 1;
+                x *= 2;
+                x %= 5;
+                x <<= 1;
+                x |= b;
+            }
+            out[0] = x;
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "auto x = a;",
+            "if (((a < b) && (b >= 3u)) || (!(a == b))) {",
+            "x -= 1u;",
+            "x *= 2u;",
+            "x %= 5u;",
+            "x <<= 1;",
+            "x |= b;",
+            "}",
+        ],
+    );
+}
+
+#[test]
+fn casts_become_static_casts_with_the_type_mapping() {
+    let b = body(quote! {
+        fn k<T: Float>(out: &mut [f32], v: T, i: i64) {
+            out[i as usize] = v.to_f32() + (i as f32);
+            let h = i as u8;
+            let t = 3 as T;
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "out[static_cast<size_t>(i)] = weft::to_f32(v) + (static_cast<float>(i));",
+            "auto h = static_cast<uint8_t>(i);",
+            "auto t = static_cast<T>(3);",
+        ],
+    );
+}
+
+#[test]
+fn if_else_chains() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], a: u32) {
+            if a == 0 {
+                out[0] = 1;
+            } else if a == 1 {
+                out[0] = 2;
+            } else {
+                out[0] = 3;
+            }
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "if (a == 0u) {",
+            "out[size_t(0)] = 1u;",
+            "} else if (a == 1u) {",
+            "out[size_t(0)] = 2u;",
+            "} else {",
+            "out[size_t(0)] = 3u;",
+            "}",
+        ],
+    );
+}
+
+#[test]
+fn if_expressions_become_ternaries_or_statement_expressions() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], a: u32) {
+            let x = if a > 2 { a } else { 2 };
+            let y = if a > 2 { let t = a * 3; t + 1 } else { 0 };
+            let z: u32 = if a > 2 { let t = a * 3; t + 1 } else { return; };
+            out[0] = x + y + z;
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "auto x = (a > 2u) ? a : 2u;",
+            "auto y = (a > 2u) ? ({ auto t = a * 3u; t + 1u; }) : 0u;",
+            "uint32_t z;",
+            "if (a > 2u) {",
+            "auto t = a * 3u;",
+            "z = t + 1u;",
+            "} else {",
+            "return;",
+            "}",
+        ],
+    );
+}
+
+#[test]
+fn blocks_as_expressions() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], a: u32) {
+            let x = { let s = a + 1; s * s };
+            let y = { a };
+            {
+                let inner = x + y;
+                out[0] = inner;
+            }
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "auto x = ({ auto s = a + 1u; s * s; });",
+            "auto y = a;",
+            "{",
+            "auto inner = x + y;",
+            "out[size_t(0)] = inner;",
+            "}",
+        ],
+    );
+}
+
+#[test]
+fn while_loop_break_continue() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], n: u32) {
+            let mut i: u32 = 0;
+            while i < n {
+                i += 1;
+                if i == 3 { continue; }
+                if i == 7 { break; }
+            }
+            loop {
+                i -= 1;
+                if i == 0 { break; }
+            }
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "uint32_t i = 0u;",
+            "while (i < n) {",
+            "i += 1u;",
+            "if (i == 3u) {",
+            "continue;",
+            "}",
+            "if (i == 7u) {",
+            "break;",
+            "}",
+            "}",
+            "while (true) {",
+            "i -= 1u;",
+            "}",
+        ],
+    );
+}
+
+#[test]
+fn half_open_and_inclusive_ranges() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], n: u32) {
+            for i in 0..n { out[i as usize] = i; }
+            for j in 1..=n { if j == 2 { continue; } out[0] += j; }
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "for (uint32_t i = 0u; i < n; ++i) {",
+            "out[static_cast<size_t>(i)] = i;",
+            "}",
+            // `a..=b` stops at `b` even at the type's maximum; `continue` must reach that check.
+            "for (uint32_t j = 1u; j <= n; ++j) {",
+            "{",
+            "if (j == 2u) {",
+            "goto loop1_next;",
+            "}",
+            "out[size_t(0)] += j;",
+            "}",
+            "loop1_next:;",
+            "if (j == n) break;",
+            "}",
+        ],
+    );
+}
+
+#[test]
+fn step_by_and_rev() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], n: u32, s: usize) {
+            for i in (0..n).step_by(4) { out[0] += i; }
+            for i in (0..n).rev() { out[1] += i; }
+            for i in (2..n).step_by(s) { out[2] += i; }
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "for (uint32_t i = 0u; i < n; i += size_t(4)) {",
+            "out[size_t(0)] += i;",
+            "}",
+            "for (uint32_t i = n; i > 0u; ) {",
+            "--i;",
+            "out[size_t(1)] += i;",
+            "}",
+            "for (uint32_t i = 2u; i < n; i += s) {",
+        ],
+    );
+}
+
+#[test]
+fn loop_bounds_are_evaluated_once() {
+    let b = body(quote! {
+        fn k(dev: &DevComm<Lsa>, out: &mut [u32], mut n: u32) {
+            for p in 0..dev.lsa_size() { out[0] += p; }
+            for i in 0..n { n -= 1; out[1] += i; }
+            for i in 0..out.len() { out[i] = 0; }
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "for (uint32_t p = 0u, p_end = dev.lsa_size(); p < p_end; ++p) {",
+            // `n` changes in the body: Rust's range saw its first value.
+            "for (uint32_t i = 0u, i_end = n; i < i_end; ++i) {",
+            "for (size_t i = size_t(0), i_end_1 = out.len(); i < i_end_1; ++i) {",
+        ],
+    );
+}
+
+#[test]
+fn loop_bound_of_unknown_type_is_hoisted() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], w: &Window<u32>) {
+            for i in 0..helper(w) { out[0] += 1; }
+        }
+    });
+    assert_lines(
+        &b,
+        &["{", "auto i_end = weft::helper(w);", "for (decltype(i_end) i = 0; i < i_end; ++i) {", "out[size_t(0)] += 1u;", "}", "}"],
+    );
+}
+
+#[test]
+fn mutable_loop_variable_is_a_copy() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], n: u32) {
+            for mut i in 0..n { i *= 2; out[0] += i; }
+        }
+    });
+    assert_lines(&b, &["for (uint32_t i_it = 0u; i_it < n; ++i_it) {", "uint32_t i = i_it;", "i *= 2u;"]);
+}
+
+#[test]
+fn grid_stride_loop() {
+    let b = body(quote! {
+        fn k(x: &[f32], out: &mut [f32], n: usize) {
+            for i in grid_stride(n) { out[i] = x[i]; }
+            for i in grid_stride(x.len()) { out[i] += 1.0; }
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "for (size_t i = weft::index_1d(); i < n; i += weft::grid_size_1d()) {",
+            "out[i] = x[i];",
+            "}",
+            "for (size_t i = weft::index_1d(), i_end = x.len(); i < i_end; i += weft::grid_size_1d()) {",
+            "out[i] += 1.0f;",
+        ],
+    );
+}
+
+#[test]
+fn labeled_break_and_continue_become_gotos() {
+    let b = body(quote! {
+        fn k(out: &mut [u32]) {
+            'rows: for i in 0..4u32 {
+                for j in 0..4u32 {
+                    if j > i { continue 'rows; }
+                    if i * j > 6 { break 'rows; }
+                    out[0] += 1;
+                }
+            }
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "for (uint32_t i = 0u; i < 4u; ++i) {",
+            "{",
+            "for (uint32_t j = 0u; j < 4u; ++j) {",
+            "if (j > i) {",
+            "goto rows_continue;",
+            "}",
+            "if ((i * j) > 6u) {",
+            "goto rows_break;",
+            "}",
+            "}",
+            "}",
+            "rows_continue:;",
+            "}",
+            "rows_break:;",
+        ],
+    );
+}
+
+#[test]
+fn vocabulary_names_are_copied_into_namespace_weft() {
+    let b = body(quote! {
+        fn k<T: Float>(dev: &DevComm<Lsa>, x: &Window<T>, out: &mut [T], handle: LlA2aHandle) {
+            let a2a = dev.ll_a2a(Cta, handle, block_idx_x(), 64);
+            let bar = dev.lsa_barrier(Cta, block_idx_x());
+            bar.sync(Warp, Order::Release);
+            let z = T::zero() + T::from_f32(0.5);
+            let l = Lanes::from_mask(3);
+            let w = WARP_SIZE;
+            out[0] = x.lsa(0)[1].max(z).sqrt();
+            let v = a2a.recv::<T>(0);
+            sync_threads();
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "weft::DevComm dev{dev__raw};",
+            "auto bar = dev.lsa_barrier(weft::Cta{}, weft::block_idx_x());",
+            "bar.sync(weft::Warp{}, weft::Order::Release);",
+            "auto z = weft::zero<T>() + weft::from_f32<T>(0.5f);",
+            "auto l = weft::Lanes::from_mask(3);",
+            "auto w = weft::WARP_SIZE;",
+            "out[size_t(0)] = weft::sqrt(weft::max(x.lsa(0u)[size_t(1)], z));",
+            "auto v = a2a.template recv<T>(0);",
+            "weft::sync_threads();",
+        ],
+    );
+}
+
+#[test]
+fn references_passed_to_functions_disappear() {
+    let b = body(quote! {
+        fn k(dev: &DevComm<Gin>, out: &mut [u32], w: &Window<u64>) {
+            let gin = dev.gin(0);
+            let old = atomic_add(&mut out[0], 1, Scope::Device);
+            let s = gin.read_va_signal(&w);
+        }
+    });
+    assert_lines(
+        &b,
+        &["auto old = weft::atomic_add(out[size_t(0)], 1u, weft::Scope::Device);", "auto s = gin.read_va_signal(w);"],
+    );
+}
+
+#[test]
+fn tuples_construct_index_and_destructure() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], a: u32, b: u32) {
+            let t = (a, 1.5f32);
+            let (x, y) = (b, a);
+            let (p, (q, _)) = (t.0, (t.1, 2u8));
+            let (m, n) = t;
+            out[0] = t.0 + x + y;
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "auto t = weft_make_tuple(a, 1.5f);",
+            "auto x = b;",
+            "auto y = a;",
+            "auto p = t._0;",
+            "auto tuple = weft_make_tuple(t._1, uint8_t(2));",
+            "auto q = tuple._0;",
+            "auto tuple_1 = t;",
+            "auto m = tuple_1._0;",
+            "auto n = tuple_1._1;",
+        ],
+    );
+}
+
+#[test]
+fn tuple_destructuring_evaluates_every_value_before_binding() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], a: u32, b: u32) {
+            let (a, b) = (b, a);
+            out[0] = a - b;
+        }
+    });
+    assert_lines(&b, &["auto a_1 = b;", "auto b_1 = a;", "out[size_t(0)] = a_1 - b_1;"]);
+}
+
+#[test]
+fn match_statements_become_if_chains() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], a: u32) {
+            match a % 8 {
+                0 => out[0] = 1,
+                1 | 2 => { out[0] = 2; }
+                3..=5 => out[0] = 3,
+                n if n > 6 => out[0] = n,
+                _ => {}
+            }
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "{",
+            "auto matched = a % 8u;",
+            "if (matched == 0u) {",
+            "out[size_t(0)] = 1u;",
+            "} else if ((matched == 1u || matched == 2u)) {",
+            "out[size_t(0)] = 2u;",
+            "} else if ((matched >= 3u && matched <= 5u)) {",
+            "out[size_t(0)] = 3u;",
+            "} else if (matched > 6u) {",
+            "out[size_t(0)] = matched;",
+            "} else {",
+            "}",
+            "}",
+        ],
+    );
+}
+
+#[test]
+fn match_on_enums_and_as_a_value() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], dev: &DevComm<Lsa>) {
+            let r = dev.lsa_barrier(Cta, 0).sync_timeout(Cta, Order::Relaxed, 10);
+            let code = match r {
+                BarrierResult::Ok => 0,
+                BarrierResult::TimedOut => 1,
+                _ => 2,
+            };
+            out[0] = code;
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            // `code` flows into a `u32` slice: its literals are `u32`.
+            "uint32_t code = (r == weft::BarrierResult::Ok) ? 0u : (r == weft::BarrierResult::TimedOut) ? 1u : 2u;",
+            "out[size_t(0)] = code;",
+        ],
+    );
+}
+
+#[test]
+fn early_return() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], n: usize) {
+            let i = index_1d();
+            if i >= n { return; }
+            out[i] = 1;
+        }
+    });
+    assert_lines(&b, &["auto i = weft::index_1d();", "if (i >= n) {", "return;", "}", "out[i] = 1u;"]);
+}
+
+#[test]
+fn device_fn_results_are_returned_from_every_branch() {
+    let b = device_fn_body(quote! {
+        fn pick(a: u32, b: u32) -> u32 {
+            if a > b {
+                let d = a - b;
+                d * 2
+            } else if a == b {
+                0
+            } else {
+                match b % 2 { 0 => 1, _ => 2 }
+            }
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "if (a > b) {",
+            "auto d = a - b;",
+            "return d * 2u;",
+            "} else if (a == b) {",
+            "return 0u;",
+            "} else {",
+            "{",
+            "auto matched = b % 2u;",
+            "if (matched == 0u) {",
+            "return 1u;",
+            "} else {",
+            "return 2u;",
+        ],
+    );
+}
+
+#[test]
+fn device_fn_reference_parameters() {
+    let b = device_fn_body(quote! {
+        fn bump<C: HasLsa>(dev: &DevComm<C>, counter: &mut u32, w: &Window<f32>) -> f32 {
+            *counter += dev.lsa_size();
+            w.local()[0]
+        }
+    });
+    assert_lines(&b, &["counter += dev.lsa_size();", "return w.local()[size_t(0)];"]);
+}
+
+#[test]
+fn shared_arrays_are_declared_shared() {
+    let b = body(quote! {
+        fn k<T: Float>(x: &[T]) {
+            let mut tile = SharedArray::<T, 256>::new();
+            let flags: SharedArray<u32, 32> = SharedArray::new();
+            tile[thread_idx_x() as usize] = x[0];
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "__shared__ weft::SharedArray<T, 256> tile;",
+            "__shared__ weft::SharedArray<uint32_t, 32> flags;",
+            "tile[static_cast<size_t>(weft::thread_idx_x())] = x[size_t(0)];",
+        ],
+    );
+}
+
+#[test]
+fn shadowing_and_cpp_keywords_get_fresh_names() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], n: u32) {
+            let n = n * 2;
+            let new = n + 1;
+            let class = new;
+            let n = class;
+            out[0] = n;
+        }
+    });
+    assert_lines(
+        &b,
+        &["auto n_1 = n * 2u;", "auto new_ = n_1 + 1u;", "auto class_ = new_;", "auto n_2 = class_;", "out[size_t(0)] = n_2;"],
+    );
+}
+
+#[test]
+fn small_integers_keep_their_type_after_promotion() {
+    let b = body(quote! {
+        fn k(out: &mut [u8], a: u8, b: i16) {
+            out[0] = a + 1;
+            let c = -b;
+            let d = !a;
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "out[size_t(0)] = static_cast<uint8_t>(a + uint8_t(1));",
+            "auto c = static_cast<int16_t>(-b);",
+            "auto d = static_cast<uint8_t>(~a);",
+        ],
+    );
+}
+
+#[test]
+fn not_on_bool_integer_and_unknown() {
+    let b = body(quote! {
+        fn k(flag: bool, a: u32, w: &Window<u32>) {
+            let x = !flag;
+            let y = !a;
+            let z = !helper(w);
+        }
+    });
+    assert_lines(&b, &["auto x = !flag;", "auto y = ~a;", "auto z = weft_not(weft::helper(w));"]);
+}
+
+#[test]
+fn integer_limits() {
+    let b = body(quote! {
+        fn k(out: &mut [u64]) {
+            out[0] = u64::MAX;
+            let a = i32::MIN;
+            let b = u8::BITS;
+        }
+    });
+    assert_lines(
+        &b,
+        &["out[size_t(0)] = 18446744073709551615ull;", "auto a = (-2147483647 - 1);", "auto b = 8u;"],
+    );
+}
+
+#[test]
+fn kernel_translation_unit() {
+    let item = parse(quote! {
+        fn k<T: Float, I: Element>(dev: &DevComm<Lsa>, x: &Window<T>, idx: &[I], out: &mut [T], n: usize) {
+            out[0] = x.local()[0];
+        }
+    });
+    let attr: TokenStream = quote!(types(T = [f32, bf16], I = [i32]));
+    let src = generate_cuda_with(attr, &item, &[], OPTIONS).expect("translates");
+    assert!(src.starts_with("// Generated by #[weft::kernel] from the Rust function `k`."));
+    assert!(src.contains("#include \"weft.cuh\"\n"));
+    assert!(src.contains("template <typename T, typename I>\n__device__ void k__body(ncclDevComm const& dev__raw, weft::Window<T> x, weft::Slice<I> idx, weft::SliceMut<T> out, size_t n) {\n    weft::DevComm dev{dev__raw};\n"));
+    assert!(src.contains("extern \"C\" __global__ void k__f32__i32(ncclDevComm dev__raw, weft::Window<float> x, weft::Slice<int32_t> idx, weft::SliceMut<float> out, size_t n) {\n    k__body<float, int32_t>(dev__raw, x, idx, out, n);\n}"));
+    assert!(src.contains("extern \"C\" __global__ void k__bf16__i32(ncclDevComm dev__raw, weft::Window<__nv_bfloat16> x, weft::Slice<int32_t> idx, weft::SliceMut<__nv_bfloat16> out, size_t n) {\n    k__body<__nv_bfloat16, int32_t>(dev__raw, x, idx, out, n);\n}"));
+}
+
+#[test]
+fn non_generic_kernel_has_one_entry_point_named_after_it() {
+    let item = parse(quote! {
+        fn plain(dev: &DevComm<Lsa>, out: &mut [f32]) { out[0] = 1.0; }
+    });
+    let src = generate_cuda_with(TokenStream::new(), &item, &[], OPTIONS).expect("translates");
+    assert!(src.contains("__device__ void plain__body(ncclDevComm const& dev__raw, weft::SliceMut<float> out) {"));
+    assert!(src.contains("extern \"C\" __global__ void plain(ncclDevComm dev__raw, weft::SliceMut<float> out) {\n    plain__body(dev__raw, out);\n}"));
+    assert_eq!(src.matches("__global__").count(), 1);
+}
+
+#[test]
+fn device_fn_definition_is_guarded_in_namespace_weft() {
+    let item = parse(quote! {
+        fn axpy<T: Float>(a: T, x: T, y: T) -> T { a * x + y }
+    });
+    let src = generate_device_fn_cuda(TokenStream::new(), &item, OPTIONS).expect("translates");
+    let guard = src.lines().find(|l| l.starts_with("#ifndef WEFT_DEVICE_FN_axpy_")).expect("guard");
+    assert!(src.contains(&format!("{}\n#define {}\nnamespace weft {{\ntemplate <typename T>\n__device__ T axpy(T a, T x, T y) {{\n    return (a * x) + y;\n}}\n}}  // namespace weft\n", guard, &guard[8..])));
+}
+
+#[test]
+fn prelude_defines_tuples_and_not() {
+    let h = cuda::header("k");
+    assert!(h.contains("template <typename A0, typename A1> struct weft_tuple2 { A0 _0; A1 _1; };"));
+    assert!(h.contains("__device__ __forceinline__ bool weft_not(bool v) { return !v; }"));
+}
+
+#[test]
+fn line_comments_name_the_rust_line() {
+    let src: syn::ItemFn = syn::parse_str("fn k(out: &mut [u32]) {\n    let a = 1u32;\n\n    out[0] = a;\n}").unwrap();
+    let a = {
+        let cx = crate::codegen::ctxt::Ctxt::new();
+        crate::codegen::analyze(
+            crate::codegen::ast::FnKind::Kernel,
+            TokenStream::new(),
+            &src,
+            crate::codegen::lower::Options { line_comments: true },
+            &cx,
+        )
+        .unwrap()
+    };
+    let text = a.lowered.text;
+    assert!(text.contains("auto a = 1u;  // line 2"), "{text}");
+    assert!(text.contains("out[size_t(0)] = a;  // line 4"), "{text}");
+}
