@@ -137,9 +137,9 @@ impl Requirements {
         self
     }
 
-    /// Multimem on the LSA team.
-    pub fn lsa_multimem(mut self) -> Self {
-        self.lsa_multimem = true;
+    /// Multimem on the LSA team (when `enabled`).
+    pub fn lsa_multimem(mut self, enabled: bool) -> Self {
+        self.lsa_multimem |= enabled;
         self
     }
 

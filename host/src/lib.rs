@@ -33,6 +33,7 @@ pub mod spmd;
 pub use datatype::{Element, ReduceOp};
 pub use devcomm::{DevComm, Requirements};
 pub use group::{group, Group};
+pub use launch::LaunchConfig;
 pub use resources::{CustomOp, DeviceBuffer, PreMulSum, Registration, Scalar, Window, WindowFlags};
 pub use spmd::{local_devices, spmd};
 pub use weft_device::caps;

@@ -9,9 +9,13 @@ use std::ffi::c_void;
 use std::fmt;
 
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{result as driver, CudaFunction, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
+pub use cudarc::driver::CudaStream;
+use cudarc::driver::{result as driver, CudaFunction, DevicePtr, DevicePtrMut, SyncOnDrop};
 
 use crate::error::{Error, Result};
+
+mod kernel_args;
+pub use kernel_args::{length_check_failed, KernelArgs, KernelSlice, KernelSliceMut, KernelWindow};
 
 /// A `weft::Window<T>` kernel parameter: an NCCL window and the part of it the kernel sees.
 ///
@@ -50,9 +54,9 @@ const DEFAULT_SHARED_MEM_LIMIT: u32 = 48 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LaunchConfig {
     /// Blocks in the grid, `(x, y, z)`.
-    pub grid: (u32, u32, u32),
+    pub grid_dim: (u32, u32, u32),
     /// Threads per block, `(x, y, z)`.
-    pub block: (u32, u32, u32),
+    pub block_dim: (u32, u32, u32),
     /// Dynamic shared memory per block, in bytes.
     pub shared_mem_bytes: u32,
 }
@@ -60,7 +64,7 @@ pub struct LaunchConfig {
 impl LaunchConfig {
     /// A one-dimensional launch of `grid_x` blocks of `block_x` threads, without dynamic shared memory.
     pub const fn linear(grid_x: u32, block_x: u32) -> LaunchConfig {
-        LaunchConfig { grid: (grid_x, 1, 1), block: (block_x, 1, 1), shared_mem_bytes: 0 }
+        LaunchConfig { grid_dim: (grid_x, 1, 1), block_dim: (block_x, 1, 1), shared_mem_bytes: 0 }
     }
 
     /// A one-dimensional launch with one thread per element: `ceil(n / block)` blocks of `block` threads.
@@ -80,12 +84,12 @@ impl LaunchConfig {
 
     /// The number of blocks in the grid.
     pub fn grid_size(&self) -> u64 {
-        u64::from(self.grid.0) * u64::from(self.grid.1) * u64::from(self.grid.2)
+        u64::from(self.grid_dim.0) * u64::from(self.grid_dim.1) * u64::from(self.grid_dim.2)
     }
 
     /// The number of threads per block.
     pub fn block_size(&self) -> u64 {
-        u64::from(self.block.0) * u64::from(self.block.1) * u64::from(self.block.2)
+        u64::from(self.block_dim.0) * u64::from(self.block_dim.1) * u64::from(self.block_dim.2)
     }
 
     /// Checks the limits every CUDA GPU shares: no zero dimension, at most 1024 threads per block (and
@@ -93,7 +97,7 @@ impl LaunchConfig {
     /// kernel (shared memory, registers) are left to the driver.
     pub fn validate(&self) -> Result<()> {
         let invalid = |problem: String| Err(Error::invalid("LaunchConfig", problem));
-        let (grid, block) = (self.grid, self.block);
+        let (grid, block) = (self.grid_dim, self.block_dim);
         if [grid.0, grid.1, grid.2].contains(&0) {
             return invalid(format!("grid {grid:?} has a zero dimension; every dimension must be at least 1"));
         }
@@ -123,8 +127,8 @@ impl LaunchConfig {
 impl From<LaunchConfig> for cudarc::driver::LaunchConfig {
     fn from(cfg: LaunchConfig) -> Self {
         cudarc::driver::LaunchConfig {
-            grid_dim: cfg.grid,
-            block_dim: cfg.block,
+            grid_dim: cfg.grid_dim,
+            block_dim: cfg.block_dim,
             shared_mem_bytes: cfg.shared_mem_bytes,
         }
     }
@@ -343,7 +347,14 @@ pub unsafe fn launch_raw(
     // arguments match the kernel's parameter list and the memory they reference stays valid until the kernel
     // finishes (both caller's preconditions).
     unsafe {
-        driver::launch_kernel(func.cu_function(), cfg.grid, cfg.block, cfg.shared_mem_bytes, stream.cu_stream(), params)
+        driver::launch_kernel(
+            func.cu_function(),
+            cfg.grid_dim,
+            cfg.block_dim,
+            cfg.shared_mem_bytes,
+            stream.cu_stream(),
+            params,
+        )
     }?;
     Ok(())
 }
@@ -368,21 +379,21 @@ mod tests {
     #[test]
     fn configs_are_built_and_measured() {
         let cfg = LaunchConfig::linear(4, 256).with_shared_mem(1024);
-        assert_eq!((cfg.grid, cfg.block, cfg.shared_mem_bytes), ((4, 1, 1), (256, 1, 1), 1024));
+        assert_eq!((cfg.grid_dim, cfg.block_dim, cfg.shared_mem_bytes), ((4, 1, 1), (256, 1, 1), 1024));
         assert_eq!((cfg.grid_size(), cfg.block_size()), (4, 256));
-        assert_eq!(LaunchConfig::for_elements(1000, 256).grid, (4, 1, 1));
-        assert_eq!(LaunchConfig::for_elements(1024, 256).grid, (4, 1, 1));
-        assert_eq!(LaunchConfig::for_elements(0, 256).grid, (1, 1, 1), "an empty launch still has one block");
-        assert_eq!(LaunchConfig::for_elements(usize::MAX, 32).grid, (MAX_GRID_DIM.0, 1, 1));
-        assert_eq!(LaunchConfig { grid: (65535, 65535, 65535), ..cfg }.grid_size(), 65535u64.pow(3));
+        assert_eq!(LaunchConfig::for_elements(1000, 256).grid_dim, (4, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(1024, 256).grid_dim, (4, 1, 1));
+        assert_eq!(LaunchConfig::for_elements(0, 256).grid_dim, (1, 1, 1), "an empty launch still has one block");
+        assert_eq!(LaunchConfig::for_elements(usize::MAX, 32).grid_dim, (MAX_GRID_DIM.0, 1, 1));
+        assert_eq!(LaunchConfig { grid_dim: (65535, 65535, 65535), ..cfg }.grid_size(), 65535u64.pow(3));
         let cudarc: cudarc::driver::LaunchConfig = cfg.into();
-        assert_eq!((cudarc.grid_dim, cudarc.block_dim, cudarc.shared_mem_bytes), (cfg.grid, cfg.block, 1024));
+        assert_eq!((cudarc.grid_dim, cudarc.block_dim, cudarc.shared_mem_bytes), (cfg.grid_dim, cfg.block_dim, 1024));
     }
 
     #[test]
     fn invalid_configs_are_refused_with_the_fix() {
         assert!(LaunchConfig::linear(1, 1024).validate().is_ok());
-        assert!(LaunchConfig { grid: (MAX_GRID_DIM.0, 65535, 65535), block: (32, 32, 1), shared_mem_bytes: 0 }
+        assert!(LaunchConfig { grid_dim: (MAX_GRID_DIM.0, 65535, 65535), block_dim: (32, 32, 1), shared_mem_bytes: 0 }
             .validate()
             .is_ok());
         let refused = |cfg: LaunchConfig, needle: &str| {
@@ -393,9 +404,9 @@ mod tests {
         refused(LaunchConfig::linear(1, 0), "at least 1");
         refused(LaunchConfig::for_elements(10, 0), "at least 1");
         refused(LaunchConfig::linear(1, 1025), "use fewer threads per block");
-        refused(LaunchConfig { block: (32, 32, 2), ..LaunchConfig::linear(1, 1) }, "2048 threads");
-        refused(LaunchConfig { block: (1, 1, 128), ..LaunchConfig::linear(1, 1) }, "per-dimension");
-        refused(LaunchConfig { grid: (1, 65536, 1), ..LaunchConfig::linear(1, 1) }, "use fewer blocks");
+        refused(LaunchConfig { block_dim: (32, 32, 2), ..LaunchConfig::linear(1, 1) }, "2048 threads");
+        refused(LaunchConfig { block_dim: (1, 1, 128), ..LaunchConfig::linear(1, 1) }, "per-dimension");
+        refused(LaunchConfig { grid_dim: (1, 65536, 1), ..LaunchConfig::linear(1, 1) }, "use fewer blocks");
         refused(LaunchConfig::linear(u32::MAX, 1), "use fewer blocks");
     }
 

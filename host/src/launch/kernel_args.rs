@@ -1,0 +1,165 @@
+//! What `#[weft::kernel]`-generated launchers call: typed argument pushing with the run-time checks types
+//! cannot make (buffers and device communicator on the stream's device, resources for the grid), then
+//! compile-or-load and launch.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
+use weft_device::caps::CapabilitySet;
+
+use super::{launch_raw, ArgBuffer, LaunchConfig, SliceArg, WindowArg};
+use crate::comm::Mode;
+use crate::devcomm::{DevComm, Requirements};
+use crate::error::{Error, Result};
+use crate::resources::Window;
+
+/// A buffer a kernel reads through a `&[T]` parameter: anything cudarc can hand out for reading.
+pub trait KernelSlice<T>: DevicePtr<T> {}
+impl<T, B: DevicePtr<T> + ?Sized> KernelSlice<T> for B {}
+
+/// A buffer a kernel writes through a `&mut [T]` parameter.
+pub trait KernelSliceMut<T>: DevicePtrMut<T> {}
+impl<T, B: DevicePtrMut<T> + ?Sized> KernelSliceMut<T> for B {}
+
+/// A symmetric window a kernel reaches through a `&Window<T>` parameter.
+pub trait KernelWindow<T> {
+    /// The by-value argument, or why the window cannot be used (released, …).
+    fn window_arg(&self) -> Result<WindowArg>;
+    /// The CUDA device the window's local part lives on.
+    fn cuda_device(&self) -> usize;
+}
+
+impl<T: crate::Element, M: Mode> KernelWindow<T> for Window<'_, T, M> {
+    fn window_arg(&self) -> Result<WindowArg> {
+        self.kernel_arg()
+    }
+    fn cuda_device(&self) -> usize {
+        self.communicator().cuda_device()
+    }
+}
+
+/// The arguments of one kernel launch, in parameter order, with the checks a generated launcher needs.
+pub struct KernelArgs<'a> {
+    kernel: &'static str,
+    stream: &'a Arc<CudaStream>,
+    args: ArgBuffer<'a>,
+}
+
+impl std::fmt::Debug for KernelArgs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelArgs").field("kernel", &self.kernel).field("args", &self.args).finish()
+    }
+}
+
+impl<'a> KernelArgs<'a> {
+    /// Starts the argument list of `kernel`, to be launched on `stream`.
+    pub fn new(kernel: &'static str, stream: &'a Arc<CudaStream>) -> KernelArgs<'a> {
+        KernelArgs { kernel, stream, args: ArgBuffer::new() }
+    }
+
+    fn wrong_device(&self, parameter: &'static str, device: usize) -> Error {
+        Error::invalid(
+            parameter,
+            format!(
+                "`{}` is launched on a stream of CUDA device {}, but `{parameter}` lives on device {device}: use a \
+                 stream of the communicator's context",
+                self.kernel,
+                self.stream.context().ordinal()
+            ),
+        )
+    }
+
+    /// A `&DevComm<C>` parameter: NCCL's `ncclDevComm` bytes.
+    pub fn push_dev_comm<C: CapabilitySet, M: Mode>(
+        &mut self,
+        parameter: &'static str,
+        dev: &'a DevComm<'_, C, M>,
+    ) -> Result<()> {
+        if dev.cuda_device() != self.stream.context().ordinal() {
+            return Err(self.wrong_device(parameter, dev.cuda_device()));
+        }
+        self.args.push_bytes(dev.kernel_arg_bytes()?, DevComm::<C, M>::KERNEL_ARG_ALIGN)
+    }
+
+    /// A `&Window<T>` parameter; returns the window's length (for declared length checks).
+    pub fn push_window<T>(&mut self, parameter: &'static str, window: &'a impl KernelWindow<T>) -> Result<usize> {
+        if window.cuda_device() != self.stream.context().ordinal() {
+            return Err(self.wrong_device(parameter, window.cuda_device()));
+        }
+        let arg = window.window_arg()?;
+        self.args.push(arg);
+        Ok(arg.len)
+    }
+
+    /// A `&[T]` parameter; returns its length.
+    pub fn push_slice<T>(&mut self, parameter: &'static str, buffer: &'a impl KernelSlice<T>) -> Result<usize> {
+        let device = buffer.stream().context().ordinal();
+        if device != self.stream.context().ordinal() {
+            return Err(self.wrong_device(parameter, device));
+        }
+        let arg: SliceArg = self.args.slice_arg(buffer, self.stream)?;
+        self.args.push(arg);
+        Ok(arg.len)
+    }
+
+    /// A `&mut [T]` parameter; returns its length.
+    pub fn push_slice_mut<T>(
+        &mut self,
+        parameter: &'static str,
+        buffer: &'a mut impl KernelSliceMut<T>,
+    ) -> Result<usize> {
+        let device = buffer.stream().context().ordinal();
+        if device != self.stream.context().ordinal() {
+            return Err(self.wrong_device(parameter, device));
+        }
+        let arg: SliceArg = self.args.slice_arg_mut(buffer, self.stream)?;
+        self.args.push(arg);
+        Ok(arg.len)
+    }
+
+    /// A scalar parameter, by value.
+    pub fn push_scalar<T: DeviceRepr + Copy + 'static>(&mut self, parameter: &'static str, value: T) {
+        let _ = parameter;
+        self.args.push(value);
+    }
+
+    /// An `LlA2aHandle` parameter, by value.
+    pub fn push_ll_a2a_handle<T: Copy + 'static>(&mut self, parameter: &'static str, handle: T) {
+        let _ = parameter;
+        self.args.push(handle);
+    }
+
+    /// Compiles (or loads from the cache) `spec` for the stream's GPU and launches it with these arguments.
+    pub fn launch(mut self, spec: &crate::jit::KernelSpec, cfg: LaunchConfig) -> Result<()> {
+        cfg.validate()?;
+        let function = crate::jit::function(self.stream.context(), spec)?;
+        // SAFETY: the generated launcher pushed exactly the kernel's parameters in declaration order, each laid
+        // out as docs/kernel-abi.md fixes (checked by the codegen and GPU tests); every buffer, window and device
+        // communicator is borrowed for 'a, beyond this call, and cudarc's guards in `args` order later frees and
+        // writes after the kernel; the function was loaded into the stream's own context just above.
+        unsafe { launch_raw(&function, self.stream, &cfg, &mut self.args) }
+    }
+}
+
+impl<C: CapabilitySet, M: Mode> DevComm<'_, C, M> {
+    /// Whether this device communicator has what `kernel` needs for a launch with `cfg`; otherwise an error naming
+    /// the kernel, the shortfall and the fix.
+    pub fn check_requirements(&self, kernel: &'static str, cfg: &LaunchConfig, needed: &Requirements) -> Result<()> {
+        self.requirements().covers(needed).map_err(|error| match error {
+            Error::InvalidArgument { problem, .. } => Error::InvalidArgument {
+                argument: "dev",
+                problem: format!("`{kernel}` launched with grid {:?}: {problem}", cfg.grid_dim),
+            },
+            other => other,
+        })
+    }
+}
+
+/// The error of a failed `#[kernel(len(...))]` check: which kernel, which rule, the values seen.
+pub fn length_check_failed(kernel: &'static str, rule: &str, values: &[(&str, u64)]) -> Error {
+    let seen = values.iter().map(|(name, value)| format!("{name} = {value}")).collect::<Vec<_>>().join(", ");
+    Error::InvalidArgument {
+        argument: "len",
+        problem: format!("`{kernel}` requires `{rule}`, but {seen}: pass buffers of matching lengths"),
+    }
+}
