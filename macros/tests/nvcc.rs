@@ -36,7 +36,8 @@ fn toolchain() -> Toolchain {
     };
     let nvcc = std::env::var_os("WEFT_NVCC").unwrap_or_else(|| missing("WEFT_NVCC"));
     let cuda_home = std::env::var_os("CUDA_HOME").unwrap_or_else(|| missing("CUDA_HOME"));
-    let includes = std::env::var("WEFT_CODEGEN_NCCL_INCLUDES").unwrap_or_else(|_| missing("WEFT_CODEGEN_NCCL_INCLUDES"));
+    let includes =
+        std::env::var("WEFT_CODEGEN_NCCL_INCLUDES").unwrap_or_else(|_| missing("WEFT_CODEGEN_NCCL_INCLUDES"));
     let nccl: Vec<(String, PathBuf)> = includes
         .split(';')
         .filter(|s| !s.is_empty())

@@ -1,7 +1,6 @@
 //! The signature of a `#[kernel]` or `#[device_fn]`, checked and classified: generic parameters (element types
 //! vs capability sets), parameters by ABI kind (docs/kernel-abi.md), the return type.
 
-use proc_macro2::Span;
 use syn::{FnArg, GenericParam, Ident, ItemFn, Pat, ReturnType, Type, TypeParamBound, WherePredicate};
 
 use super::attr::Attributes;
@@ -66,7 +65,6 @@ pub(crate) struct Signature {
     pub(crate) kind: FnKind,
     pub(crate) ident: Ident,
     pub(crate) elements: Vec<ElementParam>,
-    pub(crate) capabilities: Vec<CapParam>,
     pub(crate) params: Vec<Param>,
     pub(crate) ret_cpp: String,
     pub(crate) ret_ty: Ty,
@@ -83,10 +81,6 @@ impl Signature {
                 _ => None,
             })
             .fold(Caps::NONE, Caps::union)
-    }
-
-    pub(crate) fn dev_comm(&self) -> Option<&Param> {
-        self.params.iter().find(|p| matches!(p.kind, ParamKind::DevComm { .. }))
     }
 
     /// Every combination of the element parameters' instantiation lists, in declaration order.
@@ -168,7 +162,10 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
                     };
                     match bounds_of.iter_mut().find(|(i, _)| *i == name) {
                         Some((_, b)) => b.extend(pt.bounds.iter().cloned()),
-                        None => cx.error_spanned_by(&pt.bounded_ty, "where-clauses in kernels can only bound type parameters"),
+                        None => cx.error_spanned_by(
+                            &pt.bounded_ty,
+                            "where-clauses in kernels can only bound type parameters",
+                        ),
                     }
                 }
                 other => cx.error_spanned_by(other, "only type-parameter bounds are supported in kernel where-clauses"),
@@ -320,16 +317,7 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
     if cx.error_count() > errors_before {
         return None;
     }
-    Some(Signature {
-        kind,
-        ident: sig.ident.clone(),
-        elements: element_params,
-        capabilities,
-        params,
-        ret_cpp,
-        ret_ty,
-        generic_names,
-    })
+    Some(Signature { kind, ident: sig.ident.clone(), elements: element_params, params, ret_cpp, ret_ty, generic_names })
 }
 
 fn type_param_name(ty: &Type) -> Option<Ident> {
@@ -400,9 +388,4 @@ fn classify(ty: &Type, generics: &GenericNames, caps: &[CapParam], cx: &Ctxt) ->
         }
     }
     ParamKind::Other
-}
-
-/// A span for generated items that should point at the user's function name.
-pub(crate) fn name_span(item: &ItemFn) -> Span {
-    item.sig.ident.span()
 }

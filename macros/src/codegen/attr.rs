@@ -196,7 +196,12 @@ fn parse_len_check(expr: &syn::Expr) -> syn::Result<LenCheck> {
     };
     if !matches!(
         b.op,
-        syn::BinOp::Eq(_) | syn::BinOp::Ne(_) | syn::BinOp::Lt(_) | syn::BinOp::Le(_) | syn::BinOp::Gt(_) | syn::BinOp::Ge(_)
+        syn::BinOp::Eq(_)
+            | syn::BinOp::Ne(_)
+            | syn::BinOp::Lt(_)
+            | syn::BinOp::Le(_)
+            | syn::BinOp::Gt(_)
+            | syn::BinOp::Ge(_)
     ) {
         return Err(syn::Error::new_spanned(b.op, "expected one of `==`, `!=`, `<`, `<=`, `>`, `>=`"));
     }

@@ -34,10 +34,6 @@ impl Ctxt {
         self.errors.borrow().len()
     }
 
-    pub(crate) fn has_errors(&self) -> bool {
-        !self.errors.borrow().is_empty()
-    }
-
     /// The errors so far, in the order they were found.
     pub(crate) fn into_errors(self) -> Vec<syn::Error> {
         self.errors.into_inner()

@@ -42,7 +42,8 @@ const PRELUDE_START: &str = "#ifndef WEFT_GENERATED_PRELUDE
 // Rust tuples.
 ";
 
-const PRELUDE_END: &str = "// Rust's `!` on a value whose type the macro does not know: logical for bool, bitwise otherwise.
+const PRELUDE_END: &str =
+    "// Rust's `!` on a value whose type the macro does not know: logical for bool, bitwise otherwise.
 __device__ __forceinline__ bool weft_not(bool v) { return !v; }
 template <typename X> __device__ __forceinline__ X weft_not(X v) { return static_cast<X>(~v); }
 #endif  // WEFT_GENERATED_PRELUDE
@@ -97,7 +98,8 @@ pub(crate) fn kernel(sig: &Signature, item: &syn::ItemFn, body: &LoweredBody, cx
     if let Some(t) = template_line(sig) {
         let _ = writeln!(out, "{t}");
     }
-    let _ = writeln!(out, "__device__ void {name}__body({}) {{", params(sig, &body.param_names, false, &[], cx).join(", "));
+    let _ =
+        writeln!(out, "__device__ void {name}__body({}) {{", params(sig, &body.param_names, false, &[], cx).join(", "));
     out.push_str(&body.text);
     out.push_str("}\n");
     for types in sig.instantiations() {

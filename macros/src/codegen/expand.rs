@@ -6,7 +6,7 @@
 //! kernel sees the device fns it calls through ordinary Rust paths.
 
 use proc_macro2::TokenStream;
-use quote::{format_ident, quote};
+use quote::quote;
 use syn::ItemFn;
 
 use super::ast::Signature;
@@ -206,7 +206,6 @@ pub(crate) fn kernel_module(
         " The generated side of the kernel [`{name_str}`](fn@{name_str}): its CUDA C++, entry points, capabilities, \
          NCCL requirements and typed launcher."
     );
-    let _ = format_ident!("unused");
     quote! {
         #[doc = #doc]
         #[allow(non_snake_case, dead_code, unused_imports, clippy::all)]

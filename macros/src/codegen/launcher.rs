@@ -1,6 +1,6 @@
-//! The generated `requirements()` and `launch()`: everything the generated code says about the host crate is in
-//! this file, so adjusting to `weft_host`'s API is a change here only. docs/macro.md ("What the generated launcher
-//! needs from weft-host") lists the items.
+//! The generated `requirements()` and `launch()`. Everything the generated code says about `weft-host` is in this
+//! file, so following a change of the host's API is a change here only; docs/macro.md ("What the generated code
+//! needs") lists the items.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
@@ -10,6 +10,59 @@ use super::ast::{ParamKind, Signature};
 use super::attr::{Attributes, LenOperand};
 use super::usage::Resource;
 
+/// Host paths, in one place.
+mod host {
+    use proc_macro2::TokenStream;
+    use quote::quote;
+
+    pub(super) fn launch_config() -> TokenStream {
+        quote!(::weft::host::LaunchConfig)
+    }
+    pub(super) fn requirements() -> TokenStream {
+        quote!(::weft::host::Requirements)
+    }
+    pub(super) fn error() -> TokenStream {
+        quote!(::weft::host::Error)
+    }
+    pub(super) fn stream() -> TokenStream {
+        quote!(::weft::host::launch::CudaStream)
+    }
+    pub(super) fn dev_comm() -> TokenStream {
+        quote!(::weft::host::DevComm)
+    }
+    pub(super) fn mode() -> TokenStream {
+        quote!(::weft::host::Mode)
+    }
+    pub(super) fn kernel_window() -> TokenStream {
+        quote!(::weft::host::launch::KernelWindow)
+    }
+    pub(super) fn kernel_slice() -> TokenStream {
+        quote!(::weft::host::launch::KernelSlice)
+    }
+    pub(super) fn kernel_slice_mut() -> TokenStream {
+        quote!(::weft::host::launch::KernelSliceMut)
+    }
+    pub(super) fn kernel_args() -> TokenStream {
+        quote!(::weft::host::launch::KernelArgs)
+    }
+    pub(super) fn length_check_failed() -> TokenStream {
+        quote!(::weft::host::launch::length_check_failed)
+    }
+    pub(super) fn kernel_spec() -> TokenStream {
+        quote!(::weft::host::jit::KernelSpec)
+    }
+    pub(super) fn caps(name: &str) -> TokenStream {
+        let ident = proc_macro2::Ident::new(name, proc_macro2::Span::call_site());
+        quote!(::weft::device::caps::#ident)
+    }
+    pub(super) fn element() -> TokenStream {
+        quote!(::weft::device::Element)
+    }
+    pub(super) fn host_element() -> TokenStream {
+        quote!(::weft::host::Element)
+    }
+}
+
 /// `requirements(&LaunchConfig) -> Requirements`, from the merged usage constant `__WEFT_USAGE`.
 pub(crate) fn requirements(sig: &Signature) -> TokenStream {
     let setters = Resource::ALL.iter().map(|r| {
@@ -18,13 +71,15 @@ pub(crate) fn requirements(sig: &Signature) -> TokenStream {
         quote!(.#method(__weft_count(#i)))
     });
     let doc = format!(
-        " The NCCL device-communicator resources `{}` needs when launched with `cfg`: LSA barriers, GIN signals, \
-         counters and barriers, from the indices its body (and the device fns it calls) use.",
+        " The NCCL device-communicator resources `{}` needs when launched with `cfg`: barriers, GIN signals, \
+         counters and contexts, from the indices its body (and the device fns it calls) use, and multimem if it \
+         uses it. Create the `DevComm` with (at least) these.",
         sig.ident
     );
+    let (config, requirements) = (host::launch_config(), host::requirements());
     quote! {
         #[doc = #doc]
-        pub fn requirements(cfg: &::weft::host::LaunchConfig) -> ::weft::host::Requirements {
+        pub fn requirements(cfg: &#config) -> #requirements {
             let __weft_grid: [u32; 3] = [cfg.grid_dim.0, cfg.grid_dim.1, cfg.grid_dim.2];
             let __weft_count = |resource: usize| -> u32 {
                 let mut count = __WEFT_USAGE[2 + 2 * resource];
@@ -38,9 +93,7 @@ pub(crate) fn requirements(sig: &Signature) -> TokenStream {
                 }
                 count
             };
-            ::weft::host::Requirements::new()
-                #(#setters)*
-                .lsa_multimem(CAPABILITIES.multimem)
+            #requirements::new() #(#setters)*.lsa_multimem(CAPABILITIES.multimem)
         }
     }
 }
@@ -53,19 +106,28 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes) -> TokenStream {
     };
     let stream = pick("stream", "launch_stream");
     let cfg = pick("cfg", "launch_cfg");
+    let mode = Ident::new("__WeftMode", Span::call_site());
+    let element = host::element();
 
-    // Generic parameters: element types (the user's bounds + Element), the capability set of the DevComm.
+    // Generic parameters: element types (the user's bounds + Element), the capability set and NCCL mode.
     let mut generics = Vec::new();
     for e in &sig.elements {
         let ident = &e.ident;
-        let bounds = &e.bounds;
-        if bounds.is_empty() {
-            generics.push(quote!(#ident: ::weft::device::Element));
-        } else {
-            generics.push(quote!(#ident: #(#bounds)+* + ::weft::device::Element));
+        let mut bounds: Vec<TokenStream> = e.bounds.iter().map(|b| quote!(#b)).collect();
+        bounds.push(element.clone());
+        // A scalar parameter of this type is pushed by value: the host needs its `DeviceRepr`, which its
+        // `Element` (NCCL's data types) provides.
+        let by_value = sig.params.iter().any(|p| match &p.kind {
+            ParamKind::Scalar { rust } => super::types::last_ident(rust).is_some_and(|n| e.ident == n),
+            _ => false,
+        });
+        if by_value {
+            bounds.push(host::host_element());
         }
+        generics.push(quote!(#ident: #(#bounds)+*));
     }
     let mut params = Vec::new();
+    let mut checks = Vec::new();
     let mut pushes = Vec::new();
     for p in &sig.params {
         let ident = &p.ident;
@@ -74,35 +136,29 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes) -> TokenStream {
         match &p.kind {
             ParamKind::DevComm { declared, generic } => {
                 let c = generic.clone().unwrap_or_else(|| Ident::new("__WeftCaps", Span::call_site()));
-                let bounds: Vec<TokenStream> = declared
-                    .bounds()
-                    .into_iter()
-                    .map(|b| {
-                        let b = Ident::new(b, Span::call_site());
-                        quote!(::weft::device::caps::#b)
-                    })
-                    .collect();
-                if bounds.is_empty() {
-                    generics.push(quote!(#c: ::weft::device::caps::CapabilitySet));
-                } else {
-                    generics.push(quote!(#c: #(#bounds)+*));
-                }
-                params.push(quote!(#ident: &::weft::host::DevComm<'_, #c>));
-                pushes.push(quote! {
-                    #ident.check_requirements(NAME, &#cfg, &requirements(&#cfg))?;
-                    __weft_args.push_dev_comm(#name, #ident)?;
-                });
+                let bounds: Vec<TokenStream> = declared.bounds().into_iter().map(host::caps).collect();
+                let bounds = if bounds.is_empty() { vec![host::caps("CapabilitySet")] } else { bounds };
+                let (dev_comm, m) = (host::dev_comm(), host::mode());
+                generics.push(quote!(#c: #(#bounds)+*));
+                generics.push(quote!(#mode: #m));
+                params.push(quote!(#ident: &#dev_comm<'_, #c, #mode>));
+                // The grid against the communicator's resources.
+                checks.push(quote!(#ident.check_requirements(NAME, &#cfg, &requirements(&#cfg))?;));
+                pushes.push(quote!(__weft_args.push_dev_comm(#name, #ident)?;));
             }
             ParamKind::Window { elem } => {
-                params.push(quote!(#ident: &impl ::weft::host::launch::KernelWindow<#elem>));
+                let window = host::kernel_window();
+                params.push(quote!(#ident: &impl #window<#elem>));
                 pushes.push(quote!(let #len: usize = __weft_args.push_window(#name, #ident)?;));
             }
             ParamKind::Slice { elem, mutable: false } => {
-                params.push(quote!(#ident: &impl ::weft::host::launch::KernelSlice<#elem>));
+                let slice = host::kernel_slice();
+                params.push(quote!(#ident: &impl #slice<#elem>));
                 pushes.push(quote!(let #len: usize = __weft_args.push_slice(#name, #ident)?;));
             }
             ParamKind::Slice { elem, mutable: true } => {
-                params.push(quote!(#ident: &mut impl ::weft::host::launch::KernelSliceMut<#elem>));
+                let slice = host::kernel_slice_mut();
+                params.push(quote!(#ident: &mut impl #slice<#elem>));
                 pushes.push(quote!(let #len: usize = __weft_args.push_slice_mut(#name, #ident)?;));
             }
             ParamKind::Scalar { rust } => {
@@ -117,7 +173,8 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes) -> TokenStream {
         }
     }
 
-    let checks = attrs.len_checks.iter().map(|check| {
+    let length_check_failed = host::length_check_failed();
+    let len_checks = attrs.len_checks.iter().map(|check| {
         let operand = |o: &LenOperand| match o {
             LenOperand::Literal(v) => quote!((#v as u64)),
             LenOperand::Param(ident) => match sig.params.iter().find(|p| p.ident == *ident).map(|p| &p.kind) {
@@ -129,21 +186,18 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes) -> TokenStream {
             },
         };
         let (lhs, rhs, op) = (operand(&check.lhs), operand(&check.rhs), &check.op);
-        let text = check.tokens.to_string();
-        let values: Vec<TokenStream> = [&check.lhs, &check.rhs]
-            .iter()
-            .filter_map(|o| match o {
-                LenOperand::Param(ident) => {
-                    let n = ident.to_string();
-                    let v = operand(o);
-                    Some(quote!((#n, #v)))
-                }
-                LenOperand::Literal(_) => None,
-            })
-            .collect();
+        let rule = check.tokens.to_string();
+        let values = [&check.lhs, &check.rhs].into_iter().filter_map(|o| match o {
+            LenOperand::Param(ident) => {
+                let n = ident.to_string();
+                let v = operand(o);
+                Some(quote!((#n, #v)))
+            }
+            LenOperand::Literal(_) => None,
+        });
         quote! {
             if !(#lhs #op #rhs) {
-                return ::core::result::Result::Err(::weft::host::launch::length_check_failed(NAME, #text, &[#(#values),*]));
+                return ::core::result::Result::Err(#length_check_failed(NAME, #rule, &[#(#values),*]));
             }
         }
     });
@@ -153,7 +207,7 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes) -> TokenStream {
     } else {
         let names = sig.elements.iter().map(|e| {
             let i = &e.ident;
-            quote!(<#i as ::weft::device::Element>::NAME)
+            quote!(<#i as #element>::NAME)
         });
         quote!(const { __weft_entry_point(&[#(#names),*]) })
     };
@@ -163,20 +217,23 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes) -> TokenStream {
          and launches it on `{stream}`.",
         sig.ident
     );
+    let (stream_ty, config, error) = (host::stream(), host::launch_config(), host::error());
+    let (kernel_args, kernel_spec) = (host::kernel_args(), host::kernel_spec());
     quote! {
         #[doc = #doc]
         #[allow(clippy::too_many_arguments)]
         pub fn launch<#(#generics),*>(
-            #stream: &::std::sync::Arc<::weft::host::launch::CudaStream>,
-            #cfg: ::weft::host::LaunchConfig,
+            #stream: &::std::sync::Arc<#stream_ty>,
+            #cfg: #config,
             #(#params),*
-        ) -> ::core::result::Result<(), ::weft::host::Error> {
+        ) -> ::core::result::Result<(), #error> {
             let __weft_entry: &'static str = #entry;
-            let mut __weft_args = ::weft::host::launch::ArgBuffer::new(NAME, #stream);
-            #(#pushes)*
             #(#checks)*
+            let mut __weft_args = #kernel_args::new(NAME, #stream);
+            #(#pushes)*
+            #(#len_checks)*
             __weft_args.launch(
-                &::weft::host::jit::KernelSpec { name: NAME, source: __WEFT_SOURCE_STATIC, entry_point: __weft_entry },
+                &#kernel_spec { name: NAME, source: __WEFT_SOURCE_STATIC, entry_point: __weft_entry },
                 #cfg,
             )
         }

@@ -179,7 +179,12 @@ pub(crate) fn generate_cuda(item: &ItemFn) -> Result<String, Vec<syn::Error>> {
 }
 
 /// The C++ definition of a device fn.
-pub(crate) fn generate_device_fn_cuda(attr: TokenStream, item: &ItemFn, options: Options) -> Result<String, Vec<syn::Error>> {
+#[allow(dead_code)]
+pub(crate) fn generate_device_fn_cuda(
+    attr: TokenStream,
+    item: &ItemFn,
+    options: Options,
+) -> Result<String, Vec<syn::Error>> {
     let cx = Ctxt::new();
     let analysis = analyze(FnKind::DeviceFn, attr, item, options, &cx);
     let out = analysis.map(|a| cuda::device_fn(&a.sig, item, &a.lowered, &cx));

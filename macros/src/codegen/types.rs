@@ -47,16 +47,8 @@ impl Scalar {
     /// The types a generic kernel bounded by `Float` is instantiated for unless `types(…)` says otherwise.
     pub(crate) const FLOAT_DEFAULT: &'static [Scalar] = &[Scalar::F32, Scalar::Bf16];
     /// The same for `Element` / `Numeric` bounds.
-    pub(crate) const ELEMENT_DEFAULT: &'static [Scalar] = &[
-        Scalar::F32,
-        Scalar::Bf16,
-        Scalar::F16,
-        Scalar::F64,
-        Scalar::I32,
-        Scalar::U32,
-        Scalar::I64,
-        Scalar::U64,
-    ];
+    pub(crate) const ELEMENT_DEFAULT: &'static [Scalar] =
+        &[Scalar::F32, Scalar::Bf16, Scalar::F16, Scalar::F64, Scalar::I32, Scalar::U32, Scalar::I64, Scalar::U64];
 
     pub(crate) fn from_name(name: &str) -> Option<Scalar> {
         Scalar::ALL.into_iter().find(|s| s.rust() == name)
@@ -175,12 +167,6 @@ pub(crate) enum Ty {
     Cpp(String),
     Unit,
     Unknown,
-}
-
-impl Ty {
-    pub(crate) fn is_scalar_like(&self) -> bool {
-        matches!(self, Ty::Scalar(_) | Ty::Param(_) | Ty::Var(_))
-    }
 }
 
 /// Where a type is written: decides references and `DevComm`'s spelling.

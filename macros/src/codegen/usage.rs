@@ -51,15 +51,7 @@ impl Resource {
 
     /// The `weft::host::Requirements` builder method that sets it.
     pub(crate) fn requirement_method(self) -> &'static str {
-        match self {
-            Resource::LsaBarrier => "lsa_barrier_count",
-            Resource::HybridBarrier => "hybrid_barrier_count",
-            Resource::RailGinBarrier => "rail_gin_barrier_count",
-            Resource::WorldGinBarrier => "world_gin_barrier_count",
-            Resource::GinSignal => "gin_signal_count",
-            Resource::GinCounter => "gin_counter_count",
-            Resource::GinContext => "gin_context_count",
-        }
+        self.attribute()
     }
 
     /// Words for messages: "LSA barriers".
@@ -168,14 +160,12 @@ pub(crate) const USAGE_FORMAT: u32 = 1;
 pub(crate) const USAGE_WORDS: usize = 2 + 2 * Resource::ALL.len();
 
 impl Usage {
-    pub(crate) fn get(&self, r: Resource) -> ResourceUse {
-        self.resources[r.index()]
-    }
-
     pub(crate) fn add_index(&mut self, r: Resource, index: IndexValue) {
         let slot = &mut self.resources[r.index()];
         match index {
-            IndexValue::Const(n) => slot.constant = slot.constant.max(u32::try_from(n.saturating_add(1)).unwrap_or(u32::MAX)),
+            IndexValue::Const(n) => {
+                slot.constant = slot.constant.max(u32::try_from(n.saturating_add(1)).unwrap_or(u32::MAX))
+            }
             IndexValue::Block(axis) => slot.grid_axes |= 1 << axis,
             IndexValue::Unknown => {}
         }
@@ -225,9 +215,10 @@ pub(crate) fn method_rule(name: &str, arity: usize) -> Option<Rule> {
         ("wait_signal" | "wait_signal_timeout" | "wait_signal_meet_shadow", _) => rule(Caps::GIN, Some((GinSignal, 1))),
         ("read_counter" | "reset_counter", _) => rule(Caps::GIN, Some((GinCounter, 0))),
         ("wait_counter" | "wait_counter_timeout", _) => rule(Caps::GIN, Some((GinCounter, 1))),
-        ("put" | "put_value" | "signal" | "get" | "flush" | "read_va_signal" | "wait_va_signal" | "reset_va_signal", _) => {
-            rule(Caps::GIN, None)
-        }
+        (
+            "put" | "put_value" | "signal" | "get" | "flush" | "read_va_signal" | "wait_va_signal" | "reset_va_signal",
+            _,
+        ) => rule(Caps::GIN, None),
         ("rail_barrier", _) => rule(Caps::GIN, Some((RailGinBarrier, 1))),
         ("world_barrier", _) => rule(Caps::GIN, Some((WorldGinBarrier, 1))),
         ("hybrid_barrier", _) => rule(Caps::LSA_GIN, Some((HybridBarrier, 2))),

@@ -28,8 +28,27 @@ enum Place {
 }
 
 const ITERATOR_METHODS: &[&str] = &[
-    "iter", "iter_mut", "into_iter", "map", "filter", "fold", "sum", "product", "collect", "enumerate", "zip",
-    "for_each", "chain", "take", "skip", "windows", "chunks", "any", "all", "position", "find",
+    "iter",
+    "iter_mut",
+    "into_iter",
+    "map",
+    "filter",
+    "fold",
+    "sum",
+    "product",
+    "collect",
+    "enumerate",
+    "zip",
+    "for_each",
+    "chain",
+    "take",
+    "skip",
+    "windows",
+    "chunks",
+    "any",
+    "all",
+    "position",
+    "find",
 ];
 
 impl Validator<'_> {
@@ -125,7 +144,9 @@ impl Validator<'_> {
                 } else if matches!(name.as_str(), "unwrap" | "expect" | "unwrap_or" | "ok" | "is_some" | "is_none") {
                     self.cx.error_spanned_by(
                         &m.method,
-                        format!("`.{name}()`: kernels have no `Option`/`Result`: use a `bool` flag or a sentinel value"),
+                        format!(
+                            "`.{name}()`: kernels have no `Option`/`Result`: use a `bool` flag or a sentinel value"
+                        ),
                     );
                 } else if name == "to_string" || name == "to_owned" {
                     self.cx.error_spanned_by(&m.method, "kernels have no strings: pass numbers");
@@ -164,10 +185,8 @@ impl Validator<'_> {
             }
             Expr::Block(b) => {
                 if let Some(l) = &b.label {
-                    self.cx.error_spanned_by(
-                        l,
-                        "labeled blocks are not supported in kernels: use a `loop` with `break`",
-                    );
+                    self.cx
+                        .error_spanned_by(l, "labeled blocks are not supported in kernels: use a `loop` with `break`");
                 }
                 self.block(&b.block);
             }
@@ -246,16 +265,14 @@ impl Validator<'_> {
                     self.expr(e, Place::Value);
                 }
             }
-            Expr::Closure(c) => self.cx.error_spanned_by(
-                c,
-                "closures are not supported in kernels: write the helper as a #[weft::device_fn]",
-            ),
+            Expr::Closure(c) => self
+                .cx
+                .error_spanned_by(c, "closures are not supported in kernels: write the helper as a #[weft::device_fn]"),
             Expr::Async(a) => self.cx.error_spanned_by(a, "`async` is not supported in kernels: remove it"),
             Expr::Await(a) => self.cx.error_spanned_by(a, "`.await` is not supported in kernels: remove it"),
-            Expr::Unsafe(u) => self.cx.error_spanned_by(
-                u,
-                "`unsafe` is not supported in kernels: the vocabulary is safe, remove the block",
-            ),
+            Expr::Unsafe(u) => self
+                .cx
+                .error_spanned_by(u, "`unsafe` is not supported in kernels: the vocabulary is safe, remove the block"),
             Expr::Macro(m) => self.mac(&m.mac),
             Expr::Array(a) => self.cx.error_spanned_by(
                 a,
@@ -282,7 +299,9 @@ impl Validator<'_> {
                 l,
                 "`if let` / `while let` are not supported in kernels: compare explicitly (`if x == …`) or `match`",
             ),
-            Expr::Const(c) => self.cx.error_spanned_by(c, "`const` blocks are not supported in kernels: write the value"),
+            Expr::Const(c) => {
+                self.cx.error_spanned_by(c, "`const` blocks are not supported in kernels: write the value")
+            }
             Expr::RawAddr(r) => self.cx.error_spanned_by(r, "raw pointers are not supported in kernels"),
             Expr::Infer(i) => self.cx.error_spanned_by(i, "`_` is not a value: write the expression"),
             other => self.cx.error_spanned_by(other, "this expression is not supported in kernels"),

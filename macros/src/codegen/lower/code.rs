@@ -8,7 +8,11 @@ use crate::codegen::types::{float_text, Scalar, Ty};
 enum Piece {
     Text(String),
     /// An unsuffixed literal typed by unification.
-    Lit { var: usize, text: String, float: bool },
+    Lit {
+        var: usize,
+        text: String,
+        float: bool,
+    },
     /// The C++ spelling of a type that may contain type variables.
     Ty(Ty),
     /// `static_cast<T>(code)` if the variable resolves to an integer type C++ promotes to `int`, else `code`.
@@ -116,7 +120,11 @@ impl Resolver<'_> {
             Ty::Scalar(s) => s.cpp().to_string(),
             Ty::Param(p) => p.clone(),
             Ty::Tuple(elems) => {
-                format!("weft_tuple{}<{}>", elems.len(), elems.iter().map(|e| self.ty(e)).collect::<Vec<_>>().join(", "))
+                format!(
+                    "weft_tuple{}<{}>",
+                    elems.len(),
+                    elems.iter().map(|e| self.ty(e)).collect::<Vec<_>>().join(", ")
+                )
             }
             Ty::Var(v) => match self.vars.binding(*v) {
                 Some(bound) => self.ty(&bound),

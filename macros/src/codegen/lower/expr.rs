@@ -56,8 +56,25 @@ impl Val {
 fn is_vocabulary_module(segment: &str) -> bool {
     matches!(
         segment,
-        "weft" | "weft_device" | "device" | "prelude" | "exec" | "numeric" | "atomic" | "barrier" | "caps" | "comm"
-            | "coop" | "gin" | "ll_a2a" | "multimem" | "ordering" | "reduce_copy" | "shared" | "window" | "half"
+        "weft"
+            | "weft_device"
+            | "device"
+            | "prelude"
+            | "exec"
+            | "numeric"
+            | "atomic"
+            | "barrier"
+            | "caps"
+            | "comm"
+            | "coop"
+            | "gin"
+            | "ll_a2a"
+            | "multimem"
+            | "ordering"
+            | "reduce_copy"
+            | "shared"
+            | "window"
+            | "half"
     )
 }
 
@@ -117,7 +134,12 @@ impl Lowerer<'_> {
                 // R13: C++ binds references implicitly.
                 self.expr(&r.expr)
             }
-            Expr::Return(_) | Expr::Break(_) | Expr::Continue(_) | Expr::While(_) | Expr::ForLoop(_) | Expr::Loop(_) => {
+            Expr::Return(_)
+            | Expr::Break(_)
+            | Expr::Continue(_)
+            | Expr::While(_)
+            | Expr::ForLoop(_)
+            | Expr::Loop(_) => {
                 // Control flow in value position: lowered as a GNU statement expression.
                 let lines = self.capture(|l| l.expr_stmt(e));
                 Val::new(statement_expression(lines, None), Ty::Unit)
@@ -349,11 +371,8 @@ impl Lowerer<'_> {
             self.cx.error_spanned_by(&c.ty, "`as` casts convert between number types only");
             return Val::error();
         }
-        let index = match inner.index {
-            IndexValue::Block(a) => IndexValue::Block(a),
-            IndexValue::Const(n) => IndexValue::Const(n),
-            IndexValue::Unknown => IndexValue::Unknown,
-        };
+        // A cast keeps what the value means as an index (`block_idx_x() as u32`).
+        let index = inner.index;
         let mut code = Code::text(format!("static_cast<{cpp}>("));
         code.push(inner.code).push_str(")");
         Val { code, ty, index, atom: true }
@@ -365,7 +384,8 @@ impl Lowerer<'_> {
             Ty::Indexable(e) => Some((**e).clone()),
             _ => None,
         };
-        let idx = if elem.is_some() { self.expr_expect(&i.index, &Ty::Scalar(Scalar::Usize)) } else { self.expr(&i.index) };
+        let idx =
+            if elem.is_some() { self.expr_expect(&i.index, &Ty::Scalar(Scalar::Usize)) } else { self.expr(&i.index) };
         let mut code = base.operand();
         code.push_str("[").push(idx.code).push_str("]");
         Val::new(code, elem.unwrap_or(Ty::Unknown))
@@ -406,7 +426,7 @@ impl Lowerer<'_> {
         let names: Vec<String> = segs.iter().map(|s| s.ident.to_string()).collect();
         let Some(last) = names.last().cloned() else { return Val::error() };
         let prev = if names.len() >= 2 { Some(names[names.len() - 2].clone()) } else { None };
-        let mut args = self.args(c.args.iter());
+        let args = self.args(c.args.iter());
 
         // Associated functions: `T::zero()` (R9), `Lanes::from_mask(m)`.
         if let Some(prev) = &prev {
@@ -472,7 +492,10 @@ impl Lowerer<'_> {
 
         // Free functions: vocabulary or #[device_fn], both `weft::name` in C++.
         if last == "grid_stride" {
-            self.cx.error_spanned_by(c, "`grid_stride(n)` can only be iterated by a `for` loop: `for i in grid_stride(n)`");
+            self.cx.error_spanned_by(
+                c,
+                "`grid_stride(n)` can only be iterated by a `for` loop: `for i in grid_stride(n)`",
+            );
         }
         if !known::is_vocabulary_function(&last) {
             self.record_call(&p.path);

@@ -19,8 +19,8 @@ use super::ctxt::Ctxt;
 use super::types::{Ty, TypeMapper};
 use super::usage::{IndexValue, Usage};
 pub(crate) use code::{Code, Resolver};
+pub(crate) use expr::{is_screaming, VOCABULARY_CONSTANTS};
 use infer::{Origin, Vars};
-pub(crate) use expr::{is_camel, is_screaming, VOCABULARY_CONSTANTS};
 pub(crate) use names::cpp_ident;
 
 /// What lowering a body produced.
@@ -42,7 +42,7 @@ pub(crate) struct Options {
     pub(crate) line_comments: bool,
 }
 
-struct Line {
+pub(crate) struct Line {
     indent: usize,
     code: Code,
     line: usize,

@@ -63,9 +63,12 @@ impl Lowerer<'_> {
                 self.braced_block(&b.block, sink);
                 self.emit_text("}");
             }
-            Expr::Return(_) | Expr::Break(_) | Expr::Continue(_) | Expr::Loop(_) | Expr::While(_) | Expr::ForLoop(_) => {
-                self.expr_stmt(e)
-            }
+            Expr::Return(_)
+            | Expr::Break(_)
+            | Expr::Continue(_)
+            | Expr::Loop(_)
+            | Expr::While(_)
+            | Expr::ForLoop(_) => self.expr_stmt(e),
             _ => {
                 let line = line_of(e);
                 match sink {
@@ -319,7 +322,9 @@ impl Lowerer<'_> {
             _ => return,
         };
         let (start_expr, end_expr, inclusive, step_expr, reverse, grid) = match iteration {
-            Iteration::Range { start, end, inclusive, step, reverse } => (Some(start), end, inclusive, step, reverse, false),
+            Iteration::Range { start, end, inclusive, step, reverse } => {
+                (Some(start), end, inclusive, step, reverse, false)
+            }
             Iteration::GridStride(n) => (None, n, false, None, false, true),
         };
         // Bounds are evaluated once, before the loop variable exists (Rust evaluates the range first).
@@ -544,7 +549,7 @@ impl Lowerer<'_> {
                 };
                 let expect = mapped.as_ref().map(|(_, t)| t.clone());
                 // A tuple of values binds each directly; evaluate all before binding any (shadowing).
-                if let (Expr::Tuple(values), true) = (init, t.elems.len() > 0) {
+                if let (Expr::Tuple(values), true) = (init, !t.elems.is_empty()) {
                     if values.elems.len() == t.elems.len() {
                         let mut vals = Vec::new();
                         for (i, v) in values.elems.iter().enumerate() {

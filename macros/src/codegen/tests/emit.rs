@@ -18,7 +18,10 @@ fn lets_with_and_without_types() {
             let d = n;
         }
     });
-    assert_lines(&b, &["auto a = x[size_t(0)];", "float b = 2.0f;", "uint64_t c;", "c = 7ull;", "b += a;", "auto d = n;"]);
+    assert_lines(
+        &b,
+        &["auto a = x[size_t(0)];", "float b = 2.0f;", "uint64_t c;", "c = 7ull;", "b += a;", "auto d = n;"],
+    );
 }
 
 #[test]
@@ -287,7 +290,14 @@ fn loop_bound_of_unknown_type_is_hoisted() {
     });
     assert_lines(
         &b,
-        &["{", "auto i_end = weft::helper(w);", "for (decltype(i_end) i = 0; i < i_end; ++i) {", "out[size_t(0)] += 1u;", "}", "}"],
+        &[
+            "{",
+            "auto i_end = weft::helper(w);",
+            "for (decltype(i_end) i = 0; i < i_end; ++i) {",
+            "out[size_t(0)] += 1u;",
+            "}",
+            "}",
+        ],
     );
 }
 
@@ -583,7 +593,13 @@ fn shadowing_and_cpp_keywords_get_fresh_names() {
     });
     assert_lines(
         &b,
-        &["auto n_1 = n * 2u;", "auto new_ = n_1 + 1u;", "auto class_ = new_;", "auto n_2 = class_;", "out[size_t(0)] = n_2;"],
+        &[
+            "auto n_1 = n * 2u;",
+            "auto new_ = n_1 + 1u;",
+            "auto class_ = new_;",
+            "auto n_2 = class_;",
+            "out[size_t(0)] = n_2;",
+        ],
     );
 }
 
@@ -627,10 +643,7 @@ fn integer_limits() {
             let b = u8::BITS;
         }
     });
-    assert_lines(
-        &b,
-        &["out[size_t(0)] = 18446744073709551615ull;", "auto a = (-2147483647 - 1);", "auto b = 8u;"],
-    );
+    assert_lines(&b, &["out[size_t(0)] = 18446744073709551615ull;", "auto a = (-2147483647 - 1);", "auto b = 8u;"]);
 }
 
 #[test]

@@ -106,7 +106,10 @@ fn rust_fallback_types_when_nothing_constrains_a_literal() {
             let g = f * 2.0;
         }
     });
-    assert_lines(&b, &["int32_t n = 10;", "double f = 1.5;", "int32_t i = 0;", "while (i < n) {", "double g = f * 2.0;"]);
+    assert_lines(
+        &b,
+        &["int32_t n = 10;", "double f = 1.5;", "int32_t i = 0;", "while (i < n) {", "double g = f * 2.0;"],
+    );
 }
 
 #[test]
@@ -167,5 +170,12 @@ fn tuple_elements_take_the_declared_types() {
             let (a, b): (u8, f64) = (3, 4.0);
         }
     });
-    assert_lines(&b, &["weft_tuple2<uint64_t, float> t = weft_make_tuple(1ull, 2.0f);", "uint8_t a = uint8_t(3);", "double b = 4.0;"]);
+    assert_lines(
+        &b,
+        &[
+            "weft_tuple2<uint64_t, float> t = weft_make_tuple(1ull, 2.0f);",
+            "uint8_t a = uint8_t(3);",
+            "double b = 4.0;",
+        ],
+    );
 }

@@ -1,1 +1,134 @@
-use super::*;
+//! The Rust the macros expand to (its compilation against the real crates is `tests/expand.rs`).
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use crate::codegen::{expand_device_fn, expand_kernel};
+
+/// Token text with spaces squeezed out, for robust `contains` checks.
+fn squeeze(t: TokenStream) -> String {
+    t.to_string().chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+#[track_caller]
+fn assert_has(haystack: &str, needle: &str) {
+    let needle: String = needle.chars().filter(|c| !c.is_whitespace()).collect();
+    assert!(haystack.contains(&needle), "`{needle}` not in:\n{haystack}");
+}
+
+#[test]
+fn kernel_keeps_the_function_and_adds_a_module_of_the_same_name() {
+    let out = squeeze(expand_kernel(
+        quote!(),
+        quote! {
+            pub fn allreduce_add<T: Float>(dev: &DevComm<Lsa>, x: &Window<T>, out: &mut [T], n: usize) {
+                for i in grid_stride(n) { out[i] = x.local()[i]; }
+            }
+        },
+    ));
+    assert_has(&out, r#"#[allow(dead_code)] pub fn allreduce_add<T: Float>(dev: &DevComm<Lsa>,"#);
+    assert_has(&out, r#"pub mod allreduce_add { use super::*;"#);
+    assert_has(&out, r#"pub const NAME: &str = "allreduce_add";"#);
+    assert_has(&out, r#"pub const ENTRY_POINTS: &[&str] = &["allreduce_add__f32", "allreduce_add__bf16"];"#);
+    assert_has(&out, r#"pub const CAPABILITIES: ::weft::device::caps::Capabilities"#);
+    assert_has(&out, r#"pub fn requirements(cfg: &::weft::host::LaunchConfig) -> ::weft::host::Requirements"#);
+    assert_has(
+        &out,
+        r#"pub fn launch<T: Float + ::weft::device::Element, __WeftCaps: ::weft::device::caps::HasLsa, __WeftMode: ::weft::host::Mode>(
+            stream: &::std::sync::Arc<::weft::host::launch::CudaStream>,
+            cfg: ::weft::host::LaunchConfig,
+            dev: &::weft::host::DevComm<'_, __WeftCaps, __WeftMode>,
+            x: &impl ::weft::host::launch::KernelWindow<T>,
+            out: &mut impl ::weft::host::launch::KernelSliceMut<T>,
+            n: usize
+        ) -> ::core::result::Result<(), ::weft::host::Error>"#,
+    );
+    assert_has(&out, r#"dev.check_requirements(NAME, &cfg, &requirements(&cfg))?;"#);
+    assert_has(&out, r#"__weft_args.push_dev_comm("dev", dev)?;"#);
+    assert_has(&out, r#"let __weft_len_x: usize = __weft_args.push_window("x", x)?;"#);
+    assert_has(&out, r#"__weft_args.push_scalar("n", n);"#);
+    assert_has(&out, r#"const { __weft_entry_point(&[<T as ::weft::device::Element>::NAME]) }"#);
+}
+
+#[test]
+fn module_visibility_follows_the_function() {
+    let private = squeeze(expand_kernel(quote!(), quote! { fn k(out: &mut [f32]) {} }));
+    assert!(private.contains("modk{") && !private.contains("pubmodk{"), "{private}");
+    let crate_vis = squeeze(expand_kernel(quote!(), quote! { pub(crate) fn k(out: &mut [f32]) {} }));
+    assert!(crate_vis.contains("pub(crate)modk{"), "{crate_vis}");
+}
+
+#[test]
+fn scalar_parameters_of_element_type_need_the_hosts_element() {
+    let out = squeeze(expand_kernel(quote!(), quote! { fn k<T: Float>(x: &mut [T], a: T) {} }));
+    assert_has(&out, r#"T: Float + ::weft::device::Element + ::weft::host::Element"#);
+}
+
+#[test]
+fn launcher_names_avoid_the_kernels_parameters() {
+    let out = squeeze(expand_kernel(quote!(), quote! { fn k(stream: &mut [f32], cfg: u32) {} }));
+    assert_has(
+        &out,
+        r#"launch_stream: &::std::sync::Arc<::weft::host::launch::CudaStream>, launch_cfg: ::weft::host::LaunchConfig, stream: &mut impl"#,
+    );
+}
+
+#[test]
+fn capability_generic_communicator_keeps_its_parameter() {
+    let out = squeeze(expand_kernel(quote!(), quote! { fn k<C: HasLsa + HasGin>(dev: &DevComm<C>) {} }));
+    assert_has(&out, r#"C: ::weft::device::caps::HasLsa + ::weft::device::caps::HasGin"#);
+    assert_has(&out, r#"dev: &::weft::host::DevComm<'_, C, __WeftMode>"#);
+}
+
+#[test]
+fn length_checks_are_emitted() {
+    let out = squeeze(expand_kernel(
+        quote!(len(x == out, out >= n)),
+        quote! { fn k(x: &[f32], out: &mut [f32], n: usize) {} },
+    ));
+    assert_has(
+        &out,
+        r#"if !((__weft_len_x as u64) == (__weft_len_out as u64)) {
+            return ::core::result::Result::Err(::weft::host::launch::length_check_failed(NAME, "x == out", &[("x", (__weft_len_x as u64)), ("out", (__weft_len_out as u64))]));
+        }"#,
+    );
+    assert_has(&out, r#"if !((__weft_len_out as u64) >= (n as u64))"#);
+}
+
+#[test]
+fn kernel_source_joins_the_device_fns_it_calls() {
+    let out = squeeze(expand_kernel(
+        quote!(),
+        quote! {
+            fn k(out: &mut [f32]) {
+                out[0] = helper(1.0) + self::inner::other(2.0) + super::outer(3.0) + crate::util::far(4.0);
+                out[1] = sqrt(out[0]) + weft::device::max(out[0], 1.0);
+                sync_threads();
+            }
+        },
+    ));
+    // Paths as written, one module deeper; vocabulary functions have no source to join.
+    assert_has(
+        &out,
+        r#"helper::__WEFT_SOURCE, super::inner::other::__WEFT_SOURCE, super::super::outer::__WEFT_SOURCE, crate::util::far::__WEFT_SOURCE,"#,
+    );
+    for vocabulary in ["sqrt::", "max::", "sync_threads::"] {
+        assert!(!out.contains(vocabulary), "{vocabulary} referenced: {out}");
+    }
+    assert_has(&out, r#", helper::__WEFT_USAGE, super::inner::other::__WEFT_USAGE"#);
+}
+
+#[test]
+fn device_fn_companion_module() {
+    let out = squeeze(expand_device_fn(
+        quote!(),
+        quote! {
+            pub fn helper(x: f32) -> f32 { other(x) * 2.0 }
+        },
+    ));
+    assert_has(&out, r#"#[allow(dead_code)] pub fn helper(x: f32) -> f32"#);
+    assert_has(&out, r#"pub mod helper { use super::*;"#);
+    assert_has(&out, r#"const __WEFT_PARTS: &[&str] = &[other::__WEFT_SOURCE, __WEFT_OWN];"#);
+    assert_has(&out, r#"pub const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[&["#);
+    assert_has(&out, r#", other::__WEFT_USAGE]);"#);
+}

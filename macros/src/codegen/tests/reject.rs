@@ -23,7 +23,10 @@ fn body_error(stmt: TokenStream, fragment: &str) {
 
 #[test]
 fn closures() {
-    body_error(quote!(let f = |x: u32| x + 1;), "closures are not supported in kernels: write the helper as a #[weft::device_fn]");
+    body_error(
+        quote!(let f = |x: u32| x + 1;),
+        "closures are not supported in kernels: write the helper as a #[weft::device_fn]",
+    );
 }
 
 #[test]
@@ -52,7 +55,12 @@ fn strings_and_chars() {
 
 #[test]
 fn unsafe_async_and_try() {
-    body_error(quote!(unsafe { out[0] = 1; }), "`unsafe` is not supported in kernels");
+    body_error(
+        quote!(unsafe {
+            out[0] = 1;
+        }),
+        "`unsafe` is not supported in kernels",
+    );
     body_error(quote!(let f = async { 1 };), "`async` is not supported in kernels");
     body_error(quote!(let x = get()?;), "`?` is not supported in kernels");
 }
@@ -88,36 +96,75 @@ fn references_outside_calls() {
 
 #[test]
 fn iterators_and_for_loops() {
-    body_error(quote!(for x in out.iter() { }), "`for` loops in kernels iterate over a range");
+    body_error(quote!(for x in out.iter() {}), "`for` loops in kernels iterate over a range");
     body_error(quote!(let s = out.iter().sum();), "iterators are not supported in kernels: loop over indices");
-    body_error(quote!(for (i, x) in 0..n { }), "the loop variable must be a plain name");
+    body_error(quote!(for (i, x) in 0..n {}), "the loop variable must be a plain name");
     body_error(quote!(let s = (0..n).step_by(2);), "`.step_by()` is only supported on the range of a `for` loop");
 }
 
 #[test]
 fn patterns_and_control_flow() {
-    body_error(quote!(if let 3 = n { }), "`if let` / `while let` are not supported in kernels");
+    body_error(quote!(if let 3 = n {}), "`if let` / `while let` are not supported in kernels");
     body_error(quote!(let x = loop { break 3u32; };), "`break` with a value is not supported in kernels");
-    body_error(quote!('a: { out[0] = 1; }), "labeled blocks are not supported in kernels");
+    body_error(
+        quote!('a: {
+            out[0] = 1;
+        }),
+        "labeled blocks are not supported in kernels",
+    );
     body_error(quote!(let Some(x) = get() else { return; };), "`let … else` is not supported in kernels");
-    body_error(quote!(match (n, n) { (0, _) => {} _ => {} }), "this pattern is not supported in kernels");
-    body_error(quote!(match n { x @ 1..=3 => {} _ => {} }), "`@` patterns are not supported in kernels");
+    body_error(
+        quote!(match (n, n) {
+            (0, _) => {}
+            _ => {}
+        }),
+        "this pattern is not supported in kernels",
+    );
+    body_error(
+        quote!(match n {
+            x @ 1..=3 => {}
+            _ => {}
+        }),
+        "`@` patterns are not supported in kernels",
+    );
     body_error(quote!(let ref r = n;), "`ref` bindings are not supported in kernels");
     body_error(quote!((out[0], out[1]) = (1, 2);), "destructuring assignment is not supported in kernels");
 }
 
 #[test]
 fn items_inside_bodies() {
-    body_error(quote!(fn inner() {}), "items inside a kernel body are not supported");
-    body_error(quote!(const N: u32 = 3;), "items inside a kernel body are not supported");
-    assert!(kernel_errors(TokenStream::new(), quote!(fn k(out: &mut [u32]) { use weft::prelude::*; out[0] = 1; })).is_empty());
+    body_error(
+        quote!(
+            fn inner() {}
+        ),
+        "items inside a kernel body are not supported",
+    );
+    body_error(
+        quote!(
+            const N: u32 = 3;
+        ),
+        "items inside a kernel body are not supported",
+    );
+    assert!(kernel_errors(
+        TokenStream::new(),
+        quote!(
+            fn k(out: &mut [u32]) {
+                use weft::prelude::*;
+                out[0] = 1;
+            }
+        )
+    )
+    .is_empty());
 }
 
 #[test]
 fn calls_of_values_and_recursion() {
     body_error(quote!(let x = (get_fn())(3);), "only named functions can be called in kernels");
     body_error(quote!(k(out, n);), "recursion is not supported in kernels and device fns: write it as a loop");
-    let errors = device_fn_errors(TokenStream::new(), quote! { fn fact(n: u32) -> u32 { if n == 0 { 1 } else { n * fact(n - 1) } } });
+    let errors = device_fn_errors(
+        TokenStream::new(),
+        quote! { fn fact(n: u32) -> u32 { if n == 0 { 1 } else { n * fact(n - 1) } } },
+    );
     assert_one_error(&errors, "recursion is not supported");
 }
 
@@ -137,7 +184,10 @@ fn signature_errors() {
     let e = kernel_errors(quote!(), quote! { fn k(v: Vec<u32>) {} });
     assert_one_error(&e, "`Vec` cannot be used in a kernel");
     let e = kernel_errors(quote!(), quote! { fn k(x: &u32) {} });
-    assert_one_error(&e, "kernel parameters are `&DevComm<C>`, `&Window<T>`, `&[T]`, `&mut [T]`, `LlA2aHandle` or scalars");
+    assert_one_error(
+        &e,
+        "kernel parameters are `&DevComm<C>`, `&Window<T>`, `&[T]`, `&mut [T]`, `LlA2aHandle` or scalars",
+    );
     let e = kernel_errors(quote!(), quote! { fn k((a, b): (u32, u32)) {} });
     assert_one_error(&e, "parameters must be plain names");
     let e = kernel_errors(quote!(), quote! { fn k<const N: usize>(x: &[u32]) {} });
