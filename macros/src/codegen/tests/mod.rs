@@ -6,6 +6,7 @@ mod infer;
 mod module;
 mod reject;
 mod usage;
+mod vocabulary;
 
 use proc_macro2::TokenStream;
 

@@ -1,0 +1,67 @@
+//! The macro's knowledge of the vocabulary stays in step with `weft-device`: every free function and constant the
+//! device crate declares is one the macro treats as vocabulary (no device-fn source to look for).
+
+use std::path::Path;
+
+use syn::visit::Visit;
+
+use crate::codegen::lower::{is_vocabulary_function, VOCABULARY_CONSTANTS};
+
+#[derive(Default)]
+struct FreeItems {
+    functions: Vec<String>,
+    constants: Vec<String>,
+}
+
+impl<'ast> Visit<'ast> for FreeItems {
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        if matches!(f.vis, syn::Visibility::Public(_)) {
+            self.functions.push(f.sig.ident.to_string());
+        }
+    }
+    fn visit_item_const(&mut self, c: &'ast syn::ItemConst) {
+        if matches!(c.vis, syn::Visibility::Public(_)) {
+            self.constants.push(c.ident.to_string());
+        }
+    }
+    // Methods are not free functions; macros (`capability_set!`) define types.
+    fn visit_item_impl(&mut self, _: &'ast syn::ItemImpl) {}
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        if m.ident != "tests" && m.ident != "prelude" {
+            syn::visit::visit_item_mod(self, m);
+        }
+    }
+}
+
+#[test]
+fn every_free_vocabulary_function_and_constant_is_known() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../device/src");
+    let mut items = FreeItems::default();
+    for entry in std::fs::read_dir(&dir).expect("device/src") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).expect("read");
+            let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            items.visit_file(&file);
+        }
+    }
+    assert!(items.functions.len() > 20, "found only {:?}", items.functions);
+    let unknown: Vec<&String> = items.functions.iter().filter(|f| !is_vocabulary_function(f)).collect();
+    assert!(
+        unknown.is_empty(),
+        "weft-device declares free functions the macro does not know as vocabulary: {unknown:?}; add them to \
+         VOCABULARY_FUNCTIONS in macros/src/codegen/lower/known.rs (else kernels calling them look for a device-fn \
+         companion module)"
+    );
+    let kernel_constants: Vec<&String> = items
+        .constants
+        .iter()
+        .filter(|c| !c.starts_with("WEFT_CUH"))
+        .filter(|c| !VOCABULARY_CONSTANTS.contains(&c.as_str()))
+        .collect();
+    assert!(
+        kernel_constants.is_empty(),
+        "weft-device declares constants the macro rejects in kernels: {kernel_constants:?}; add them to \
+         VOCABULARY_CONSTANTS in macros/src/codegen/lower/expr.rs"
+    );
+}
