@@ -21,6 +21,7 @@ use super::usage::{IndexValue, Usage};
 pub(crate) use code::{Code, Resolver};
 pub(crate) use expr::{is_screaming, VOCABULARY_CONSTANTS};
 use infer::{Origin, Vars};
+#[cfg(test)]
 pub(crate) use known::is_vocabulary_function;
 pub(crate) use names::cpp_ident;
 
