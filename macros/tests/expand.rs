@@ -17,8 +17,9 @@ pub use weft_host as host;
 "#;
 
 const CHECK_LIB: &str = r#"
+//! Uses of the macros, compiled as a user's crate would be.
 #![forbid(unsafe_code)]
-#![deny(warnings)]
+#![deny(warnings, missing_docs)]
 
 use weft::prelude::*;
 
@@ -37,6 +38,7 @@ pub fn allreduce_add<T: Float>(dev: &DevComm<Lsa>, x: &Window<T>, out: &mut [T],
     bar.sync(Cta, Order::Release);
 }
 
+/// `a * x + y`.
 #[weft::device_fn]
 pub fn axpy<T: Float>(a: T, x: T, y: T) -> T {
     a * x + y

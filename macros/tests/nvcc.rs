@@ -329,6 +329,46 @@ fn representative_kernels_compile_with_nvcc() {
                 &[],
             ),
         ),
+        (
+            "stats_multimem",
+            kernel(
+                quote!(),
+                quote! {
+                    fn stats_multimem(dev: &DevComm<LsaMultimem>, w: &Window<f32>, out: &mut [f32], flags: &mut [u32], n: usize) {
+                        let mut lo = 0.0f32;
+                        let mut hi = 0.0f32;
+                        for i in grid_stride(n) {
+                            let (a, b) = min_max(w.local()[i], out[i]);
+                            lo = lo.min(a);
+                            hi = hi.max(b);
+                        }
+                        let total = warp_reduce_sum(hi - lo);
+                        if lane_id() == 0 {
+                            atomic_add(&mut out[0], total, Scope::Device);
+                        }
+                        let bar = dev.lsa_multimem_barrier(Cta, block_idx_x());
+                        let status = bar.sync_timeout(Cta, Order::AcqRel, 1_000_000);
+                        let code = match status {
+                            BarrierResult::Ok => 0,
+                            BarrierResult::TimedOut => 1,
+                            _ => 2,
+                        };
+                        flags[block_idx_x() as usize] = code;
+                        let mv = dev.lsa_multimem(&w);
+                        let i = index_1d();
+                        if i < n {
+                            out[i] = mv.load_reduce_sum(i);
+                        }
+                        bar.end();
+                    }
+                },
+                &[quote! {
+                    fn min_max(a: f32, b: f32) -> (f32, f32) {
+                        if a < b { (a, b) } else { (b, a) }
+                    }
+                }],
+            ),
+        ),
     ];
     compile_all(cases);
 }
