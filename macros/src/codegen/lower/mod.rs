@@ -1,10 +1,13 @@
 //! Rust body → C++ body. Runs after `valid` and assumes its checks: anything `valid` rejected is skipped here
 //! without a second error. What only this pass can see (types of literals, resource indices) it reports itself.
 
+mod calls;
 mod code;
 mod expr;
 mod infer;
 mod known;
+mod loops;
+mod matching;
 mod names;
 mod stmt;
 
