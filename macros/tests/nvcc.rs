@@ -268,6 +268,10 @@ fn representative_kernels_compile_with_nvcc() {
                 quote! {
                     fn constructs(out: &mut [u32], vals: &mut [f32], n: u32) {
                         let tid = thread_idx_x();
+                        let early = if n < 1000 { n + 1 } else { return; };
+                        let head = &vals[..2];
+                        let rest = &mut out[1..];
+                        rest[0] = early + head.len() as u32;
                         let (a, b) = (tid, 2u32);
                         let t = (a + b, 1.5f32);
                         let s = t.0 * 2;

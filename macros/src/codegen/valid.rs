@@ -25,6 +25,8 @@ enum Place {
     Argument,
     /// The iterator of a `for` loop: ranges allowed.
     ForIterator,
+    /// Under `&`: a range index makes a sub-slice.
+    SubSlice,
 }
 
 const ITERATOR_METHODS: &[&str] = &[
@@ -164,11 +166,18 @@ impl Validator<'_> {
                 }
             }
             Expr::Index(i) => {
-                if let Expr::Range(_) = &*i.index {
-                    self.cx.error_spanned_by(
-                        &i.index,
-                        "sub-slicing is not supported in kernels: index single elements (`s[i]`)",
-                    );
+                if let Expr::Range(r) = &*i.index {
+                    if place != Place::SubSlice {
+                        self.cx.error_spanned_by(
+                            &i.index,
+                            "a range index is a sub-slice: write `&x[a..b]` (or `&mut x[a..b]`)",
+                        );
+                    } else if matches!(r.limits, syn::RangeLimits::Closed(_)) {
+                        self.cx.error_spanned_by(&i.index, "write the sub-slice with an exclusive end: `&x[a..b + 1]`");
+                    }
+                    for bound in r.start.iter().chain(r.end.iter()) {
+                        self.expr(bound, Place::Value);
+                    }
                 } else {
                     self.expr(&i.index, Place::Value);
                 }
@@ -243,6 +252,10 @@ impl Validator<'_> {
                     }
                     self.expr(&arm.body, Place::Value);
                 }
+            }
+            Expr::Reference(r) if matches!(&*r.expr, Expr::Index(i) if matches!(&*i.index, Expr::Range(_))) => {
+                // `&x[a..b]`: a sub-slice, a value in C++ (`x.subslice(a, b)`).
+                self.expr(&r.expr, Place::SubSlice);
             }
             Expr::Reference(r) => {
                 if place != Place::Argument {

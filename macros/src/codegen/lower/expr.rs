@@ -128,10 +128,11 @@ impl Lowerer<'_> {
             Expr::If(i) => self.if_value(i),
             Expr::Block(b) if b.label.is_none() && b.attrs.is_empty() => self.block_value(&b.block),
             Expr::Match(m) => self.match_value(m),
-            Expr::Reference(r) => {
+            Expr::Reference(r) => match &*r.expr {
+                Expr::Index(i) if matches!(&*i.index, Expr::Range(_)) => self.subslice(i),
                 // R13: C++ binds references implicitly.
-                self.expr(&r.expr)
-            }
+                inner => self.expr(inner),
+            },
             Expr::Return(_)
             | Expr::Break(_)
             | Expr::Continue(_)
@@ -387,6 +388,33 @@ impl Lowerer<'_> {
         let mut code = base.operand();
         code.push_str("[").push(idx.code).push_str("]");
         Val::new(code, elem.unwrap_or(Ty::Unknown))
+    }
+
+    /// `&x[a..b]` → `x.subslice(a, b)`; an open end is `0` or `x.len()`.
+    fn subslice(&mut self, i: &syn::ExprIndex) -> Val {
+        let Expr::Range(r) = &*i.index else { return Val::error() };
+        let base = self.expr(&i.expr);
+        let ty = match &base.ty {
+            Ty::Indexable(e) => Ty::Indexable(e.clone()),
+            _ => Ty::Unknown,
+        };
+        let usize_ty = Ty::Scalar(Scalar::Usize);
+        let start = match &r.start {
+            Some(s) => self.expr_expect(s, &usize_ty).code,
+            None => Code::text("0"),
+        };
+        let base = base.operand();
+        let end = match &r.end {
+            Some(e) => self.expr_expect(e, &usize_ty).code,
+            None => {
+                let mut len = base.clone();
+                len.push_str(".len()");
+                len
+            }
+        };
+        let mut code = base;
+        code.push_str(".subslice(").push(start).push_str(", ").push(end).push_str(")");
+        Val::new(code, ty)
     }
 
     fn field(&mut self, f: &syn::ExprField) -> Val {

@@ -63,6 +63,15 @@ struct Local {
     decl: Origin,
 }
 
+/// Why a `let`'s C++ type hangs on a type variable, for the error if it stays unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LetVarReason {
+    /// `let x = 0;`
+    Literal,
+    /// `let x = if c { v } else { return; };`
+    Branches,
+}
+
 struct LoopFrame {
     label: Option<String>,
     /// `Some(label)`: `continue` must jump to this label (inclusive ranges check their end after the body).
@@ -89,7 +98,7 @@ pub(crate) struct Lowerer<'a> {
     loops: Vec<LoopFrame>,
     usage: Usage,
     calls: Vec<syn::Path>,
-    let_vars: Vec<(usize, Span, String)>,
+    let_vars: Vec<(usize, Span, String, LetVarReason)>,
 }
 
 /// Lowers `body` of a function with signature `sig`.
@@ -275,18 +284,25 @@ impl<'a> Lowerer<'a> {
     }
 
     fn check_let_vars(&mut self) {
-        for (v, span, name) in std::mem::take(&mut self.let_vars) {
-            if self.vars.binding(v).is_none() && self.vars.escaped(v) {
-                let example = if self.vars.is_float(v) { "f32 = 0.0" } else { "u32 = 0" };
-                self.cx.error_at(
-                    span,
+        for (v, span, name, reason) in std::mem::take(&mut self.let_vars) {
+            if self.vars.binding(v).is_some() || !self.vars.escaped(v) {
+                continue;
+            }
+            let message = match reason {
+                LetVarReason::Literal => {
+                    let example = if self.vars.is_float(v) { "f32 = 0.0" } else { "u32 = 0" };
                     format!(
                         "cannot tell the C++ type of `{name}`: its initial value is an untyped literal and it is used \
                          with vocabulary whose types the macro does not see; annotate it (`let {name}: {example};`) \
                          or give the literal a suffix (`0.0f32`, `0u32`)"
-                    ),
-                );
-            }
+                    )
+                }
+                LetVarReason::Branches => format!(
+                    "cannot tell the C++ type of `{name}`: a branch of its value leaves (`return`, `break`, …) and the \
+                     others have types the macro does not see; annotate it (`let {name}: T = …;`)"
+                ),
+            };
+            self.cx.error_at(span, message);
         }
     }
 

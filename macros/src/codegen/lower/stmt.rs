@@ -4,7 +4,7 @@ use syn::{Block, Expr, Pat, Stmt};
 
 use super::code::Code;
 use super::expr::Val;
-use super::{line_of, Lowerer};
+use super::{line_of, LetVarReason, Lowerer};
 use crate::codegen::types::{Position, Scalar, Ty};
 use crate::codegen::usage::IndexValue;
 
@@ -219,6 +219,19 @@ impl Lowerer<'_> {
                     self.declare_named(&rust, name, ty.clone(), IndexValue::Unknown);
                     return;
                 }
+                // A branch that leaves (`else { return; }`) has no value for `?:`: declare, then assign in the
+                // branches that have one. The type comes from those values.
+                if mapped.is_none() && leaves_somewhere(init) {
+                    let v = self.vars.fresh(false, self.origin());
+                    let name = self.fresh_name(&rust);
+                    let mut decl = Code::ty(Ty::Var(v));
+                    decl.push_str(&format!(" {name};"));
+                    self.emit(decl, line);
+                    self.let_vars.push((v, pi.ident.span(), rust.clone(), LetVarReason::Branches));
+                    self.tail(init, &Sink::Assign(name.clone(), Ty::Var(v)));
+                    self.declare_named(&rust, name, Ty::Var(v), IndexValue::Unknown);
+                    return;
+                }
                 let value = match &mapped {
                     Some((_, ty)) => self.expr_expect(init, ty),
                     None => self.expr(init),
@@ -228,7 +241,7 @@ impl Lowerer<'_> {
                     Some((cpp, ty)) => (Code::text(cpp), ty),
                     None => match &value.ty {
                         Ty::Var(v) => {
-                            self.let_vars.push((*v, pi.ident.span(), rust.clone()));
+                            self.let_vars.push((*v, pi.ident.span(), rust.clone(), LetVarReason::Literal));
                             (Code::ty(value.ty.clone()), value.ty.clone())
                         }
                         Ty::Unknown => (Code::text("auto"), Ty::Local(self.locals.len())),
@@ -298,7 +311,7 @@ impl Lowerer<'_> {
                 let name = self.fresh_name(&rust);
                 let decl = match &v.ty {
                     Ty::Var(var) => {
-                        self.let_vars.push((*var, pi.ident.span(), rust.clone()));
+                        self.let_vars.push((*var, pi.ident.span(), rust.clone(), LetVarReason::Literal));
                         Code::ty(v.ty.clone())
                     }
                     _ => Code::text("auto"),
@@ -395,6 +408,40 @@ fn needs_statements(e: &Expr) -> bool {
         }
         Expr::Match(_) => true,
         Expr::Block(b) => b.block.stmts.len() != 1 || !matches!(b.block.stmts[0], Stmt::Expr(_, None)),
+        _ => false,
+    }
+}
+
+/// Whether a branch of an `if`/`match`/block value leaves instead of producing a value (`return`, `break`,
+/// `continue`, or no tail expression).
+fn leaves_somewhere(e: &Expr) -> bool {
+    fn block_leaves(b: &Block) -> bool {
+        match b.stmts.last() {
+            Some(Stmt::Expr(e, None)) => leaves(e),
+            _ => true,
+        }
+    }
+    fn leaves(e: &Expr) -> bool {
+        match e {
+            Expr::Return(_) | Expr::Break(_) | Expr::Continue(_) => true,
+            Expr::If(_) | Expr::Match(_) | Expr::Block(_) => leaves_somewhere(e),
+            _ => false,
+        }
+    }
+    match e {
+        Expr::If(i) => {
+            block_leaves(&i.then_branch)
+                || match i.else_branch.as_ref().map(|(_, e)| &**e) {
+                    Some(Expr::Block(b)) => block_leaves(&b.block),
+                    Some(other) => leaves(other),
+                    None => false,
+                }
+        }
+        Expr::Match(m) => m.arms.iter().any(|a| match &*a.body {
+            Expr::Block(b) => block_leaves(&b.block),
+            other => leaves(other),
+        }),
+        Expr::Block(b) => block_leaves(&b.block),
         _ => false,
     }
 }

@@ -375,3 +375,52 @@ fn device_fn_results_are_returned_from_every_branch() {
         ],
     );
 }
+
+#[test]
+fn a_value_whose_branch_leaves_is_declared_then_assigned() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], a: u32) {
+            let x = if a > 2 { a * 2 } else { return; };
+            for i in 0..a {
+                let y = match i % 3 { 0 => continue, 1 => i, _ => break };
+                out[0] += x + y;
+            }
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "uint32_t x;",
+            "if (a > 2u) {",
+            "x = a * 2u;",
+            "} else {",
+            "return;",
+            "}",
+            "for (uint32_t i = 0u; i < a; ++i) {",
+            "uint32_t y;",
+            "{",
+            "auto matched = i % 3u;",
+            "if (matched == 0u) {",
+            "continue;",
+            "} else if (matched == 1u) {",
+            "y = i;",
+            "} else {",
+            "break;",
+            "}",
+            "}",
+        ],
+    );
+}
+
+#[test]
+fn a_leaving_branch_with_values_of_unknown_type_needs_an_annotation() {
+    let errors = super::kernel_errors(
+        proc_macro2::TokenStream::new(),
+        quote! {
+            fn k(w: &Window<f32>, flag: bool) {
+                let v = if flag { helper(w) } else { return; };
+            }
+        },
+    );
+    super::assert_one_error(&errors, "cannot tell the C++ type of `v`: a branch of its value leaves");
+}

@@ -336,3 +336,26 @@ fn line_comments_name_the_rust_line() {
     assert!(text.contains("auto a = 1u;  // line 2"), "{text}");
     assert!(text.contains("out[size_t(0)] = a;  // line 4"), "{text}");
 }
+
+#[test]
+fn sub_slices() {
+    let b = body(quote! {
+        fn k(x: &[f32], out: &mut [f32], n: usize) {
+            let head = &x[..n];
+            let tail = &mut out[n..];
+            let mid = &x[1..n - 1];
+            helper(&x[2..4], head.len() + mid.len());
+            tail[0] = head[0];
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "auto head = x.subslice(0, n);",
+            "auto tail = out.subslice(n, out.len());",
+            "auto mid = x.subslice(size_t(1), n - size_t(1));",
+            "weft::helper(x.subslice(size_t(2), size_t(4)), head.len() + mid.len());",
+            "tail[size_t(0)] = head[size_t(0)];",
+        ],
+    );
+}

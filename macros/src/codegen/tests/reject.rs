@@ -84,7 +84,8 @@ fn arrays_structs_and_ranges() {
     body_error(quote!(let a = [0u32; 4];), "arrays are not supported in kernels");
     body_error(quote!(let t = Team { nranks: 1, rank: 0, stride: 1 };), "struct literals are not supported in kernels");
     body_error(quote!(let r = 0..n;), "ranges are only supported as the iterator of a `for` loop");
-    body_error(quote!(let s = out[1..3];), "sub-slicing is not supported in kernels");
+    body_error(quote!(let s = out[1..3];), "a range index is a sub-slice: write `&x[a..b]`");
+    body_error(quote!(let s = &out[1..=3];), "write the sub-slice with an exclusive end");
 }
 
 #[test]
