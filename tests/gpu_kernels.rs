@@ -1,0 +1,137 @@
+//! GPU tests of `#[weft::kernel]` kernels on one rank: LSA kernels against host references in f32 and bf16,
+//! barrier round trips, the barrier timeout form, and a GIN kernel's clean refusal on an NVLink-only machine.
+
+#[path = "kernels/mod.rs"]
+mod kernels;
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use weft::host::caps::{Lsa, LsaGin};
+use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, UniqueId, WindowFlags};
+
+fn one_rank() -> Communicator {
+    Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap()
+}
+
+fn random(len: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// ‖got − want‖ / ‖want‖ in f64; NaN never passes.
+fn relative_error(got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let (mut diff, mut norm) = (0.0, 0.0);
+    for (g, w) in got.iter().zip(want) {
+        assert!(g.is_finite(), "non-finite output {g}");
+        diff += (g - w) * (g - w);
+        norm += w * w;
+    }
+    (diff / norm.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+fn stream(comm: &Communicator) -> Arc<CudaStream> {
+    comm.context().new_stream().unwrap()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn lsa_allreduce_and_peer_copy_match_the_host_reference_in_f32_and_bf16() {
+    let comm = one_rank();
+    let s = stream(&comm);
+    let n = (1 << 20) + 3;
+    let cfg = LaunchConfig::linear(132, 512);
+    let dev: DevComm<'_, Lsa> = comm.dev_comm(&kernels::lsa_allreduce_sum::requirements(&cfg)).unwrap();
+    assert!(dev.lsa_barriers() >= 132, "the requirements cover one barrier per block");
+
+    // f32
+    let x = random(n, 11);
+    let mut window = comm.alloc_window::<f32>(&s, n, WindowFlags::COLL_SYMMETRIC).unwrap();
+    window.buffer_mut().copy_from_host(&x).unwrap();
+    let mut out = s.clone_htod(&vec![f32::NAN; n]).unwrap();
+    kernels::lsa_allreduce_sum::launch(&s, cfg, &dev, &window, &mut out, n).unwrap();
+    let got: Vec<f64> = s.clone_dtoh(&out).unwrap().iter().map(|v| f64::from(*v)).collect();
+    let want: Vec<f64> = x.iter().map(|v| f64::from(*v) * comm.nranks() as f64).collect();
+    let err = relative_error(&got, &want);
+    println!("lsa_allreduce_sum f32: relative error {err:.3e}");
+    assert!(err < 1e-6, "{err}");
+
+    let mut copy = s.clone_htod(&vec![f32::NAN; n]).unwrap();
+    kernels::copy_from_next_peer::launch(&s, cfg, &dev, &window, &mut copy, n).unwrap();
+    assert_eq!(s.clone_dtoh(&copy).unwrap(), x);
+
+    // bf16
+    let xb: Vec<half::bf16> = random(n, 12).into_iter().map(half::bf16::from_f32).collect();
+    let mut window_b = comm.alloc_window::<half::bf16>(&s, n, WindowFlags::COLL_SYMMETRIC).unwrap();
+    window_b.buffer_mut().copy_from_host(&xb).unwrap();
+    let mut out_b = s.clone_htod(&vec![half::bf16::NAN; n]).unwrap();
+    kernels::lsa_allreduce_sum::launch(&s, cfg, &dev, &window_b, &mut out_b, n).unwrap();
+    let got: Vec<f64> = s.clone_dtoh(&out_b).unwrap().iter().map(|v| f64::from(v.to_f32())).collect();
+    let want: Vec<f64> = xb.iter().map(|v| f64::from(v.to_f32()) * comm.nranks() as f64).collect();
+    let err = relative_error(&got, &want);
+    println!("lsa_allreduce_sum bf16: relative error {err:.3e}");
+    assert!(err < 1e-2, "{err}");
+
+    // A kernel writing through a window's local view.
+    kernels::fill_window::launch(&s, cfg, &window, 0.5, n).unwrap();
+    s.synchronize().unwrap();
+    let filled = window.buffer().copy_to_host().unwrap();
+    assert!(filled.iter().enumerate().all(|(i, v)| *v == 0.5 * i as f32));
+
+    // Run-time checks the types cannot make: a grid larger than the device communicator's barriers.
+    let too_big = LaunchConfig::linear(1000, 128);
+    let err = kernels::lsa_allreduce_sum::launch(&s, too_big, &dev, &window, &mut out, n).unwrap_err();
+    println!("grid check: {err}");
+    assert!(matches!(err, Error::InvalidArgument { argument: "dev", .. }), "{err}");
+    drop(dev);
+    drop((window, window_b));
+    comm.finalize().unwrap().destroy().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn barrier_round_trips_complete_on_every_block() {
+    let comm = one_rank();
+    let s = stream(&comm);
+    let cfg = LaunchConfig::linear(64, 128);
+    let dev: DevComm<'_, Lsa> = comm.dev_comm(&kernels::barrier_round_trips::requirements(&cfg)).unwrap();
+    let mut done = s.clone_htod(&vec![0u32; 64]).unwrap();
+    for _ in 0..3 {
+        kernels::barrier_round_trips::launch(&s, cfg, &dev, 1000, &mut done).unwrap();
+    }
+    assert!(s.clone_dtoh(&done).unwrap().iter().all(|&c| c == 1000));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn barrier_timeout_form_returns_instead_of_hanging() {
+    let comm = one_rank();
+    let s = stream(&comm);
+    let cfg = LaunchConfig::linear(4, 64);
+    let dev: DevComm<'_, Lsa> = comm.dev_comm(&kernels::barrier_wait_with_deadline::requirements(&cfg)).unwrap();
+    let mut outcome = s.clone_htod(&vec![u32::MAX; 4]).unwrap();
+    // With every member present the barrier completes well inside a generous deadline.
+    kernels::barrier_wait_with_deadline::launch(&s, cfg, &dev, 1_000_000_000, &mut outcome).unwrap();
+    assert_eq!(s.clone_dtoh(&outcome).unwrap(), vec![0; 4]);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_gin_kernel_compiles_and_its_dev_comm_request_fails_cleanly() {
+    let comm = one_rank();
+    // The kernel's source is real CUDA C++ for NCCL's GIN API; the codegen test compiles it with nvcc.
+    assert!(kernels::gin_ring_put::SOURCE.contains("gin"));
+    assert!(kernels::gin_ring_put::CAPABILITIES.gin);
+    let request = comm.dev_comm::<LsaGin>(&kernels::gin_ring_put::requirements(&LaunchConfig::linear(1, 32)));
+    let err = request.expect_err("no GIN on an NVLink-only machine");
+    println!("GIN DevComm request: {err}");
+    assert!(matches!(err, Error::MissingCapability { capability: "GIN", .. }), "{err}");
+}

@@ -1,0 +1,92 @@
+//! Kernels the GPU tests launch; `tests/codegen.rs` compiles every one of them with nvcc against each NCCL
+//! release's headers.
+
+use weft::prelude::*;
+
+/// One-shot LSA all-reduce: every rank sums the same elements of every LSA peer's window.
+#[weft::kernel(types(f32, bf16))]
+pub fn lsa_allreduce_sum<T: Float>(dev: &DevComm<Lsa>, x: &Window<T>, out: &mut [T], n: usize) {
+    let bar = dev.lsa_barrier(Cta, block_idx_x());
+    bar.sync(Cta, Order::Relaxed);
+    for i in grid_stride(n) {
+        let mut acc = T::zero();
+        for peer in 0..dev.lsa_size() {
+            acc += x.lsa(peer)[i];
+        }
+        out[i] = acc;
+    }
+    bar.sync(Cta, Order::Release);
+}
+
+/// Copies the window of the next LSA peer (itself, with one rank) into `out`.
+#[weft::kernel(types(f32, bf16))]
+pub fn copy_from_next_peer<T: Float>(dev: &DevComm<Lsa>, src: &Window<T>, out: &mut [T], n: usize) {
+    let bar = dev.lsa_barrier(Cta, block_idx_x());
+    bar.sync(Cta, Order::Acquire);
+    let peer = (dev.lsa_rank() + 1) % dev.lsa_size();
+    for i in grid_stride(n) {
+        out[i] = src.lsa(peer)[i];
+    }
+    bar.sync(Cta, Order::Release);
+}
+
+/// `rounds` barrier round trips per block; each block records how many it completed.
+#[weft::kernel]
+pub fn barrier_round_trips(dev: &DevComm<Lsa>, rounds: u32, done: &mut [u32]) {
+    let bar = dev.lsa_barrier(Cta, block_idx_x());
+    let mut completed = 0u32;
+    while completed < rounds {
+        bar.sync(Cta, Order::AcqRel);
+        completed += 1;
+    }
+    if thread_idx_x() == 0 {
+        done[block_idx_x() as usize] = completed;
+    }
+}
+
+/// Writes into the local part of a window through its LSA view, scaled: `x[i] = scale * i`.
+#[weft::kernel]
+pub fn fill_window(x: &Window<f32>, scale: f32, n: usize) {
+    for i in grid_stride(n) {
+        x.local()[i] = scale * (i as f32);
+    }
+}
+
+/// Waits on an LSA barrier with a deadline and records the outcome per block: 0 ok, 1 timed out, 2 aborted.
+#[weft::kernel]
+pub fn barrier_wait_with_deadline(dev: &DevComm<Lsa>, timeout_ns: u64, outcome: &mut [u32]) {
+    let bar = dev.lsa_barrier(Cta, block_idx_x());
+    let result = bar.sync_timeout(Cta, Order::AcqRel, timeout_ns);
+    if thread_idx_x() == 0 {
+        let code = if result.is_ok() {
+            0u32
+        } else if result.is_timed_out() {
+            1u32
+        } else {
+            2u32
+        };
+        outcome[block_idx_x() as usize] = code;
+    }
+}
+
+/// A GIN put + signal to the next rank: compiles everywhere, runs only where the communicator has GIN.
+#[weft::kernel]
+pub fn gin_ring_put(dev: &DevComm<LsaGin>, src: &Window<f32>, dst: &Window<f32>, n: usize) {
+    let gin = dev.gin(0);
+    let next = (dev.rank() + 1) % dev.nranks();
+    if block_idx_x() == 0 {
+        gin.put(dev.world(), next, dst, src, n, SignalInc(0), NoAction, Cta);
+        gin.flush(Cta, Order::Release);
+    }
+}
+
+/// Every kernel's name and generated CUDA C++, for the codegen test.
+#[allow(dead_code)] // used by tests/codegen.rs, not by every test that includes this module
+pub const ALL: &[(&str, &str)] = &[
+    (lsa_allreduce_sum::NAME, lsa_allreduce_sum::SOURCE),
+    (copy_from_next_peer::NAME, copy_from_next_peer::SOURCE),
+    (barrier_round_trips::NAME, barrier_round_trips::SOURCE),
+    (fill_window::NAME, fill_window::SOURCE),
+    (barrier_wait_with_deadline::NAME, barrier_wait_with_deadline::SOURCE),
+    (gin_ring_put::NAME, gin_ring_put::SOURCE),
+];
