@@ -135,3 +135,25 @@ fn a_gin_kernel_compiles_and_its_dev_comm_request_fails_cleanly() {
     println!("GIN DevComm request: {err}");
     assert!(matches!(err, Error::MissingCapability { capability: "GIN", .. }), "{err}");
 }
+
+#[test]
+#[ignore = "needs 2 or more CUDA GPUs (one rank per GPU); run with the multi-GPU suite"]
+fn barrier_timeout_when_a_peer_never_arrives() {
+    let devices = weft::host::local_devices().unwrap();
+    assert!(devices.len() >= 2, "this test needs at least 2 GPUs, found {}", devices.len());
+    let outcomes = weft::host::spmd(&devices, &Config::new(), |comm| {
+        let s = comm.context().new_stream()?;
+        let cfg = LaunchConfig::linear(1, 32);
+        let dev: DevComm<'_, Lsa> = comm.dev_comm(&kernels::barrier_wait_with_deadline::requirements(&cfg))?;
+        let mut outcome = s.clone_htod(&[u32::MAX])?;
+        // Rank 0 never arrives: every other rank's bounded wait must end with "timed out", not hang.
+        if comm.rank() != 0 {
+            kernels::barrier_wait_with_deadline::launch(&s, cfg, &dev, 200_000_000, &mut outcome)?;
+        }
+        s.synchronize()?;
+        Ok(s.clone_dtoh(&outcome)?[0])
+    })
+    .unwrap();
+    assert_eq!(outcomes[0], u32::MAX);
+    assert!(outcomes[1..].iter().all(|&o| o == 1), "{outcomes:?}");
+}
