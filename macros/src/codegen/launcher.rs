@@ -65,11 +65,12 @@ mod host {
 
 /// `requirements(&LaunchConfig) -> Requirements`, from the merged usage constant `__WEFT_USAGE`.
 pub(crate) fn requirements(sig: &Signature) -> TokenStream {
-    let setters = Resource::ALL.iter().map(|r| {
+    let setters = Resource::ALL.iter().filter(|r| !matches!(r, Resource::LlA2aBlock | Resource::LlA2aSlot)).map(|r| {
         let method = format_ident!("{}", r.requirement_method());
         let i = r.index();
         quote!(.#method(__weft_count(#i)))
     });
+    let (blocks, slots) = (Resource::LlA2aBlock.index(), Resource::LlA2aSlot.index());
     let doc = format!(
         " The NCCL device-communicator resources `{}` needs when launched with `cfg`: barriers, GIN signals, \
          counters and contexts, from the indices its body (and the device fns it calls) use, and multimem if it \
@@ -93,7 +94,13 @@ pub(crate) fn requirements(sig: &Signature) -> TokenStream {
                 }
                 count
             };
-            #requirements::new() #(#setters)*.lsa_multimem(CAPABILITIES.multimem)
+            let __weft_requirements = #requirements::new() #(#setters)*.lsa_multimem(CAPABILITIES.multimem);
+            let (__weft_blocks, __weft_slots) = (__weft_count(#blocks), __weft_count(#slots));
+            if __weft_blocks > 0 || __weft_slots > 0 {
+                __weft_requirements.ll_a2a(__weft_blocks, __weft_slots)
+            } else {
+                __weft_requirements
+            }
         }
     }
 }

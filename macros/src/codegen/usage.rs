@@ -15,10 +15,12 @@ pub(crate) enum Resource {
     GinSignal,
     GinCounter,
     GinContext,
+    LlA2aBlock,
+    LlA2aSlot,
 }
 
 impl Resource {
-    pub(crate) const ALL: [Resource; 7] = [
+    pub(crate) const ALL: [Resource; 9] = [
         Resource::LsaBarrier,
         Resource::HybridBarrier,
         Resource::RailGinBarrier,
@@ -26,6 +28,8 @@ impl Resource {
         Resource::GinSignal,
         Resource::GinCounter,
         Resource::GinContext,
+        Resource::LlA2aBlock,
+        Resource::LlA2aSlot,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -42,6 +46,8 @@ impl Resource {
             Resource::GinSignal => "gin_signals",
             Resource::GinCounter => "gin_counters",
             Resource::GinContext => "gin_contexts",
+            Resource::LlA2aBlock => "ll_a2a_blocks",
+            Resource::LlA2aSlot => "ll_a2a_slots",
         }
     }
 
@@ -64,6 +70,8 @@ impl Resource {
             Resource::GinSignal => "GIN signals",
             Resource::GinCounter => "GIN counters",
             Resource::GinContext => "GIN contexts",
+            Resource::LlA2aBlock => "LL all-to-all blocks",
+            Resource::LlA2aSlot => "LL all-to-all slots",
         }
     }
 }
@@ -151,7 +159,7 @@ pub(crate) struct ResourceUse {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Usage {
     pub(crate) caps: Caps,
-    pub(crate) resources: [ResourceUse; 7],
+    pub(crate) resources: [ResourceUse; 9],
 }
 
 /// Version tag of [`Usage::encode`]'s layout, first word of every encoded usage.
@@ -207,7 +215,10 @@ pub(crate) fn method_rule(name: &str, arity: usize) -> Option<Rule> {
         ("lsa_multimem_barrier", _) => rule(Caps::LSA_MULTIMEM, Some((LsaBarrier, 1))),
         // `dev.lsa()` is the LSA team (no capability); `w.lsa(peer)` reads a peer's memory.
         ("lsa", 1) | ("peer", 2) => rule(Caps::LSA, None),
-        ("lsa_reduce_sum" | "lsa_copy" | "lsa_reduce_sum_copy" | "ll_a2a", _) => rule(Caps::LSA, None),
+        ("lsa_reduce_sum" | "lsa_copy" | "lsa_reduce_sum_copy", _) => rule(Caps::LSA, None),
+        ("ll_a2a", 4) => rule(Caps::LSA, Some((LlA2aBlock, 2))),
+        ("send", 3) => rule(Caps::NONE, Some((LlA2aSlot, 1))),
+        ("broadcast", 2) | ("recv", 1) => rule(Caps::NONE, Some((LlA2aSlot, 0))),
         ("gin", 1) => rule(Caps::GIN, Some((GinContext, 0))),
         ("read_signal" | "reset_signal" | "signal_shadow" | "increase_signal_shadow", _) => {
             rule(Caps::GIN, Some((GinSignal, 0)))

@@ -62,6 +62,7 @@ pub(crate) fn method(receiver: &Ty, name: &str) -> Option<(Ty, &'static [(usize,
         (Ty::DevComm, "team_rank_to_world" | "team_rank_to_lsa") => (Ty::Scalar(U32), &[(1, U32)]),
         (Ty::DevComm, "lsa_barrier" | "lsa_multimem_barrier") => (Ty::Unknown, &[(1, U32)]),
         (Ty::DevComm, "gin") => (Ty::Unknown, &[(0, U32)]),
+        (Ty::DevComm, "ll_a2a") => (Ty::Unknown, &[(2, U32), (3, U32)]),
         _ => return None,
     })
 }
@@ -78,6 +79,8 @@ pub(crate) fn untyped_receiver_method_args(name: &str) -> &'static [(usize, Scal
         "wait_timeout" | "sync_timeout" => &[(2, U64)],
         "wait_signal_timeout" | "wait_counter_timeout" => &[(1, U32), (2, U64), (3, U64)],
         "hybrid_barrier" => &[(2, U32)],
+        "send" => &[(0, U32), (1, U32)],
+        "broadcast" | "recv" => &[(0, U32)],
         _ => &[],
     }
 }

@@ -119,7 +119,7 @@ fn vocabulary_names_are_copied_into_namespace_weft() {
             "auto l = weft::Lanes::from_mask(3);",
             "auto w = weft::WARP_SIZE;",
             "out[size_t(0)] = weft::sqrt(weft::max(x.lsa(0u)[size_t(1)], z));",
-            "auto v = a2a.template recv<T>(0);",
+            "auto v = a2a.template recv<T>(0u);",
             "weft::sync_threads();",
         ],
     );

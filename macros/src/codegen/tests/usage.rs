@@ -168,6 +168,36 @@ fn usage_encoding() {
     u.add_index(Resource::GinCounter, crate::codegen::usage::IndexValue::Const(4));
     let words = u.encode();
     assert_eq!(words.len(), crate::codegen::usage::USAGE_WORDS);
+    assert_eq!(words.len(), 20);
     assert_eq!(&words[..4], &[1, 0b011, 0, 1]);
     assert_eq!(words[2 + 2 * Resource::GinCounter.index()], 5);
+}
+
+#[test]
+fn ll_all_to_all_blocks_and_slots() {
+    let u = usage(
+        quote!(),
+        quote! {
+            fn k(dev: &DevComm<Lsa>, handle: LlA2aHandle, out: &mut [f32]) {
+                let a2a = dev.ll_a2a(Cta, handle, block_idx_x(), 64);
+                a2a.send(dev.lsa_rank(), 3, 1.0f32);
+                a2a.broadcast(1, 2.0f32);
+                out[0] = a2a.recv::<f32>(2);
+                a2a.end();
+            }
+        },
+    );
+    assert_eq!(u.caps, Caps::LSA);
+    assert_eq!(get(&u, Resource::LlA2aBlock), ResourceUse { constant: 0, grid_axes: 1 });
+    assert_eq!(get(&u, Resource::LlA2aSlot), ResourceUse { constant: 4, grid_axes: 0 });
+    let errors = kernel_errors(
+        quote!(),
+        quote! {
+            fn k(dev: &DevComm<Lsa>, handle: LlA2aHandle, n: u32) {
+                let a2a = dev.ll_a2a(Cta, handle, 0, 64);
+                for s in 0..n { a2a.broadcast(s, 1u32); }
+            }
+        },
+    );
+    assert_one_error(&errors, "#[kernel(ll_a2a_slots = N)]");
 }
