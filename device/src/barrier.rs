@@ -24,8 +24,9 @@ use crate::ordering::Order;
 pub enum BarrierResult {
     /// Every peer arrived in time; the wait completed.
     Ok,
-    /// The timeout passed first. The session's own arrival stands and its epoch is unchanged: wait again with the
-    /// same session, or end it and leave the kernel.
+    /// The timeout passed first. For an LSA barrier, the session's own arrival stands and its epoch is unchanged:
+    /// wait again with the same session, or give up — end it, leave the kernel and treat the communicator as failed
+    /// (the barrier's state no longer matches the peers'). For a GIN barrier, the signals were sent: give up.
     TimedOut,
     /// The communicator was aborted while waiting (NCCL 2.32+ headers; never returned with older ones).
     Aborted,

@@ -30,6 +30,64 @@
 //!     bar.sync(Cta, Order::Release);
 //! }
 //! ```
+//!
+//! Misuse does not compile. A session used after it ended:
+//!
+//! ```compile_fail,E0382
+//! # use weft_device::prelude::*;
+//! fn k(dev: &DevComm<Lsa>) {
+//!     let bar = dev.lsa_barrier(Cta, block_idx_x());
+//!     bar.end();
+//!     bar.sync(Cta, Order::Relaxed); // error[E0382]: use of moved value: `bar`
+//! }
+//! ```
+//!
+//! GIN through a communicator without it:
+//!
+//! ```compile_fail,E0599
+//! # use weft_device::prelude::*;
+//! fn k(dev: &DevComm<Lsa>) {
+//!     let gin = dev.gin(0); // error[E0599]: method `gin` exists but its trait bounds were not satisfied
+//! }
+//! ```
+//!
+//! A session synced by another coop than the one that opened it:
+//!
+//! ```compile_fail,E0308
+//! # use weft_device::prelude::*;
+//! fn k(dev: &DevComm<Lsa>) {
+//!     let bar = dev.lsa_barrier(Cta, block_idx_x());
+//!     bar.sync(Warp, Order::Relaxed); // error[E0308]: mismatched types
+//! }
+//! ```
+//!
+//! A session copied:
+//!
+//! ```compile_fail,E0382
+//! # use weft_device::prelude::*;
+//! fn k(dev: &DevComm<LsaGin>) {
+//!     let gin = dev.gin(0);
+//!     let bar = gin.rail_barrier(Cta, 0);
+//!     let copy = bar;
+//!     bar.sync(Cta, Order::Relaxed); // error[E0382]: use of moved value: `bar`
+//! }
+//! ```
+//!
+//! Multimem through a communicator without it, and a 16-bit multimem store:
+//!
+//! ```compile_fail,E0599
+//! # use weft_device::prelude::*;
+//! fn k(dev: &DevComm<LsaGin>, x: &Window<f32>) {
+//!     let view = dev.lsa_multimem(x); // error[E0599]
+//! }
+//! ```
+//!
+//! ```compile_fail,E0599
+//! # use weft_device::prelude::*;
+//! fn k(dev: &DevComm<LsaMultimem>, x: &Window<bf16>) {
+//!     dev.lsa_multimem(x).store(0, bf16::ZERO); // error[E0599]: the trait bound `bf16: MultimemStore` is not satisfied
+//! }
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 // Every function body in this crate is `device_only(..)`: the parameters exist for rustc's type checking and for

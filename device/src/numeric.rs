@@ -17,7 +17,7 @@ mod sealed {
 
 /// A type a kernel can take slices, windows and scalars of: it has a C++ spelling and an entry-point suffix.
 ///
-/// Implemented for `f32`, `f64`, [`f16`], [`bf16`], `i8`, `u8`, `i32`, `u32`, `i64`, `u64`, `usize`, `isize` and
+/// Implemented for `f32`, `f64`, [`f16`](struct@half::f16), [`bf16`](struct@half::bf16), `i8`, `u8`, `i32`, `u32`, `i64`, `u64`, `usize`, `isize` and
 /// `bool` (sealed: exactly the types of the kernel ABI's type table).
 pub trait Element: sealed::Sealed + Copy + Default + Debug + PartialEq + Send + Sync + 'static {
     /// The Rust name, used as the entry-point suffix of generic kernels (`k__f32`).
@@ -45,7 +45,7 @@ pub trait Numeric:
     fn one() -> Self;
 }
 
-/// Floating-point element types: `f32`, `f64`, [`f16`], [`bf16`].
+/// Floating-point element types: `f32`, `f64`, [`f16`](struct@half::f16), [`bf16`](struct@half::bf16).
 ///
 /// The methods exist so generic code reads like `std` (`x.sqrt()`); the macro lowers each to the free function of
 /// the same name with the receiver first (rule R10: `x.mul_add(a, b)` → `weft::mul_add(x, a, b)`). On `f16` and

@@ -240,20 +240,32 @@ REDUCE_COPY(float)
 REDUCE_COPY(double)
 REDUCE_COPY(__half)
 REDUCE_COPY(__nv_bfloat16)
-REDUCE_COPY(int32_t)
-REDUCE_COPY(uint32_t)
-REDUCE_COPY(int64_t)
-REDUCE_COPY(uint64_t)
 REDUCE_COPY(int8_t)
-REDUCE_COPY(uint8_t)
+
+// Integer types: the functions whose NCCL code differs most by type (2.32's helpers are slow to compile).
+template <class T>
+__global__ void reduce_copy_int(ncclDevComm dev__raw, weft::Window<T> x, weft::Window<T> z, weft::Slice<T> in,
+                                weft::SliceMut<T> out, size_t n) {
+  weft::DevComm dev{dev__raw};
+  dev.lsa_reduce_sum_copy(weft::Cta{}, x, z, n);
+  weft::local_reduce_sum_copy(weft::Cta{}, in, 4, n, out, 2, n, n);
+}
+#define REDUCE_COPY_INT(T)                                                                                   \
+  template __global__ void reduce_copy_int<T>(ncclDevComm, weft::Window<T>, weft::Window<T>, weft::Slice<T>, \
+                                              weft::SliceMut<T>, size_t);
+REDUCE_COPY_INT(int32_t)
+REDUCE_COPY_INT(uint32_t)
+REDUCE_COPY_INT(int64_t)
+REDUCE_COPY_INT(uint64_t)
+REDUCE_COPY_INT(uint8_t)
 
 // --- GIN -------------------------------------------------------------------------------------------------------------
+// One kernel per group: ptxas time grows faster than linearly with kernel size, and every GIN call inlines the
+// network backends' code.
 
 template <class Co>
-__device__ void gin_body(weft::DevComm const& dev, Co coop, weft::Window<float> const& x, weft::Window<uint64_t> const& sig,
-                         weft::SliceMut<uint64_t> out) {
-  auto gin = dev.gin(weft::block_idx_x());
-  weft::Team rail = dev.rail();
+__device__ void gin_put_body(weft::GinSession const& gin, weft::Team rail, Co coop, weft::Window<float> const& x,
+                             weft::Window<uint64_t> const& sig) {
   gin.put(rail, 1, x, x.offset(8), 8, weft::NoAction{}, weft::NoAction{}, coop);
   gin.put(rail, 1, x, x, 8, weft::SignalInc(0), weft::CounterInc(1), coop);
   gin.put(rail, 1, x, x, 8, weft::SignalAdd(2, 5), weft::NoAction{}, coop);
@@ -261,6 +273,24 @@ __device__ void gin_body(weft::DevComm const& dev, Co coop, weft::Window<float> 
   gin.put_value(rail, 1, sig, 7, weft::NoAction{}, coop);
   gin.signal(rail, 1, weft::SignalAdd(1, 3), coop);
   gin.flush(coop, weft::Order::Acquire);
+}
+
+extern "C" __global__ void gin_puts(ncclDevComm dev__raw, weft::Window<float> x, weft::Window<uint64_t> sig) {
+  weft::DevComm dev{dev__raw};
+  auto gin = dev.gin(weft::block_idx_x());
+  gin_put_body(gin, dev.rail(), weft::Cta{}, x, sig);
+}
+extern "C" __global__ void gin_put_warp(ncclDevComm dev__raw, weft::Window<float> x) {
+  weft::DevComm dev{dev__raw};
+  dev.gin(0).put(dev.rail(), 1, x, x, 8, weft::SignalInc(0), weft::CounterInc(1), weft::Warp{});
+}
+extern "C" __global__ void gin_put_thread(ncclDevComm dev__raw, weft::Window<float> x) {
+  weft::DevComm dev{dev__raw};
+  dev.gin(0).put(dev.rail(), 1, x, x, 8, weft::SignalInc(0), weft::CounterInc(1), weft::Thread{});
+}
+
+template <class Co>
+__device__ void gin_wait_body(weft::GinSession const& gin, Co coop, weft::SliceMut<uint64_t> out) {
   out[0] = gin.read_signal(0) + gin.read_counter(1) + gin.signal_shadow(0);
   gin.wait_signal(coop, 0, 1);
   gin.wait_counter(coop, 1, 1);
@@ -271,13 +301,56 @@ __device__ void gin_body(weft::DevComm const& dev, Co coop, weft::Window<float> 
   out[1] = r.is_ok() + c.is_timed_out();
   gin.reset_signal(0);
   gin.reset_counter(1);
+}
+
+extern "C" __global__ void gin_waits(ncclDevComm dev__raw, weft::SliceMut<uint64_t> out) {
+  weft::DevComm dev{dev__raw};
+  auto gin = dev.gin(weft::block_idx_x());
+  gin_wait_body(gin, weft::Cta{}, out);
+  gin_wait_body(gin, weft::Warp{}, out);
+  gin_wait_body(gin, weft::Thread{}, out);
+}
+
+template <class Co>
+__device__ void gin_barrier_body(weft::DevComm const& dev, Co coop, weft::SliceMut<uint64_t> out) {
+  auto gin = dev.gin(weft::block_idx_x());
+  auto gbar = gin.rail_barrier(coop, weft::block_idx_x());
+  gbar.sync(coop, weft::Order::Release);
+  out[3] = gbar.sync_timeout(coop, weft::Order::AcqRel, 1000000).is_ok();
+  gbar.end();
+  auto hbar = dev.hybrid_barrier(coop, gin, weft::block_idx_x());
+  hbar.sync(coop, weft::Order::AcqRel);
+  hbar.end();
+}
+
+extern "C" __global__ void gin_barriers(ncclDevComm dev__raw, weft::SliceMut<uint64_t> out) {
+  weft::DevComm dev{dev__raw};
+  gin_barrier_body(dev, weft::Cta{}, out);
+}
+extern "C" __global__ void gin_barriers_warp(ncclDevComm dev__raw, weft::SliceMut<uint64_t> out) {
+  weft::DevComm dev{dev__raw};
+  gin_barrier_body(dev, weft::Warp{}, out);
+}
+
 #if WEFT_NCCL_2_32
+extern "C" __global__ void gin_2_32_actions(ncclDevComm dev__raw, weft::Window<float> x, weft::Window<uint64_t> sig) {
+  weft::DevComm dev{dev__raw};
+  auto gin = dev.gin(0);
+  weft::Team rail = dev.rail();
+  weft::Cta coop;
   gin.put(rail, 1, x, x, 8, weft::StrongSignalInc(0), weft::WeakCounterInc(1), coop);
   gin.put(rail, 1, x, x, 8, weft::WeakSignalInc(0), weft::NoAction{}, coop);
   gin.put(rail, 1, x, x, 8, weft::StrongSignalAdd(0, 2), weft::NoAction{}, coop);
   gin.put(rail, 1, x, x, 8, weft::WeakSignalAdd(0, 2), weft::NoAction{}, coop);
   gin.put(rail, 1, x, x, 8, weft::VaSignalInc(sig), weft::NoAction{}, coop);
   gin.put(rail, 1, x, x, 8, weft::VaSignalAdd(sig, 2), weft::NoAction{}, coop);
+}
+extern "C" __global__ void gin_2_32_signals(ncclDevComm dev__raw, weft::Window<float> x, weft::Window<uint64_t> sig,
+                                            weft::SliceMut<uint64_t> out) {
+  weft::DevComm dev{dev__raw};
+  auto gin = dev.gin(0);
+  weft::Team rail = dev.rail();
+  weft::Cta coop;
   gin.signal(rail, 1, weft::StrongVaSignalInc(&sig), coop);
   gin.signal(rail, 1, weft::WeakVaSignalInc(sig), coop);
   gin.signal(rail, 1, weft::StrongVaSignalAdd(sig, 4), coop);
@@ -288,24 +361,10 @@ __device__ void gin_body(weft::DevComm const& dev, Co coop, weft::Window<float> 
   gin.reset_va_signal(sig);
   auto world = gin.world_barrier(coop, 0);
   world.sync(coop, weft::Order::AcqRel);
+  out[3] = world.sync_timeout(coop, weft::Order::AcqRel, 1000).is_ok();
   world.end();
+}
 #endif
-  auto gbar = gin.rail_barrier(coop, weft::block_idx_x());
-  gbar.sync(coop, weft::Order::Release);
-  out[3] = gbar.sync_timeout(coop, weft::Order::AcqRel, 1000000).is_ok();
-  gbar.end();
-  auto hbar = dev.hybrid_barrier(coop, gin, weft::block_idx_x());
-  hbar.sync(coop, weft::Order::AcqRel);
-  hbar.end();
-}
-
-extern "C" __global__ void gin(ncclDevComm dev__raw, weft::Window<float> x, weft::Window<uint64_t> sig,
-                               weft::SliceMut<uint64_t> out) {
-  weft::DevComm dev{dev__raw};
-  gin_body(dev, weft::Cta{}, x, sig, out);
-  gin_body(dev, weft::Warp{}, x, sig, out);
-  gin_body(dev, weft::Thread{}, x, sig, out);
-}
 
 // --- LL all-to-all and multimem ---------------------------------------------------------------------------------------
 
