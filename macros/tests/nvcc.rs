@@ -373,6 +373,52 @@ fn representative_kernels_compile_with_nvcc() {
                 }],
             ),
         ),
+        (
+            "device_fn_references",
+            kernel(
+                quote!(),
+                quote! {
+                    fn device_fn_references(dev: &DevComm<LsaGin>, w: &Window<f32>, out: &mut [f32], n: usize) {
+                        let bar = dev.lsa_barrier(Cta, block_idx_x());
+                        let mut count = 0u32;
+                        for i in grid_stride(n) {
+                            out[i] = sum_peers(dev, w, i);
+                            bump(&mut count);
+                        }
+                        sync_on(&bar);
+                        signal_next(dev);
+                        out[0] += count as f32;
+                    }
+                },
+                &[
+                    quote! {
+                        fn sum_peers<C: HasLsa, T: Float>(dev: &DevComm<C>, w: &Window<T>, i: usize) -> T {
+                            let mut acc = T::zero();
+                            for peer in 0..dev.lsa_size() {
+                                acc += w.lsa(peer)[i];
+                            }
+                            acc
+                        }
+                    },
+                    quote! {
+                        fn bump(counter: &mut u32) {
+                            *counter += 1;
+                        }
+                    },
+                    quote! {
+                        fn sync_on(bar: &LsaBarrier<'_, Cta>) {
+                            bar.sync(Cta, Order::AcqRel);
+                        }
+                    },
+                    quote! {
+                        fn signal_next<C: HasGin>(dev: &DevComm<C>) {
+                            let gin = dev.gin(0);
+                            gin.signal(dev.world(), (dev.rank() + 1) % dev.nranks(), SignalInc(0), Cta);
+                        }
+                    },
+                ],
+            ),
+        ),
     ];
     compile_all(cases);
 }

@@ -352,8 +352,12 @@ impl TypeMapper<'_> {
                 let (cpp, t) = self.map(inner, Position::Local)?;
                 if mutable {
                     Some((format!("{cpp}&"), Ty::Ref(Box::new(t))))
-                } else {
+                } else if matches!(t, Ty::Scalar(_) | Ty::Param(_) | Ty::Tuple(_)) {
                     Some((format!("{cpp} const&"), t))
+                } else {
+                    // Vocabulary objects (barrier sessions, GIN sessions) mutate state in methods Rust declares on
+                    // `&self`; weft.cuh declares those methods non-const, so bind a non-const reference.
+                    Some((format!("{cpp}&"), t))
                 }
             }
             Position::KernelParam => {
