@@ -112,7 +112,37 @@ impl Signature {
     }
 }
 
-const DEFAULTABLE_BOUNDS: &[&str] = &["Float", "Element", "Numeric", "Copy", "Clone", "Send", "Sync", "Default"];
+/// Bounds that say nothing about which element types qualify.
+const NEUTRAL_BOUNDS: &[&str] = &["Element", "Numeric", "Copy", "Clone", "Send", "Sync", "Default"];
+
+/// The element types `weft-device` implements each narrowing trait for (checked against its sources by a test).
+pub(crate) const TRAIT_TYPES: &[(&str, &[Scalar])] = {
+    use Scalar::*;
+    &[
+        ("Float", &[F32, F64, F16, Bf16]),
+        ("Shuffle", &[F16, Bf16, F32, F64, I32, U32, I64, U64]),
+        ("AtomicAdd", &[I32, U32, I64, U64, F32, F64, F16, Bf16]),
+        ("AtomicMinMax", &[I32, U32, I64, U64]),
+        ("AtomicBits", &[I32, U32, I64, U64, F32, F64]),
+        ("MultimemElement", &[F32, F16, Bf16, F64, I32, U32, U64]),
+    ]
+};
+
+/// The default instantiation list for a parameter with these bounds: `Float`'s list (`f32, bf16`) or `Element`'s
+/// (`f32, bf16, f16, f64, i32, u32, i64, u64`), keeping the types every narrowing bound (`Shuffle`, `AtomicAdd`, …)
+/// allows. `None` when a bound is not one the macro knows, or nothing is left.
+fn default_types(bounds: &[String]) -> Option<Vec<Scalar>> {
+    let base = if bounds.iter().any(|b| b == "Float") { Scalar::FLOAT_DEFAULT } else { Scalar::ELEMENT_DEFAULT };
+    let mut keep: Vec<Scalar> = base.to_vec();
+    for bound in bounds {
+        if NEUTRAL_BOUNDS.contains(&bound.as_str()) {
+            continue;
+        }
+        let (_, allowed) = TRAIT_TYPES.iter().find(|(t, _)| t == bound)?;
+        keep.retain(|s| allowed.contains(s));
+    }
+    (!keep.is_empty()).then_some(keep)
+}
 
 pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) -> Option<Signature> {
     let errors_before = cx.error_count();
@@ -191,15 +221,7 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
             capabilities.push(CapParam { caps: cap_bounds.into_iter().fold(Caps::NONE, Caps::union), ident });
             continue;
         }
-        let default = if names.iter().any(|n| n == "Float") {
-            Some(Scalar::FLOAT_DEFAULT)
-        } else if names.iter().any(|n| n == "Element" || n == "Numeric") {
-            Some(Scalar::ELEMENT_DEFAULT)
-        } else {
-            None
-        }
-        .filter(|_| names.iter().all(|n| DEFAULTABLE_BOUNDS.contains(&n.as_str())));
-        elements.push((ident, bounds, default));
+        elements.push((ident, bounds, default_types(&names)));
     }
 
     // Instantiation lists (kernels).
@@ -240,12 +262,12 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
                         instantiate.push(*s);
                     }
                 }
-                (None, Some(d)) => instantiate.extend_from_slice(d),
+                (None, Some(d)) => instantiate.extend(d),
                 (None, None) => cx.error_spanned_by(
                     &ident,
                     format!(
-                        "say which types to instantiate `{ident}` for: `#[kernel(types(f32, bf16))]` (only `Float` \
-                         and `Element` bounds have a default list)"
+                        "say which types to instantiate `{ident}` for: `#[kernel(types(f32, bf16))]` (only the \
+                         vocabulary's element traits have a default list)"
                     ),
                 ),
             }

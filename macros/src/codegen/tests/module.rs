@@ -132,3 +132,34 @@ fn device_fn_companion_module() {
     assert_has(&out, r#"pub const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[&["#);
     assert_has(&out, r#", other::__WEFT_USAGE]);"#);
 }
+
+#[test]
+fn default_instantiations_follow_the_bounds() {
+    let entries = |item: TokenStream| -> Vec<String> {
+        let item: syn::ItemFn = syn::parse2(item).unwrap();
+        let cx = crate::codegen::ctxt::Ctxt::new();
+        let attrs = crate::codegen::attr::Attributes::default();
+        let sig = crate::codegen::ast::parse(crate::codegen::ast::FnKind::Kernel, &item, &attrs, &cx).unwrap();
+        sig.instantiations().iter().map(|t| sig.entry_point(t)).collect()
+    };
+    assert_eq!(entries(quote! { fn k<T: Float + Shuffle>(x: &[T]) {} }), ["k__f32", "k__bf16"]);
+    assert_eq!(entries(quote! { fn k<T: AtomicMinMax>(x: &[T]) {} }), ["k__i32", "k__u32", "k__i64", "k__u64"]);
+    assert_eq!(entries(quote! { fn k<T: Float + AtomicBits>(x: &[T]) {} }), ["k__f32"]);
+    assert_eq!(
+        entries(quote! { fn k<T: Numeric + Copy>(x: &[T]) {} }),
+        ["k__f32", "k__bf16", "k__f16", "k__f64", "k__i32", "k__u32", "k__i64", "k__u64"]
+    );
+    assert_eq!(
+        entries(quote! { fn k<T: Float, I>(x: &[T], i: &[I]) where I: AtomicMinMax {} }),
+        [
+            "k__f32__i32",
+            "k__f32__u32",
+            "k__f32__i64",
+            "k__f32__u64",
+            "k__bf16__i32",
+            "k__bf16__u32",
+            "k__bf16__i64",
+            "k__bf16__u64"
+        ]
+    );
+}

@@ -207,7 +207,7 @@ fn signature_errors() {
 
 #[test]
 fn element_type_instantiation_errors() {
-    let e = kernel_errors(quote!(), quote! { fn k<T: AtomicAdd>(x: &mut [T]) {} });
+    let e = kernel_errors(quote!(), quote! { fn k<T: MyTrait>(x: &mut [T]) {} });
     assert_one_error(&e, "say which types to instantiate `T` for: `#[kernel(types(f32, bf16))]`");
     let e = kernel_errors(quote!(types(f32, u128)), quote! { fn k<T: Element>(x: &mut [T]) {} });
     assert_one_error(&e, "`u128` is not an element type");

@@ -65,3 +65,31 @@ fn every_free_vocabulary_function_and_constant_is_known() {
          VOCABULARY_CONSTANTS in macros/src/codegen/lower/expr.rs"
     );
 }
+
+/// `marker!(Shuffle: f16, bf16, …)` and `float!(f32, …)` in weft-device's numeric.rs say which types implement each
+/// narrowing trait; the macro's default instantiation lists depend on the same sets.
+#[test]
+fn trait_type_sets_match_the_device_crate() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../device/src/numeric.rs");
+    let text = std::fs::read_to_string(&path).expect("numeric.rs");
+    let file = syn::parse_file(&text).expect("parses");
+    let mut found: Vec<(String, Vec<String>)> = Vec::new();
+    for item in &file.items {
+        let syn::Item::Macro(m) = item else { continue };
+        let name = m.mac.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+        let tokens: Vec<String> = m.mac.tokens.to_string().split([',', ':']).map(|t| t.trim().to_string()).collect();
+        match name.as_str() {
+            "marker" => found.push((tokens[0].clone(), tokens[1..].to_vec())),
+            "float" => found.push(("Float".into(), tokens.clone())),
+            _ => {}
+        }
+    }
+    for (name, types) in crate::codegen::ast::TRAIT_TYPES {
+        let (_, device) = found.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no impls of {name} found"));
+        let mut ours: Vec<&str> = types.iter().map(|s| s.rust()).collect();
+        let mut theirs: Vec<&str> = device.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
+        ours.sort_unstable();
+        theirs.sort_unstable();
+        assert_eq!(ours, theirs, "{name}: update TRAIT_TYPES in macros/src/codegen/ast.rs");
+    }
+}
