@@ -46,7 +46,8 @@ impl Lowerer<'_> {
                 (None, false, _) => Code::text("{"),
                 (None, true, false) => Code::text("} else {"),
             };
-            let unconditional_first = cond.is_none() && !opened;
+            // An arm that always matches ends the chain (later arms are unreachable; rustc warns about them).
+            let unconditional = cond.is_none();
             self.emit(head, line_of(&arm.pat));
             opened = true;
             self.indent += 1;
@@ -67,7 +68,7 @@ impl Lowerer<'_> {
             }
             self.indent -= 1;
             self.pop_scope();
-            if unconditional_first {
+            if unconditional {
                 break;
             }
         }

@@ -424,3 +424,18 @@ fn a_leaving_branch_with_values_of_unknown_type_needs_an_annotation() {
     );
     super::assert_one_error(&errors, "cannot tell the C++ type of `v`: a branch of its value leaves");
 }
+
+#[test]
+fn an_arm_that_always_matches_ends_the_chain() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], a: u32) {
+            match a {
+                0 => out[0] = 1,
+                n => out[0] = n,
+                _ => out[0] = 3,
+            }
+        }
+    });
+    assert_lines(&b, &["if (a == 0u) {", "out[size_t(0)] = 1u;", "} else {", "out[size_t(0)] = a;", "}"]);
+    assert!(!b.iter().any(|l| l.contains("= 3u")), "{b:#?}");
+}
