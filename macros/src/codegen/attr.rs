@@ -72,6 +72,31 @@ pub(crate) enum AttrKind {
 
 pub(crate) fn parse(kind: AttrKind, tokens: TokenStream, cx: &Ctxt) -> Attributes {
     let mut attrs = Attributes::default();
+    // Each comma-separated argument is parsed on its own, so every bad argument is reported, not just the first.
+    for argument in split_arguments(tokens) {
+        parse_argument(kind, argument, &mut attrs, cx);
+    }
+    attrs
+}
+
+fn split_arguments(tokens: TokenStream) -> Vec<TokenStream> {
+    let mut out = Vec::new();
+    let mut current = TokenStream::new();
+    for tt in tokens {
+        match &tt {
+            proc_macro2::TokenTree::Punct(p) if p.as_char() == ',' => {
+                out.push(std::mem::take(&mut current));
+            }
+            _ => current.extend([tt]),
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+fn parse_argument(kind: AttrKind, tokens: TokenStream, attrs: &mut Attributes, cx: &Ctxt) {
     let parser = syn::meta::parser(|meta| {
         let Some(ident) = meta.path.get_ident() else {
             return Err(meta.error("expected an identifier such as `debug` or `types(f32, bf16)`"));
@@ -130,7 +155,6 @@ pub(crate) fn parse(kind: AttrKind, tokens: TokenStream, cx: &Ctxt) -> Attribute
     if let Err(e) = parser.parse2(tokens) {
         cx.syn_error(e);
     }
-    attrs
 }
 
 fn parse_types(input: ParseStream<'_>, out: &mut Vec<TypeList>, span: Span) -> syn::Result<()> {

@@ -233,6 +233,11 @@ fn attribute_errors() {
     assert_one_error(&e, "`a` has no length");
     let e = device_fn_errors(quote!(types(f32)), quote! { fn h(x: f32) -> f32 { x } });
     assert_one_error(&e, "unknown argument `types`");
+    let e = kernel_errors(
+        quote!(fast, types(f32, f32), lsa_barriers = x, debug),
+        quote! { fn k<T: Float>(x: &mut [T]) {} },
+    );
+    assert_eq!(e.len(), 3, "every bad argument is reported: {e:#?}");
 }
 
 #[test]
