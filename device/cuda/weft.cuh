@@ -24,7 +24,13 @@
 #include <nccl_device.h>
 
 #if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < 22800
-#error "weft.cuh needs the NCCL device API headers of NCCL 2.28 or newer (nccl_device.h)"
+#error "weft.cuh needs the NCCL device API headers of NCCL 2.28.9 or newer (nccl_device.h)"
+#endif
+// 2.28.3's device API (mem_barrier.h, no GIN) predates the one weft is written against.
+#if defined(__has_include)
+#if !__has_include(<nccl_device/lsa_barrier.h>) || !__has_include(<nccl_device/gin.h>)
+#error "weft.cuh needs NCCL 2.28.9 or newer device headers (these lack nccl_device/lsa_barrier.h or gin.h: NCCL 2.28.3's /usr/include on the GPU machine is one such; use the pip wheel's include/)"
+#endif
 #endif
 
 // Feature switch: 2.32 changed and extended the device API (timeouts, strong/weak and VA signals, gets, world GIN
