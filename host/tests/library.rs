@@ -38,7 +38,8 @@ fn calls_missing_from_2_28_are_unsupported_with_their_version() {
     }
     assert!(suspend.to_string().contains("needs NCCL 2.29.0 or later, but the loaded libnccl is 2.28.9"));
     // SAFETY: as above.
-    let grow = unsafe { result::comm_grow(old, null, 2, None, -1, std::ptr::null_mut()) }.unwrap_err();
+    let grow =
+        unsafe { result::comm_grow(old, null, 2, None, -1, std::ptr::null_mut(), std::ptr::null_mut()) }.unwrap_err();
     assert!(matches!(grow, Error::Unsupported { call: "ncclCommGrow", .. }), "{grow}");
     // SAFETY: as above.
     let props = unsafe { result::comm_query_properties(old, null, std::ptr::null_mut()) }.unwrap_err();

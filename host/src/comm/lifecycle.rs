@@ -76,8 +76,12 @@ impl<M: Mode> Communicator<Active, M> {
         let config_ptr = raw_config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
         self.context().bind_to_thread()?;
         // SAFETY: our live, active communicator; the config (or null: inherit) outlives the call.
-        let (raw, progress) = unsafe { result::comm_split(self.library(), self.raw(), color, key, config_ptr) }?;
-        self.child(raw, progress)
+        let raw = self.create_child("ncclCommSplit", |out| unsafe {
+            // SAFETY: our live, active communicator; the config (or null: inherit) outlives the call; `out` is
+            // the heap slot `create_child` keeps valid until the parent reports completion.
+            result::comm_split(self.library(), self.raw(), color, key, config_ptr, out)
+        })?;
+        self.child(raw)
     }
 
     /// A new communicator without the ranks in `exclude` (`ncclCommShrink`); called by every remaining
@@ -120,25 +124,19 @@ impl<M: Mode> Communicator<Active, M> {
         let mut raw_config = config.map(|c| c.to_raw(self.library().version(), M::BLOCKING)).transpose()?;
         let config_ptr = raw_config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
         self.context().bind_to_thread()?;
-        // SAFETY: our live, active communicator, the existing-rank role (rank -1), an id that outlives the call.
-        let (raw, progress) =
-            unsafe { result::comm_grow(self.library(), self.raw(), nranks, raw_id.as_ref(), -1, config_ptr) }?;
-        new_communicator::<M>(self.library(), self.context(), raw, progress, "ncclCommGrow")
+        let raw = self.create_child("ncclCommGrow", |out| unsafe {
+            // SAFETY: our live, active communicator, the existing-rank role (rank -1), an id and a config that
+            // outlive the call, and the slot `create_child` keeps valid until completion.
+            result::comm_grow(self.library(), self.raw(), nranks, raw_id.as_ref(), -1, config_ptr, out)
+        })?;
+        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow")
     }
 
-    fn child(
-        &self,
-        raw: sys::ncclComm_t,
-        progress: Progress,
-    ) -> Result<M::Wrap<Option<Communicator<Active, M>>>, Error> {
-        if raw.is_null() && progress == Progress::InProgress {
-            // No child handle to poll: the parent carries the operation's outcome.
-            self.wait_parent(std::time::Duration::from_secs(300))?;
-        }
+    fn child(&self, raw: sys::ncclComm_t) -> Result<M::Wrap<Option<Communicator<Active, M>>>, Error> {
         let child =
             (!raw.is_null()).then(|| Communicator::from_parts(raw, self.library(), self.context().clone(), None));
         let child = if M::BLOCKING { pending_finish(child)? } else { child };
-        Ok(M::wrap(child, progress))
+        Ok(M::wrap(child, Progress::Done))
     }
 }
 
@@ -146,9 +144,32 @@ fn pending_finish<T: super::pending::Resolve>(value: T) -> Result<T, Error> {
     value.finish()
 }
 
+/// How long a child-creating call on a non-blocking communicator may take before it is reported as stuck.
+const CHILD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
 impl<S: Initialized, M: Mode> Communicator<S, M> {
+    /// Runs a call that creates a child communicator (split, shrink, grow). NCCL writes the child's handle into
+    /// the out-pointer when the operation completes, which on a non-blocking communicator is after the call
+    /// returned, so the slot lives on the heap and the parent is polled until it reports completion (bounded by
+    /// [`CHILD_TIMEOUT`]; on timeout the slot is leaked rather than freed under NCCL's feet).
+    fn create_child(
+        &self,
+        call: &'static str,
+        run: impl FnOnce(*mut sys::ncclComm_t) -> Result<Progress, Error>,
+    ) -> Result<sys::ncclComm_t, Error> {
+        let mut slot: Box<sys::ncclComm_t> = Box::new(NULL);
+        let progress = run(&mut *slot)?;
+        if progress == Progress::InProgress {
+            if let Err(error) = self.wait_parent(call, CHILD_TIMEOUT) {
+                Box::leak(slot);
+                return Err(error);
+            }
+        }
+        Ok(*slot)
+    }
+
     /// Polls this (parent) communicator until its outstanding operation completes or fails.
-    fn wait_parent(&self, timeout: std::time::Duration) -> Result<(), Error> {
+    fn wait_parent(&self, operation: &'static str, timeout: std::time::Duration) -> Result<(), Error> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             // SAFETY: our live communicator.
@@ -157,7 +178,7 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
                 Progress::InProgress if std::time::Instant::now() < deadline => {
                     std::thread::sleep(std::time::Duration::from_micros(100))
                 }
-                Progress::InProgress => return Err(Error::Timeout { operation: "ncclCommSplit", after: timeout }),
+                Progress::InProgress => return Err(Error::Timeout { operation, after: timeout }),
             }
         }
     }
@@ -168,7 +189,6 @@ fn new_communicator<M: Mode>(
     library: &'static sys::Library,
     context: &std::sync::Arc<cudarc::driver::CudaContext>,
     raw: sys::ncclComm_t,
-    progress: Progress,
     call: &'static str,
 ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
     if raw.is_null() {
@@ -181,7 +201,7 @@ fn new_communicator<M: Mode>(
     }
     let comm: Communicator<Active, M> = Communicator::from_parts(raw, library, context.clone(), None);
     let comm = if M::BLOCKING { pending_finish(comm)? } else { comm };
-    Ok(M::wrap(comm, progress))
+    Ok(M::wrap(comm, Progress::Done))
 }
 
 fn shrink<S: Initialized, M: Mode>(
@@ -211,10 +231,12 @@ fn shrink<S: Initialized, M: Mode>(
     let mut raw_config = config.map(|c| c.to_raw(comm.library().version(), M::BLOCKING)).transpose()?;
     let config_ptr = raw_config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
     comm.context().bind_to_thread()?;
-    // SAFETY: a live communicator in a state NCCL allows shrinking from (active or revoked); the rank list
-    // was validated and the config outlives the call.
-    let (raw, progress) = unsafe { result::comm_shrink(comm.library(), comm.raw(), &list, config_ptr, flags) }?;
-    new_communicator::<M>(comm.library(), comm.context(), raw, progress, "ncclCommShrink")
+    let raw = comm.create_child("ncclCommShrink", |out| unsafe {
+        // SAFETY: a live communicator in a state NCCL allows shrinking from (active or revoked); the rank list
+        // was validated, the config outlives the call, and `out` stays valid until completion.
+        result::comm_shrink(comm.library(), comm.raw(), &list, config_ptr, flags, out)
+    })?;
+    new_communicator::<M>(comm.library(), comm.context(), raw, "ncclCommShrink")
 }
 
 impl<M: Mode> Communicator<Suspended, M> {
@@ -278,11 +300,23 @@ impl<M: Mode> Communicator<Uninit, M> {
         let raw_id = id.to_raw();
         let mut raw_config = config.to_raw(self.library().version(), M::BLOCKING)?;
         self.context().bind_to_thread()?;
-        // SAFETY: the new-rank role (null parent, id, assigned rank); the context is current and the config
-        // outlives the call.
-        let (raw, progress) = unsafe {
-            result::comm_grow(self.library(), NULL, nranks, Some(&raw_id), rank as i32, raw_config.as_mut_ptr())
-        }?;
-        new_communicator::<M>(self.library(), self.context(), raw, progress, "ncclCommGrow")
+        // A joining rank has no parent to poll: NCCL hands out its new communicator at once, as for init. The
+        // slot is on the heap all the same and is leaked if NCCL reports the operation in progress without a
+        // handle to poll, since NCCL may still write it.
+        let slot: *mut sys::ncclComm_t = Box::into_raw(Box::new(NULL));
+        // SAFETY: the new-rank role (null parent, id, assigned rank); the context is current, the config
+        // outlives the call, and `slot` is a live heap allocation.
+        let outcome = unsafe {
+            result::comm_grow(self.library(), NULL, nranks, Some(&raw_id), rank as i32, raw_config.as_mut_ptr(), slot)
+        };
+        // SAFETY: `slot` came from Box::into_raw above and NCCL has finished writing it unless it reported the
+        // operation in progress with no handle yet, the one case in which it stays leaked.
+        let raw = unsafe { *slot };
+        if !(matches!(outcome, Ok(Progress::InProgress)) && raw.is_null()) {
+            // SAFETY: as above; reclaimed exactly once.
+            drop(unsafe { Box::from_raw(slot) });
+        }
+        let _progress = outcome?; // the new communicator's own Pending polls it
+        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow")
     }
 }

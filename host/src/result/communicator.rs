@@ -136,43 +136,46 @@ comm_query!(/// `ncclCommUserRank`: this rank.
 
 /// `ncclCommSplit`. `color` of `NCCL_SPLIT_NOCOLOR` (-1) yields no communicator (a null handle).
 ///
+/// NCCL writes the new handle into `*out` when the split completes, which on a non-blocking communicator is
+/// after this call returned (it stores null first).
+///
 /// # Safety
-/// As [`comm_init_rank_config`] for `config` (which may be null: inherit the parent's); `comm` live and active.
+/// As [`comm_init_rank_config`] for `config` (which may be null: inherit the parent's); `comm` live and active;
+/// `out` is valid for writes until the parent reports the split complete (`ncclCommGetAsyncError`).
 pub unsafe fn comm_split(
     library: &Library,
     comm: ncclComm_t,
     color: c_int,
     key: c_int,
     config: *mut c_void,
-) -> Result<(ncclComm_t, Progress), Error> {
+    out: *mut ncclComm_t,
+) -> Result<Progress, Error> {
     let split = symbol(library, &library.api.ncclCommSplit, "ncclCommSplit", Version::new(2, 18, 0))?;
-    let mut new = NULL_COMM;
-    // SAFETY: the caller vouches for `comm` and `config`; NCCL writes the new handle into a live local.
-    let status = unsafe { split(comm, color, key, &mut new, config.cast()) };
-    let progress = check(library, "ncclCommSplit", status, comm)?;
-    Ok((new, progress))
+    // SAFETY: the caller vouches for `comm`, `config` and `out`.
+    let status = unsafe { split(comm, color, key, out, config.cast()) };
+    check(library, "ncclCommSplit", status, comm)
 }
 
 /// `ncclCommShrink`: a new communicator without the excluded ranks.
 ///
 /// # Safety
-/// As [`comm_split`]; `exclude` lists valid ranks of `comm`, the same on every remaining rank.
+/// As [`comm_split`] (including the life of `out`); `exclude` lists valid ranks of `comm`, the same on every
+/// remaining rank.
 pub unsafe fn comm_shrink(
     library: &Library,
     comm: ncclComm_t,
     exclude: &[c_int],
     config: *mut c_void,
     flags: c_int,
-) -> Result<(ncclComm_t, Progress), Error> {
+    out: *mut ncclComm_t,
+) -> Result<Progress, Error> {
     let shrink = symbol(library, &library.api.ncclCommShrink, "ncclCommShrink", Version::new(2, 27, 0))?;
     let count = c_int::try_from(exclude.len()).map_err(|_| Error::invalid("exclude", "too many ranks"))?;
-    let mut new = NULL_COMM;
     // NCCL takes a mutable pointer but only reads the list; a copy keeps the caller's slice untouched.
     let mut exclude = exclude.to_vec();
-    // SAFETY: `exclude` holds `count` ints; the caller vouches for `comm` and `config`.
-    let status = unsafe { shrink(comm, exclude.as_mut_ptr(), count, &mut new, config.cast(), flags) };
-    let progress = check(library, "ncclCommShrink", status, comm)?;
-    Ok((new, progress))
+    // SAFETY: `exclude` holds `count` ints; the caller vouches for `comm`, `config` and `out`.
+    let status = unsafe { shrink(comm, exclude.as_mut_ptr(), count, out, config.cast(), flags) };
+    check(library, "ncclCommShrink", status, comm)
 }
 
 /// `ncclCommGetUniqueId`: the id with which new ranks join `comm` through `ncclCommGrow`.
@@ -192,7 +195,7 @@ pub unsafe fn comm_get_unique_id(library: &Library, comm: ncclComm_t) -> Result<
 /// `comm`, the id and their assigned rank.
 ///
 /// # Safety
-/// As [`comm_split`]; the role arguments follow NCCL's table above.
+/// As [`comm_split`] (including the life of `out`); the role arguments follow NCCL's table above.
 pub unsafe fn comm_grow(
     library: &Library,
     comm: ncclComm_t,
@@ -200,14 +203,13 @@ pub unsafe fn comm_grow(
     id: Option<&sys::ncclUniqueId>,
     rank: c_int,
     config: *mut c_void,
-) -> Result<(ncclComm_t, Progress), Error> {
+    out: *mut ncclComm_t,
+) -> Result<Progress, Error> {
     let grow = symbol(library, &library.api.ncclCommGrow, "ncclCommGrow", V2_29)?;
     let id_ptr = id.map_or(std::ptr::null(), |id| id as *const _);
-    let mut new = NULL_COMM;
-    // SAFETY: `id_ptr` is null or points at a live id; the caller vouches for `comm` and `config`.
-    let status = unsafe { grow(comm, nranks, id_ptr, rank, &mut new, config.cast()) };
-    let progress = check(library, "ncclCommGrow", status, comm)?;
-    Ok((new, progress))
+    // SAFETY: `id_ptr` is null or points at a live id; the caller vouches for `comm`, `config` and `out`.
+    let status = unsafe { grow(comm, nranks, id_ptr, rank, out, config.cast()) };
+    check(library, "ncclCommGrow", status, comm)
 }
 
 /// `ncclCommMemStats`.
