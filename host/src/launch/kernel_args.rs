@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceRepr};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use weft_device::caps::CapabilitySet;
 
 use super::{launch_raw, ArgBuffer, LaunchConfig, SliceArg, WindowArg};
@@ -118,7 +118,7 @@ impl<'a> KernelArgs<'a> {
     }
 
     /// A scalar parameter, by value.
-    pub fn push_scalar<T: DeviceRepr + Copy + 'static>(&mut self, parameter: &'static str, value: T) {
+    pub fn push_scalar<T: Copy + 'static>(&mut self, parameter: &'static str, value: T) {
         let _ = parameter;
         self.args.push(value);
     }

@@ -122,8 +122,8 @@ impl<T> DevicePtrMut<T> for DeviceBuffer<T> {
 
 impl<T> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
-        // Kernels or copies may still use the memory: wait for the buffer's stream first.
-        if let Err(error) = self.stream.synchronize() {
+        // Kernels or copies on any stream of the device may still use the memory: drain the device first.
+        if let Err(error) = self.stream.context().synchronize() {
             tracing::error!(%error, "synchronizing before freeing an NCCL buffer failed; leaking it");
             return;
         }

@@ -237,9 +237,9 @@ impl<T: DeviceRepr, M: Mode> Drop for Window<'_, T, M> {
         if self.buffer.is_none() {
             return;
         }
-        // Kernels may still use the window: let its buffer's stream drain before deregistering.
-        if let Some(buffer) = &self.buffer {
-            let _ = cudarc::driver::DeviceSlice::stream(buffer).synchronize();
+        // Kernels on any stream of the device may still use the window: drain the device before deregistering.
+        if let Err(error) = self.comm.context().synchronize() {
+            tracing::error!(%error, "synchronizing before ncclCommWindowDeregister failed");
         }
         if let Err(error) = self.comm.release_resource(self.id) {
             tracing::error!(%error, "ncclCommWindowDeregister failed");
