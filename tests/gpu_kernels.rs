@@ -129,7 +129,7 @@ fn a_gin_kernel_compiles_and_its_dev_comm_request_fails_cleanly() {
     let comm = one_rank();
     // The kernel's source is real CUDA C++ for NCCL's GIN API; the codegen test compiles it with nvcc.
     assert!(kernels::gin_ring_put::SOURCE.contains("gin"));
-    assert!(kernels::gin_ring_put::CAPABILITIES.gin);
+    const { assert!(kernels::gin_ring_put::CAPABILITIES.gin) };
     let request = comm.dev_comm::<LsaGin>(&kernels::gin_ring_put::requirements(&LaunchConfig::linear(1, 32)));
     let err = request.expect_err("no GIN on an NVLink-only machine");
     println!("GIN DevComm request: {err}");

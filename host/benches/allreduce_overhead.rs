@@ -19,7 +19,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let gpus = cudarc::driver::CudaContext::device_count().unwrap_or(0);
+    let gpus = weft_host::cuda::device_count().unwrap_or(0);
     if gpus == 0 {
         eprintln!("allreduce_overhead: no CUDA GPU visible; this benchmark needs one (nothing measured)");
         return Ok(());

@@ -74,6 +74,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// No CUDA driver library (libcuda) could be loaded: this machine has no NVIDIA driver, or it is not on the
+    /// library path.
+    #[error(
+        "no CUDA driver found (tried {tried}): install the NVIDIA driver, or add the directory holding libcuda.so \
+         to LD_LIBRARY_PATH"
+    )]
+    NoCudaDriver {
+        /// The library names tried.
+        tried: String,
+    },
+
     /// A CUDA driver call failed.
     #[error("CUDA error: {0}")]
     Cuda(#[from] cudarc::driver::DriverError),

@@ -24,6 +24,7 @@ pub use comm::{
 pub use config::{Config, CtaPolicy};
 pub use properties::{GinConnectionType, GinType, Properties};
 pub mod collectives;
+pub mod cuda;
 pub mod datatype;
 pub mod devcomm;
 pub mod group;

@@ -58,6 +58,5 @@ pub fn spmd<R: Send>(
 
 /// The CUDA devices visible to this process: `0..count`.
 pub fn local_devices() -> Result<Vec<usize>, Error> {
-    let count = cudarc::driver::CudaContext::device_count()?;
-    Ok((0..count as usize).collect())
+    Ok((0..crate::cuda::device_count()?).collect())
 }

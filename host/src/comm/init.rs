@@ -103,8 +103,8 @@ impl<'de> serde::Deserialize<'de> for UniqueId {
 }
 
 fn cuda_context(device: usize) -> Result<Arc<CudaContext>, Error> {
-    let count = CudaContext::device_count()?;
-    if device >= count as usize {
+    let count = crate::cuda::device_count()?;
+    if device >= count {
         return Err(Error::invalid(
             "device",
             format!("CUDA device {device} does not exist: this machine has {count} (valid: 0..{count})"),
