@@ -13,8 +13,8 @@ use std::process::Command;
 use crate::nccl_version::NcclVersion;
 use crate::probe::{libnccl_version, probe_gpus, DriverProblem};
 use crate::toolchain::{
-    nvcc_version, pinned_spec, read_header_version, read_stamp, stamp_is_current, toolchain_dir,
-    Toolchain, NCCL_VERSIONS,
+    nvcc_version, pinned_spec, read_header_version, read_stamp, stamp_is_current, toolchain_dir, Toolchain,
+    NCCL_VERSIONS,
 };
 
 /// Library directories tried after every configured location, in this order.
@@ -28,11 +28,7 @@ const SYSTEM_LIB_DIRS: [&str; 6] = [
 ];
 
 /// Header directories tried when no library location has its own `include/`.
-const SYSTEM_INCLUDE_DIRS: [&str; 3] = [
-    "/usr/include",
-    "/usr/local/include",
-    "/usr/local/cuda/include",
-];
+const SYSTEM_INCLUDE_DIRS: [&str; 3] = ["/usr/include", "/usr/local/include", "/usr/local/cuda/include"];
 
 /// Prints the report's lines and counts the problems.
 #[derive(Debug, Default)]
@@ -85,10 +81,7 @@ fn check_toolchain(report: &mut Report, workspace_root: &Path) {
     let dir = toolchain_dir(workspace_root);
     let fix = "run `cargo xtask test` (or `cargo xtask provision`) with network access";
     if !stamp_is_current(read_stamp(&dir).as_deref(), &pinned_spec()) {
-        report.problem(
-            &format!("not provisioned for the current pins at {}", dir.display()),
-            fix,
-        );
+        report.problem(&format!("not provisioned for the current pins at {}", dir.display()), fix);
         return;
     }
     match Toolchain::locate(&dir) {
@@ -102,17 +95,11 @@ fn check_toolchain(report: &mut Report, workspace_root: &Path) {
                     install.include_dir.display(),
                     install.version.code()
                 ));
-                report.info(&format!(
-                    "NCCL {} library {}",
-                    install.version,
-                    install.libnccl.display()
-                ));
+                report.info(&format!("NCCL {} library {}", install.version, install.libnccl.display()));
             }
         }
-        Err(error) => report.problem(
-            &format!("stamped but incomplete: {error:#}"),
-            &format!("delete {} and {fix}", dir.display()),
-        ),
+        Err(error) => report
+            .problem(&format!("stamped but incomplete: {error:#}"), &format!("delete {} and {fix}", dir.display())),
     }
 }
 
@@ -160,10 +147,7 @@ fn nccl_locations(workspace_root: &Path) -> Vec<NcclLocation> {
     }
     // Newest first: on a machine with nothing else, the most capable NCCL is the useful one.
     for version in NCCL_VERSIONS.iter().rev() {
-        let wheel = toolchain_dir(workspace_root)
-            .join(format!("nccl-{version}"))
-            .join("nvidia")
-            .join("nccl");
+        let wheel = toolchain_dir(workspace_root).join(format!("nccl-{version}")).join("nvidia").join("nccl");
         locations.push(NcclLocation {
             source: format!("provisioned toolchain (NCCL {version})"),
             lib_dir: wheel.join("lib"),
@@ -177,11 +161,7 @@ fn nccl_locations(workspace_root: &Path) -> Vec<NcclLocation> {
             "/usr/local/cuda/lib64" => PathBuf::from("/usr/local/cuda/include"),
             _ => PathBuf::from("/usr/include"),
         };
-        locations.push(NcclLocation {
-            source: "system".into(),
-            lib_dir,
-            include_dir,
-        });
+        locations.push(NcclLocation { source: "system".into(), lib_dir, include_dir });
     }
     locations
 }
@@ -189,10 +169,8 @@ fn nccl_locations(workspace_root: &Path) -> Vec<NcclLocation> {
 /// The directory of the `nvidia-nccl-*` wheel installed for the python3 on PATH (the
 /// PyTorch venv on the GPU machine), if any.
 fn python_nccl_wheel() -> Option<PathBuf> {
-    let output = Command::new("python3")
-        .args(["-c", "import nvidia.nccl as m; print(list(m.__path__)[0])"])
-        .output()
-        .ok()?;
+    let output =
+        Command::new("python3").args(["-c", "import nvidia.nccl as m; print(list(m.__path__)[0])"]).output().ok()?;
     if !output.status.success() {
         return None;
     }
@@ -202,10 +180,7 @@ fn python_nccl_wheel() -> Option<PathBuf> {
 }
 
 fn libnccl_in(dir: &Path) -> Option<PathBuf> {
-    ["libnccl.so.2", "libnccl.so"]
-        .iter()
-        .map(|name| dir.join(name))
-        .find(|path| path.is_file())
+    ["libnccl.so.2", "libnccl.so"].iter().map(|name| dir.join(name)).find(|path| path.is_file())
 }
 
 fn check_libnccl(report: &mut Report, workspace_root: &Path) -> Option<FoundLibnccl> {
@@ -216,10 +191,7 @@ fn check_libnccl(report: &mut Report, workspace_root: &Path) -> Option<FoundLibn
         let Some(path) = libnccl_in(&location.lib_dir) else {
             if location.source == "NCCL_HOME" {
                 report.problem(
-                    &format!(
-                        "NCCL_HOME is set but {} has no libnccl.so.2",
-                        location.lib_dir.display()
-                    ),
+                    &format!("NCCL_HOME is set but {} has no libnccl.so.2", location.lib_dir.display()),
                     "point NCCL_HOME at an NCCL install whose lib/ holds libnccl.so.2, or unset it",
                 );
             }
@@ -246,11 +218,7 @@ fn check_libnccl(report: &mut Report, workspace_root: &Path) -> Option<FoundLibn
                 location.source
             )),
             Err(error) => report.problem(
-                &format!(
-                    "{} (from {}) does not load: {error:#}",
-                    path.display(),
-                    location.source
-                ),
+                &format!("{} (from {}) does not load: {error:#}", path.display(), location.source),
                 "remove the broken library from that location, or set NCCL_HOME to a working NCCL",
             ),
         }
@@ -268,9 +236,7 @@ fn check_libnccl(report: &mut Report, workspace_root: &Path) -> Option<FoundLibn
 fn check_headers(report: &mut Report, workspace_root: &Path, libnccl: Option<&FoundLibnccl>) {
     report.section("NCCL headers (WEFT_NCCL_INCLUDE, else the include/ beside libnccl)");
     let has_header = |dir: &Path| dir.join("nccl.h").is_file();
-    let (include_dir, source) = if let Some(dir) =
-        env::var_os("WEFT_NCCL_INCLUDE").filter(|v| !v.is_empty())
-    {
+    let (include_dir, source) = if let Some(dir) = env::var_os("WEFT_NCCL_INCLUDE").filter(|v| !v.is_empty()) {
         let dir = PathBuf::from(dir);
         if !has_header(&dir) {
             report.problem(
@@ -281,19 +247,12 @@ fn check_headers(report: &mut Report, workspace_root: &Path, libnccl: Option<&Fo
         }
         (dir, "WEFT_NCCL_INCLUDE".to_owned())
     } else if let Some(found) = libnccl.filter(|found| has_header(&found.location.include_dir)) {
-        (
-            found.location.include_dir.clone(),
-            format!("beside the libnccl from {}", found.location.source),
-        )
+        (found.location.include_dir.clone(), format!("beside the libnccl from {}", found.location.source))
     } else {
         let fallback = nccl_locations(workspace_root)
             .into_iter()
             .map(|location| (location.include_dir, location.source))
-            .chain(
-                SYSTEM_INCLUDE_DIRS
-                    .iter()
-                    .map(|dir| (PathBuf::from(dir), "system".to_owned())),
-            )
+            .chain(SYSTEM_INCLUDE_DIRS.iter().map(|dir| (PathBuf::from(dir), "system".to_owned())))
             .find(|(dir, _)| has_header(dir));
         let Some(found) = fallback else {
             report.problem(
@@ -309,18 +268,12 @@ fn check_headers(report: &mut Report, workspace_root: &Path, libnccl: Option<&Fo
     let version = match read_header_version(&include_dir) {
         Ok(version) => version,
         Err(error) => {
-            report.problem(
-                &format!("{error:#}"),
-                "point WEFT_NCCL_INCLUDE at an unmodified NCCL include directory",
-            );
+            report.problem(&format!("{error:#}"), "point WEFT_NCCL_INCLUDE at an unmodified NCCL include directory");
             return;
         }
     };
-    let described = format!(
-        "NCCL {version} headers at {} (NCCL_VERSION_CODE {}, {source})",
-        include_dir.display(),
-        version.code()
-    );
+    let described =
+        format!("NCCL {version} headers at {} (NCCL_VERSION_CODE {}, {source})", include_dir.display(), version.code());
     match libnccl {
         Some(found) if found.version == version => {
             report.ok(&format!("{described}; match libnccl {}", found.version));
@@ -338,18 +291,13 @@ fn check_headers(report: &mut Report, workspace_root: &Path, libnccl: Option<&Fo
 }
 
 fn check_nvcc(report: &mut Report, workspace_root: &Path) {
-    report.section(
-        "nvcc (search: WEFT_NVCC, CUDA_HOME/bin, PATH, provisioned toolchain, /usr/local/cuda)",
-    );
+    report.section("nvcc (search: WEFT_NVCC, CUDA_HOME/bin, PATH, provisioned toolchain, /usr/local/cuda)");
     let mut candidates: Vec<(PathBuf, String)> = Vec::new();
     if let Some(nvcc) = env::var_os("WEFT_NVCC").filter(|v| !v.is_empty()) {
         candidates.push((PathBuf::from(nvcc), "WEFT_NVCC".into()));
     }
     if let Some(home) = env::var_os("CUDA_HOME").filter(|v| !v.is_empty()) {
-        candidates.push((
-            Path::new(&home).join("bin").join("nvcc"),
-            "CUDA_HOME".into(),
-        ));
+        candidates.push((Path::new(&home).join("bin").join("nvcc"), "CUDA_HOME".into()));
     }
     for dir in env::split_paths(&env::var_os("PATH").unwrap_or_default()) {
         candidates.push((dir.join("nvcc"), "PATH".into()));
@@ -362,11 +310,8 @@ fn check_nvcc(report: &mut Report, workspace_root: &Path) {
     // An explicit WEFT_NVCC is what weft will run, so a broken one is the answer, not a
     // reason to look further; CUDA_HOME is often set for other tools and only adds a candidate.
     let explicit = env::var_os("WEFT_NVCC").filter(|v| !v.is_empty()).is_some();
-    let chosen = if explicit {
-        candidates.into_iter().next()
-    } else {
-        candidates.into_iter().find(|(path, _)| path.is_file())
-    };
+    let chosen =
+        if explicit { candidates.into_iter().next() } else { candidates.into_iter().find(|(path, _)| path.is_file()) };
     match chosen {
         Some((nvcc, source)) if !nvcc.is_file() => report.problem(
             &format!("{} (from {source}) does not exist", nvcc.display()),
@@ -388,10 +333,7 @@ fn check_nvcc(report: &mut Report, workspace_root: &Path) {
     match Command::new("gcc").arg("--version").output() {
         Ok(output) if output.status.success() => {
             let stdout = String::from_utf8_lossy(&output.stdout);
-            report.ok(&format!(
-                "host compiler for nvcc: {}",
-                stdout.lines().next().unwrap_or("gcc").trim()
-            ));
+            report.ok(&format!("host compiler for nvcc: {}", stdout.lines().next().unwrap_or("gcc").trim()));
         }
         _ => report.problem(
             "no gcc on PATH (nvcc needs it as the host compiler)",
@@ -441,14 +383,7 @@ fn check_env_overrides(report: &mut Report) {
     // These three decide a section above, which already reports them when they are broken;
     // counting them again here would double the problem count for one mistake.
     const CHECKED_ABOVE: [&str; 3] = ["NCCL_HOME", "WEFT_NVCC", "WEFT_NCCL_INCLUDE"];
-    for name in [
-        "NCCL_HOME",
-        "WEFT_NVCC",
-        "WEFT_NCCL_INCLUDE",
-        "WEFT_CACHE_DIR",
-        "CUDA_HOME",
-        "NCCL_NVLS_ENABLE",
-    ] {
+    for name in ["NCCL_HOME", "WEFT_NVCC", "WEFT_NCCL_INCLUDE", "WEFT_CACHE_DIR", "CUDA_HOME", "NCCL_NVLS_ENABLE"] {
         let Some(value) = env::var_os(name).filter(|v| !v.is_empty()) else {
             let default = match name {
                 "NCCL_NVLS_ENABLE" => "NCCL decides; weft's GPU machines need NCCL_NVLS_ENABLE=0",
@@ -480,9 +415,7 @@ fn override_problem(name: &str, value: &OsString) -> Option<&'static str> {
         "WEFT_CACHE_DIR" if path.exists() && !path.is_dir() => {
             Some("point WEFT_CACHE_DIR at a directory (it is created if missing)")
         }
-        "NCCL_NVLS_ENABLE" if value != "0" && value != "1" => {
-            Some("set NCCL_NVLS_ENABLE to 0 or 1")
-        }
+        "NCCL_NVLS_ENABLE" if value != "0" && value != "1" => Some("set NCCL_NVLS_ENABLE to 0 or 1"),
         _ => None,
     }
 }

@@ -71,18 +71,17 @@ fn parse(arguments: &[OsString]) -> Result<Task, UsageError> {
         match rest.split_first() {
             None => Ok(Vec::new()),
             Some((separator, cargo_args)) if separator == "--" => Ok(cargo_args.to_vec()),
-            Some((unexpected, _)) => Err(UsageError(format!(
-                "unexpected argument {unexpected:?}; pass cargo's arguments after `--`"
-            ))),
+            Some((unexpected, _)) => {
+                Err(UsageError(format!("unexpected argument {unexpected:?}; pass cargo's arguments after `--`")))
+            }
         }
     };
     let no_arguments = |task: Task| -> Result<Task, UsageError> {
         match rest.first() {
             None => Ok(task),
-            Some(unexpected) => Err(UsageError(format!(
-                "{} takes no arguments, got {unexpected:?}",
-                command.to_string_lossy()
-            ))),
+            Some(unexpected) => {
+                Err(UsageError(format!("{} takes no arguments, got {unexpected:?}", command.to_string_lossy())))
+            }
         }
     };
     match command.to_str() {
@@ -131,11 +130,7 @@ fn run_cargo_suite(subcommand: &str, cargo_args: &[OsString]) -> Result<ExitCode
         command.arg("--workspace");
     }
     // One failing suite must not hide the others: CI should report every failure in one run.
-    if subcommand == "test"
-        && !cargo_args
-            .iter()
-            .any(|argument| argument == "--no-fail-fast")
-    {
+    if subcommand == "test" && !cargo_args.iter().any(|argument| argument == "--no-fail-fast") {
         command.arg("--no-fail-fast");
     }
     command.args(cargo_args);
@@ -143,9 +138,7 @@ fn run_cargo_suite(subcommand: &str, cargo_args: &[OsString]) -> Result<ExitCode
         command.env(name, value);
     }
     say(&format!("running {}", describe_command(&command)));
-    let status = command
-        .status()
-        .with_context(|| format!("cannot run cargo {subcommand}"))?;
+    let status = command.status().with_context(|| format!("cannot run cargo {subcommand}"))?;
     if status.success() {
         say(&format!("cargo {subcommand}: passed"));
         return Ok(ExitCode::SUCCESS);
@@ -153,9 +146,7 @@ fn run_cargo_suite(subcommand: &str, cargo_args: &[OsString]) -> Result<ExitCode
     say(&format!("cargo {subcommand}: FAILED ({status})"));
     // A signal-killed cargo has no code; still fail.
     let code = status.code().and_then(|code| u8::try_from(code).ok());
-    Ok(code
-        .filter(|&code| code != 0)
-        .map_or(ExitCode::FAILURE, ExitCode::from))
+    Ok(code.filter(|&code| code != 0).map_or(ExitCode::FAILURE, ExitCode::from))
 }
 
 /// Whether cargo arguments (before any `--` meant for the test binaries) pick packages.
@@ -164,26 +155,15 @@ fn selects_packages(cargo_args: &[OsString]) -> bool {
         .iter()
         .take_while(|argument| *argument != "--")
         .filter_map(|argument| argument.to_str())
-        .any(|argument| {
-            argument == "--package"
-                || argument.starts_with("--package=")
-                || argument.starts_with("-p")
-        })
+        .any(|argument| argument == "--package" || argument.starts_with("--package=") || argument.starts_with("-p"))
 }
 
 /// Prints what the toolchain holds and the environment the suites will get.
 fn describe(toolchain: &Toolchain) -> Result<()> {
     say(&format!("toolchain  {}", toolchain.dir.display()));
-    let version = nvcc_version(&toolchain.nvcc).with_context(|| {
-        format!(
-            "the provisioned nvcc does not run: {}",
-            toolchain.nvcc.display()
-        )
-    })?;
-    say(&format!(
-        "nvcc       {} ({version})",
-        toolchain.nvcc.display()
-    ));
+    let version = nvcc_version(&toolchain.nvcc)
+        .with_context(|| format!("the provisioned nvcc does not run: {}", toolchain.nvcc.display()))?;
+    say(&format!("nvcc       {} ({version})", toolchain.nvcc.display()));
     for install in &toolchain.nccl {
         say(&format!(
             "NCCL {:<6} headers {} (NCCL_VERSION_CODE {})",
@@ -191,11 +171,7 @@ fn describe(toolchain: &Toolchain) -> Result<()> {
             install.include_dir.display(),
             install.version.code()
         ));
-        say(&format!(
-            "NCCL {:<6} libnccl {}",
-            install.version,
-            install.libnccl.display()
-        ));
+        say(&format!("NCCL {:<6} libnccl {}", install.version, install.libnccl.display()));
     }
     for (name, value) in toolchain.env()? {
         say(&format!("export {name}={}", value.to_string_lossy()));
@@ -215,9 +191,7 @@ pub(crate) fn say(message: &str) {
 pub(crate) fn run_checked(command: &mut Command) -> Result<()> {
     let shown = describe_command(command);
     say(&format!("running {shown}"));
-    let status = command
-        .status()
-        .with_context(|| format!("cannot start {shown}"))?;
+    let status = command.status().with_context(|| format!("cannot start {shown}"))?;
     if !status.success() {
         bail!("{shown} failed ({status})");
     }
@@ -251,15 +225,7 @@ mod tests {
     #[test]
     fn forwards_everything_after_the_separator() {
         assert_eq!(
-            parse(&arguments(&[
-                "test",
-                "--",
-                "-p",
-                "weft-host",
-                "--",
-                "--nocapture"
-            ]))
-            .unwrap(),
+            parse(&arguments(&["test", "--", "-p", "weft-host", "--", "--nocapture"])).unwrap(),
             Task::Test(arguments(&["-p", "weft-host", "--", "--nocapture"]))
         );
     }

@@ -19,17 +19,9 @@ impl NcclVersion {
     /// magnitude alone says which scheme applies.
     pub fn from_code(code: u32) -> Self {
         if code >= 10_000 {
-            Self {
-                major: code / 10_000,
-                minor: code % 10_000 / 100,
-                patch: code % 100,
-            }
+            Self { major: code / 10_000, minor: code % 10_000 / 100, patch: code % 100 }
         } else {
-            Self {
-                major: code / 1000,
-                minor: code % 1000 / 100,
-                patch: code % 100,
-            }
+            Self { major: code / 1000, minor: code % 1000 / 100, patch: code % 100 }
         }
     }
 
@@ -45,11 +37,7 @@ impl NcclVersion {
     /// Parses "2.28.9".
     pub fn parse(text: &str) -> Option<Self> {
         let mut parts = text.trim().split('.').map(|part| part.parse::<u32>().ok());
-        let version = Self {
-            major: parts.next()??,
-            minor: parts.next()??,
-            patch: parts.next()??,
-        };
+        let version = Self { major: parts.next()??, minor: parts.next()??, patch: parts.next()?? };
         parts.next().is_none().then_some(version)
     }
 
@@ -82,11 +70,8 @@ pub fn version_code_from_header(header: &str) -> Option<u32> {
         })
     };
     define("NCCL_VERSION_CODE").or_else(|| {
-        let version = NcclVersion {
-            major: define("NCCL_MAJOR")?,
-            minor: define("NCCL_MINOR")?,
-            patch: define("NCCL_PATCH")?,
-        };
+        let version =
+            NcclVersion { major: define("NCCL_MAJOR")?, minor: define("NCCL_MINOR")?, patch: define("NCCL_PATCH")? };
         Some(version.code())
     })
 }
@@ -122,10 +107,7 @@ mod tests {
 
     #[test]
     fn tolerates_spaced_directives_and_parentheses() {
-        assert_eq!(
-            version_code_from_header("  #  define   NCCL_VERSION_CODE (23203)\n"),
-            Some(23203)
-        );
+        assert_eq!(version_code_from_header("  #  define   NCCL_VERSION_CODE (23203)\n"), Some(23203));
     }
 
     #[test]
@@ -136,14 +118,8 @@ mod tests {
 
     #[test]
     fn header_without_version_gives_none() {
-        assert_eq!(
-            version_code_from_header("#include <cuda_runtime.h>\n"),
-            None
-        );
-        assert_eq!(
-            version_code_from_header("#define NCCL_VERSION_CODE abc\n"),
-            None
-        );
+        assert_eq!(version_code_from_header("#include <cuda_runtime.h>\n"), None);
+        assert_eq!(version_code_from_header("#define NCCL_VERSION_CODE abc\n"), None);
     }
 
     #[test]

@@ -17,8 +17,7 @@ pub fn libnccl_version(path: &Path) -> Result<NcclVersion> {
     // SAFETY: loading runs libnccl's ELF initialisers, which only set up static state: they
     // start no threads and need neither a GPU nor a driver (NCCL talks to the driver only
     // from its API calls), so loading it in this short-lived process has no side effects.
-    let library =
-        unsafe { Library::new(path) }.with_context(|| format!("cannot load {}", path.display()))?;
+    let library = unsafe { Library::new(path) }.with_context(|| format!("cannot load {}", path.display()))?;
     // SAFETY: the type matches ncclGetVersion's C declaration in every NCCL 2.x (ncclResult_t
     // is a C enum, passed as int); the symbol is used only while `library` is alive.
     let get_version: Symbol<'_, NcclGetVersion> = unsafe { library.get(b"ncclGetVersion\0") }
@@ -55,11 +54,7 @@ pub enum DriverProblem {
     /// libcuda.so.1 is not installed (the normal state of a CPU machine).
     NoDriver(String),
     /// The driver is there but a call failed (no device, driver/kernel-module mismatch, …).
-    CallFailed {
-        call: &'static str,
-        code: i32,
-        name: String,
-    },
+    CallFailed { call: &'static str, code: i32, name: String },
 }
 
 // CUresult and CUdevice are C ints; CUdevice_attribute is a C enum.
@@ -78,15 +73,14 @@ const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_int = 76;
 pub fn probe_gpus() -> Result<DriverReport, DriverProblem> {
     // SAFETY: libcuda's initialisers only register the library; the driver does its real
     // set-up in cuInit, which is called explicitly below.
-    let library = unsafe { Library::new("libcuda.so.1") }
-        .map_err(|error| DriverProblem::NoDriver(error.to_string()))?;
+    let library =
+        unsafe { Library::new("libcuda.so.1") }.map_err(|error| DriverProblem::NoDriver(error.to_string()))?;
     let driver = Driver { library: &library };
 
     let get_version: Symbol<'_, CuDriverGetVersion> = driver.symbol(b"cuDriverGetVersion\0")?;
     let mut driver_version: c_int = 0;
     // SAFETY: the argument points to a live, writable int; this call is allowed before cuInit.
-    let driver_version =
-        (unsafe { get_version(&mut driver_version) } == 0).then_some(driver_version);
+    let driver_version = (unsafe { get_version(&mut driver_version) } == 0).then_some(driver_version);
 
     let init: Symbol<'_, CuInit> = driver.symbol(b"cuInit\0")?;
     // SAFETY: cuInit takes flags by value and must be given 0.
@@ -95,8 +89,7 @@ pub fn probe_gpus() -> Result<DriverReport, DriverProblem> {
     let get_count: Symbol<'_, CuDeviceGetCount> = driver.symbol(b"cuDeviceGetCount\0")?;
     let get_device: Symbol<'_, CuDeviceGet> = driver.symbol(b"cuDeviceGet\0")?;
     let get_name: Symbol<'_, CuDeviceGetName> = driver.symbol(b"cuDeviceGetName\0")?;
-    let get_attribute: Symbol<'_, CuDeviceGetAttribute> =
-        driver.symbol(b"cuDeviceGetAttribute\0")?;
+    let get_attribute: Symbol<'_, CuDeviceGetAttribute> = driver.symbol(b"cuDeviceGetAttribute\0")?;
 
     let mut count: c_int = 0;
     // SAFETY: cuInit succeeded; the argument points to a live, writable int.
@@ -108,42 +101,23 @@ pub fn probe_gpus() -> Result<DriverReport, DriverProblem> {
         driver.check("cuDeviceGet", unsafe { get_device(&mut device, ordinal) })?;
         let mut name = [0 as c_char; 256];
         // SAFETY: the buffer holds `len` bytes and the driver writes at most `len`, NUL included.
-        driver.check("cuDeviceGetName", unsafe {
-            get_name(name.as_mut_ptr(), name.len() as c_int, device)
-        })?;
+        driver.check("cuDeviceGetName", unsafe { get_name(name.as_mut_ptr(), name.len() as c_int, device) })?;
         // SAFETY: cuDeviceGetName succeeded, so the buffer holds a NUL-terminated string, and
         // the zero-initialised buffer guarantees a terminator even if it were truncated.
-        let name = unsafe { CStr::from_ptr(name.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
+        let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
         let mut major: c_int = 0;
         let mut minor: c_int = 0;
         // SAFETY: valid device handle, valid attribute ids, live out-pointers.
         driver.check("cuDeviceGetAttribute", unsafe {
-            get_attribute(
-                &mut major,
-                CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                device,
-            )
+            get_attribute(&mut major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)
         })?;
         // SAFETY: as above.
         driver.check("cuDeviceGetAttribute", unsafe {
-            get_attribute(
-                &mut minor,
-                CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-                device,
-            )
+            get_attribute(&mut minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device)
         })?;
-        gpus.push(Gpu {
-            ordinal,
-            name,
-            compute_capability: (major, minor),
-        });
+        gpus.push(Gpu { ordinal, name, compute_capability: (major, minor) });
     }
-    Ok(DriverReport {
-        driver_version,
-        gpus,
-    })
+    Ok(DriverReport { driver_version, gpus })
 }
 
 struct Driver<'lib> {
@@ -156,20 +130,15 @@ impl<'lib> Driver<'lib> {
     fn symbol<T>(&self, name: &'static [u8]) -> Result<Symbol<'lib, T>, DriverProblem> {
         // SAFETY: each caller names a driver API function whose C declaration matches `T`
         // (the aliases above), and the symbol cannot outlive the library it borrows.
-        unsafe { self.library.get(name) }.map_err(|error| {
-            DriverProblem::NoDriver(format!("libcuda.so.1 lacks a driver API symbol: {error}"))
-        })
+        unsafe { self.library.get(name) }
+            .map_err(|error| DriverProblem::NoDriver(format!("libcuda.so.1 lacks a driver API symbol: {error}")))
     }
 
     fn check(&self, call: &'static str, code: c_int) -> Result<(), DriverProblem> {
         if code == 0 {
             return Ok(());
         }
-        Err(DriverProblem::CallFailed {
-            call,
-            code,
-            name: self.error_name(code),
-        })
+        Err(DriverProblem::CallFailed { call, code, name: self.error_name(code) })
     }
 
     fn error_name(&self, code: c_int) -> String {
@@ -184,8 +153,6 @@ impl<'lib> Driver<'lib> {
             return String::from("unknown error");
         }
         // SAFETY: on success the driver returns a pointer to a static NUL-terminated string.
-        unsafe { CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned()
+        unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
     }
 }

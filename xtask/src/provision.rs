@@ -9,8 +9,8 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 
 use crate::toolchain::{
-    nvcc_version, pinned_spec, read_stamp, stamp_is_current, stamp_text, toolchain_dir, Toolchain,
-    CUDA_PACKAGES, NCCL_PACKAGE, NCCL_VERSIONS, STAMP_FILE,
+    nvcc_version, pinned_spec, read_stamp, stamp_is_current, stamp_text, toolchain_dir, Toolchain, CUDA_PACKAGES,
+    NCCL_PACKAGE, NCCL_VERSIONS, STAMP_FILE,
 };
 use crate::{run_checked, say};
 
@@ -25,33 +25,24 @@ pub fn ensure_toolchain(workspace_root: &Path) -> Result<Toolchain> {
     if skip_requested() {
         say(&format!("{SKIP_ENV} is set: not running pip"));
         if !stamp_is_current(read_stamp(&dir).as_deref(), &spec) {
-            say(&format!(
-                "warning: {} has no stamp for the current pins; using what is there",
-                dir.display()
-            ));
+            say(&format!("warning: {} has no stamp for the current pins; using what is there", dir.display()));
         }
     } else {
         let parent = dir.parent().context("toolchain dir has no parent")?;
-        fs::create_dir_all(parent)
-            .with_context(|| format!("cannot create {}", parent.display()))?;
+        fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
         // Several engineers (and their editors' cargo runs) share this directory: without
         // the lock, a second `cargo xtask test` would wipe a half-done install under the first.
         let lock_path = parent.join("weft-toolchain.lock");
-        let lock = File::create(&lock_path)
-            .with_context(|| format!("cannot create {}", lock_path.display()))?;
+        let lock = File::create(&lock_path).with_context(|| format!("cannot create {}", lock_path.display()))?;
         if lock.try_lock().is_err() {
             say("waiting for another cargo xtask to finish provisioning…");
-            lock.lock()
-                .with_context(|| format!("cannot lock {}", lock_path.display()))?;
+            lock.lock().with_context(|| format!("cannot lock {}", lock_path.display()))?;
         }
 
         let stamped = stamp_is_current(read_stamp(&dir).as_deref(), &spec);
         let complete = stamped && Toolchain::locate(&dir).is_ok();
         if complete {
-            say(&format!(
-                "toolchain {} is provisioned (stamp matches pins): skipping pip",
-                dir.display()
-            ));
+            say(&format!("toolchain {} is provisioned (stamp matches pins): skipping pip", dir.display()));
         } else {
             if stamped {
                 say("toolchain stamp is current but files are missing: provisioning again");
@@ -76,10 +67,7 @@ fn skip_requested() -> bool {
 
 fn provision_from_scratch(dir: &Path, spec: &str) -> Result<()> {
     let started = Instant::now();
-    say(&format!(
-        "provisioning the CUDA/NCCL toolchain into {}",
-        dir.display()
-    ));
+    say(&format!("provisioning the CUDA/NCCL toolchain into {}", dir.display()));
     // No stamp means an earlier run stopped somewhere unknown; pip's own state in that venv
     // cannot be trusted to describe the files, so start clean.
     if dir.exists() {
@@ -108,24 +96,19 @@ fn provision_from_scratch(dir: &Path, spec: &str) -> Result<()> {
         .context(pip_fix)?;
     }
 
-    let toolchain = Toolchain::locate(dir)
-        .context("pip succeeded but the toolchain does not have the expected layout")?;
+    let toolchain =
+        Toolchain::locate(dir).context("pip succeeded but the toolchain does not have the expected layout")?;
     smoke_compile(&toolchain)?;
 
     let resolved = resolved_packages(&python, &toolchain);
     write_atomically(&dir.join(STAMP_FILE), &stamp_text(spec, &resolved))?;
-    say(&format!(
-        "provisioned in {:.0} s",
-        started.elapsed().as_secs_f64()
-    ));
+    say(&format!("provisioned in {:.0} s", started.elapsed().as_secs_f64()));
     Ok(())
 }
 
 fn pip(python: &Path) -> Command {
     let mut command = Command::new(python);
-    command
-        .args(["-m", "pip", "install", "--progress-bar", "off"])
-        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1");
+    command.args(["-m", "pip", "install", "--progress-bar", "off"]).env("PIP_DISABLE_PIP_VERSION_CHECK", "1");
     command
 }
 
@@ -196,8 +179,7 @@ fn resolved_packages(python: &Path, toolchain: &Toolchain) -> String {
 /// one file that certifies everything else, and a crash mid-write must leave "not provisioned".
 fn write_atomically(path: &Path, contents: &str) -> Result<()> {
     let temporary = PathBuf::from(format!("{}.tmp", path.display()));
-    let mut file = File::create(&temporary)
-        .with_context(|| format!("cannot create {}", temporary.display()))?;
+    let mut file = File::create(&temporary).with_context(|| format!("cannot create {}", temporary.display()))?;
     file.write_all(contents.as_bytes())
         .and_then(|()| file.sync_all())
         .with_context(|| format!("cannot write {}", temporary.display()))?;

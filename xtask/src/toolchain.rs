@@ -57,9 +57,7 @@ pub fn pinned_spec() -> String {
         spec.push_str(&format!("venv {package}\n"));
     }
     for version in NCCL_VERSIONS {
-        spec.push_str(&format!(
-            "target nccl-{version} {NCCL_PACKAGE}=={version}\n"
-        ));
+        spec.push_str(&format!("target nccl-{version} {NCCL_PACKAGE}=={version}\n"));
     }
     spec
 }
@@ -111,12 +109,10 @@ pub struct Toolchain {
 impl Toolchain {
     /// Finds every pinned component under `dir`, without running anything.
     pub fn locate(dir: &Path) -> Result<Self> {
-        let dir = std::path::absolute(dir)
-            .with_context(|| format!("cannot make {} absolute", dir.display()))?;
+        let dir = std::path::absolute(dir).with_context(|| format!("cannot make {} absolute", dir.display()))?;
         let venv = dir.join("venv");
-        let site_packages = find_site_packages(&venv).with_context(|| {
-            format!("no venv with nvidia/cu13/bin/nvcc under {}", venv.display())
-        })?;
+        let site_packages = find_site_packages(&venv)
+            .with_context(|| format!("no venv with nvidia/cu13/bin/nvcc under {}", venv.display()))?;
         let cuda_home = site_packages.join("nvidia").join("cu13");
         let nvcc = cuda_home.join("bin").join("nvcc");
         // Headers from the runtime and cccl wheels: nvcc alone installs fine without them,
@@ -138,41 +134,23 @@ impl Toolchain {
                 include_dir.join("nccl.h").display()
             );
             ensure!(libnccl.is_file(), "missing {}", libnccl.display());
-            nccl.push(NcclInstall {
-                version,
-                include_dir,
-                libnccl,
-            });
+            nccl.push(NcclInstall { version, include_dir, libnccl });
         }
-        Ok(Self {
-            dir,
-            cuda_home,
-            nvcc,
-            nccl,
-        })
+        Ok(Self { dir, cuda_home, nvcc, nccl })
     }
 
     /// The environment test and bench processes get. Other crates code against these names.
     pub fn env(&self) -> Result<Vec<(String, OsString)>> {
-        let includes: Vec<(NcclVersion, &Path)> = self
-            .nccl
-            .iter()
-            .map(|install| (install.version, install.include_dir.as_path()))
-            .collect();
+        let includes: Vec<(NcclVersion, &Path)> =
+            self.nccl.iter().map(|install| (install.version, install.include_dir.as_path())).collect();
         let mut env = vec![
             ("WEFT_TOOLCHAIN_DIR".to_owned(), self.dir.clone().into()),
             ("WEFT_NVCC".to_owned(), self.nvcc.clone().into()),
             ("CUDA_HOME".to_owned(), self.cuda_home.clone().into()),
-            (
-                "WEFT_CODEGEN_NCCL_INCLUDES".to_owned(),
-                format_codegen_includes(&includes)?.into(),
-            ),
+            ("WEFT_CODEGEN_NCCL_INCLUDES".to_owned(), format_codegen_includes(&includes)?.into()),
         ];
         for install in &self.nccl {
-            env.push((
-                libnccl_env_name(install.version),
-                install.libnccl.clone().into(),
-            ));
+            env.push((libnccl_env_name(install.version), install.libnccl.clone().into()));
         }
         Ok(env)
     }
@@ -191,10 +169,7 @@ pub fn format_codegen_includes(entries: &[(NcclVersion, &Path)]) -> Result<Strin
     let mut parts = Vec::with_capacity(entries.len());
     for (version, dir) in entries {
         let Some(dir_text) = dir.to_str() else {
-            bail!(
-                "NCCL include dir {} is not UTF-8; move the workspace to a UTF-8 path",
-                dir.display()
-            );
+            bail!("NCCL include dir {} is not UTF-8; move the workspace to a UTF-8 path", dir.display());
         };
         if dir_text.contains([';', '=']) {
             bail!(
@@ -210,8 +185,7 @@ pub fn format_codegen_includes(entries: &[(NcclVersion, &Path)]) -> Result<Strin
 /// Version declared by `<include_dir>/nccl.h`.
 pub fn read_header_version(include_dir: &Path) -> Result<NcclVersion> {
     let header = include_dir.join("nccl.h");
-    let text =
-        fs::read_to_string(&header).with_context(|| format!("cannot read {}", header.display()))?;
+    let text = fs::read_to_string(&header).with_context(|| format!("cannot read {}", header.display()))?;
     let code = version_code_from_header(&text)
         .with_context(|| format!("{} declares no NCCL_VERSION_CODE", header.display()))?;
     Ok(NcclVersion::from_code(code))
@@ -228,17 +202,13 @@ fn find_site_packages(venv: &Path) -> Option<PathBuf> {
         .map(|entry| entry.path().join("site-packages"))
         .collect();
     candidates.sort();
-    candidates
-        .into_iter()
-        .find(|site| site.join("nvidia/cu13/bin/nvcc").is_file())
+    candidates.into_iter().find(|site| site.join("nvidia/cu13/bin/nvcc").is_file())
 }
 
 /// The "release" line of `nvcc --version`, e.g. "Cuda compilation tools, release 13.0, V13.0.88".
 pub fn nvcc_version(nvcc: &Path) -> Result<String> {
-    let output = Command::new(nvcc)
-        .arg("--version")
-        .output()
-        .with_context(|| format!("cannot run {}", nvcc.display()))?;
+    let output =
+        Command::new(nvcc).arg("--version").output().with_context(|| format!("cannot run {}", nvcc.display()))?;
     ensure!(
         output.status.success(),
         "{} --version failed ({}): {}",
@@ -266,20 +236,11 @@ mod tests {
     #[test]
     fn codegen_includes_format() {
         let formatted = format_codegen_includes(&[
-            (
-                version("2.28.9"),
-                Path::new("/t/nccl-2.28.9/nvidia/nccl/include"),
-            ),
-            (
-                version("2.32.3"),
-                Path::new("/t/nccl-2.32.3/nvidia/nccl/include"),
-            ),
+            (version("2.28.9"), Path::new("/t/nccl-2.28.9/nvidia/nccl/include")),
+            (version("2.32.3"), Path::new("/t/nccl-2.32.3/nvidia/nccl/include")),
         ])
         .unwrap();
-        assert_eq!(
-            formatted,
-            "2.28.9=/t/nccl-2.28.9/nvidia/nccl/include;2.32.3=/t/nccl-2.32.3/nvidia/nccl/include"
-        );
+        assert_eq!(formatted, "2.28.9=/t/nccl-2.28.9/nvidia/nccl/include;2.32.3=/t/nccl-2.32.3/nvidia/nccl/include");
     }
 
     #[test]
@@ -290,14 +251,8 @@ mod tests {
 
     #[test]
     fn libnccl_env_names() {
-        assert_eq!(
-            libnccl_env_name(version("2.28.9")),
-            "WEFT_TEST_LIBNCCL_2_28_9"
-        );
-        assert_eq!(
-            libnccl_env_name(version("2.32.3")),
-            "WEFT_TEST_LIBNCCL_2_32_3"
-        );
+        assert_eq!(libnccl_env_name(version("2.28.9")), "WEFT_TEST_LIBNCCL_2_28_9");
+        assert_eq!(libnccl_env_name(version("2.32.3")), "WEFT_TEST_LIBNCCL_2_32_3");
     }
 
     #[test]
@@ -348,10 +303,7 @@ mod tests {
 
     #[test]
     fn toolchain_lives_under_the_real_target_dir() {
-        assert_eq!(
-            toolchain_dir(Path::new("/ws")),
-            Path::new("/ws/target/weft-toolchain")
-        );
+        assert_eq!(toolchain_dir(Path::new("/ws")), Path::new("/ws/target/weft-toolchain"));
     }
 
     #[test]
