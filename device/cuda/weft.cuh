@@ -10,6 +10,9 @@
 // item is instantiated.
 //
 // Compile with nvcc: -std=c++17 --extended-lambda --expt-relaxed-constexpr, sm_90 or newer.
+//
+// One file on purpose: the JIT writes this text (weft_device::WEFT_CUH) next to each generated source, so the
+// vocabulary must not depend on sibling headers. Sections follow the Rust modules.
 #pragma once
 
 #include <stddef.h>
