@@ -80,8 +80,8 @@ fn main() -> Result<()> {
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&lsa_allreduce::requirements(&cfg))?;
         let mut window = comm.alloc_window::<f32>(&stream, n, WindowFlags::COLL_SYMMETRIC)?;
         let mut out = stream.alloc_zeros::<f32>(n)?;
-        let start = ctx.new_event(None)?;
-        let end = ctx.new_event(None)?;
+        let start = ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+        let end = ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
         let (mut weft_ms, mut hand_ms) = (Vec::new(), Vec::new());
         for repeat in 0..REPEATS + 3 {
             // Fresh inputs every few repeats (uploading 256 MB each time would dominate the run).

@@ -121,8 +121,8 @@ fn rank(comm: &Communicator) -> std::result::Result<RankReport, weft::host::Erro
     let weft_error = relative_error(&stream.clone_dtoh(&weft_out)?, &reference);
     let nccl_error = relative_error(&stream.clone_dtoh(&nccl_out)?, &reference);
 
-    let start = comm.context().new_event(None)?;
-    let end = comm.context().new_event(None)?;
+    let start = comm.context().new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+    let end = comm.context().new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
     let (mut weft_times, mut nccl_times) = (Vec::new(), Vec::new());
     for iteration in 0..ITERATIONS + 3 {
         start.record(&stream)?;

@@ -159,7 +159,9 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
     ) -> Result<sys::ncclComm_t, Error> {
         let mut slot: Box<sys::ncclComm_t> = Box::new(NULL);
         let progress = run(&mut *slot)?;
-        if progress == Progress::InProgress {
+        // A non-blocking parent may report success for the call while the operation still runs (or has already
+        // failed) in the background; only its asynchronous state tells, so poll it either way.
+        if progress == Progress::InProgress || !M::BLOCKING {
             if let Err(error) = self.wait_parent(call, CHILD_TIMEOUT) {
                 Box::leak(slot);
                 return Err(error);
