@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use kernels::allreduce::lsa_allreduce;
 use weft::host::caps::Lsa;
-use weft::host::jit::{CompileRequest, GpuArch, KernelCache, Toolchain};
+use weft::host::jit::{CompileRequest, GpuArch, KernelCache, KernelSpec, Toolchain};
 use weft::host::{Communicator, DevComm, ReduceOp, WindowFlags};
 use weft::prelude::{Config, LaunchConfig};
 
@@ -100,7 +100,10 @@ fn run_on_gpus(gpus: usize) -> Result<()> {
 fn rank(comm: &Communicator) -> std::result::Result<RankReport, weft::host::Error> {
     let stream = comm.context().new_stream()?;
     let n = ELEMENTS;
-    let cfg = LaunchConfig::linear(132 * 4, 512);
+    // One full wave of blocks for this kernel on this GPU (grid-stride loops cover the rest).
+    let spec =
+        KernelSpec { name: lsa_allreduce::NAME, source: lsa_allreduce::SOURCE, entry_point: "lsa_allreduce__f32" };
+    let cfg = LaunchConfig::one_wave(&weft::host::jit::function(comm.context(), &spec)?, &stream, 512)?;
     let dev: DevComm<'_, Lsa> = comm.dev_comm(&lsa_allreduce::requirements(&cfg))?;
     let mut window = comm.alloc_window::<f32>(&stream, n, WindowFlags::COLL_SYMMETRIC)?;
     window.buffer_mut().copy_from_host(&input(comm.rank(), n))?;

@@ -9,7 +9,8 @@ __device__ void hand_allreduce(ncclDevComm const& dev, ncclWindow_t win, size_t 
   bar.sync(ncclCoopCta(), cuda::memory_order_relaxed);
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     T acc = T(0.0f);
-    for (int peer = 0; peer < dev.lsaSize; peer++) {
+    int const lsa_size = dev.lsaSize;  // Rust evaluates a range's bound once: so does the baseline
+    for (int peer = 0; peer < lsa_size; peer++) {
       acc += static_cast<T*>(ncclGetLsaPointer(win, offset, peer))[i];
     }
     out[i] = acc;

@@ -77,6 +77,24 @@ impl LaunchConfig {
         LaunchConfig::linear(grid_x, block)
     }
 
+    /// A one-dimensional launch of `block` threads per block with exactly as many blocks as the device runs at
+    /// once for `function` (multiprocessors × resident blocks per multiprocessor): one full wave, the right
+    /// shape for grid-stride kernels. A grid one block larger would run a second, nearly empty wave.
+    pub fn one_wave(function: &CudaFunction, stream: &CudaStream, block: u32) -> Result<LaunchConfig> {
+        let context = stream.context();
+        let sms =
+            context.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let per_sm = function.occupancy_max_active_blocks_per_multiprocessor(block, 0, None)?;
+        if per_sm == 0 {
+            return Err(Error::invalid(
+                "block",
+                format!("{block} threads per block do not fit on a multiprocessor for this kernel; use fewer"),
+            ));
+        }
+        let blocks = u32::try_from(sms).unwrap_or(1).max(1).saturating_mul(per_sm);
+        Ok(LaunchConfig::linear(blocks, block))
+    }
+
     /// The same launch with `bytes` of dynamic shared memory per block.
     pub const fn with_shared_mem(self, bytes: u32) -> LaunchConfig {
         LaunchConfig { shared_mem_bytes: bytes, ..self }
