@@ -1,0 +1,8 @@
+//! Compile-fail tests for `#[weft::kernel]`: each `tests/ui/*.rs` must fail to compile with the error in the
+//! `.stderr` next to it (regenerate with `TRYBUILD=overwrite cargo test -p weft --test ui`, then read the diff).
+
+#[test]
+fn ui() {
+    let cases = trybuild::TestCases::new();
+    cases.compile_fail("tests/ui/*.rs");
+}

@@ -1,0 +1,13 @@
+// A string literal in a kernel body.
+
+use weft::prelude::*;
+
+#[weft::kernel]
+pub fn fill(out: &mut [u32], n: usize) {
+    let label = "fill";
+    for i in grid_stride(n) {
+        out[i] = label.len() as u32;
+    }
+}
+
+fn main() {}
