@@ -4,7 +4,6 @@
 //! `#[weft::kernel]` launchers fill an [`ArgBuffer`] in the kernel's parameter order and call [`launch_raw`];
 //! code outside weft rarely needs either.
 
-use std::any::Any;
 use std::ffi::c_void;
 use std::fmt;
 
@@ -160,30 +159,16 @@ pub const MAX_ARG_ALIGN: usize = 64;
 #[derive(Clone, Copy)]
 struct AlignedChunk([u8; MAX_ARG_ALIGN]);
 
-/// One argument's copy, in its own heap allocation aligned for its type.
-enum StoredArg {
-    Value(Box<dyn Any>),
-    Bytes(Vec<AlignedChunk>),
-}
-
-impl StoredArg {
-    fn as_ptr(&self) -> *mut c_void {
-        let ptr: *const c_void = match self {
-            StoredArg::Value(value) => (&**value as *const dyn Any).cast(),
-            StoredArg::Bytes(chunks) => chunks.as_ptr().cast(),
-        };
-        // cuLaunchKernel takes `void**` but only reads through it.
-        ptr.cast_mut()
-    }
-}
-
-/// A kernel's arguments, packed for `cuLaunchKernel`: a copy of each value in its own aligned allocation,
-/// and the array of pointers to them.
+/// A kernel's arguments, packed for `cuLaunchKernel`: a copy of each value at its alignment in one
+/// 64-byte-aligned arena, and the array of pointers into it.
 ///
 /// Buffers added with [`ArgBuffer::slice_arg`] and friends are borrowed for `'a` and their stream
 /// synchronization is completed when the `ArgBuffer` is dropped, so drop it only after [`launch_raw`].
 pub struct ArgBuffer<'a> {
-    args: Vec<StoredArg>,
+    // One allocation for every argument (launch overhead is host time: no per-argument boxes).
+    arena: Vec<AlignedChunk>,
+    used: usize,
+    offsets: Vec<usize>,
     layouts: Vec<(usize, usize)>,
     params: Vec<*mut c_void>,
     guards: Vec<SyncOnDrop<'a>>,
@@ -204,21 +189,53 @@ impl Default for ArgBuffer<'_> {
     }
 }
 
+/// Arguments most kernels have at most; only the capacity hint of the bookkeeping vectors.
+const TYPICAL_ARGS: usize = 8;
+
 impl<'a> ArgBuffer<'a> {
     /// An empty argument list.
     pub fn new() -> ArgBuffer<'a> {
-        ArgBuffer { args: Vec::new(), layouts: Vec::new(), params: Vec::new(), guards: Vec::new() }
+        ArgBuffer {
+            arena: vec![AlignedChunk([0; MAX_ARG_ALIGN]); 16],
+            used: 0,
+            offsets: Vec::with_capacity(TYPICAL_ARGS),
+            layouts: Vec::with_capacity(TYPICAL_ARGS),
+            params: Vec::with_capacity(TYPICAL_ARGS),
+            guards: Vec::with_capacity(TYPICAL_ARGS),
+        }
+    }
+
+    /// Room for `size` bytes at `align` (a power of two ≤ [`MAX_ARG_ALIGN`]); returns the slot's offset.
+    fn slot(&mut self, size: usize, align: usize) -> usize {
+        let offset = self.used.next_multiple_of(align);
+        self.used = offset + size;
+        let chunks = self.used.div_ceil(MAX_ARG_ALIGN);
+        if chunks > self.arena.len() {
+            self.arena.resize(chunks.max(2 * self.arena.len()), AlignedChunk([0; MAX_ARG_ALIGN]));
+        }
+        self.offsets.push(offset);
+        self.layouts.push((size, align));
+        offset
+    }
+
+    fn arena_ptr(&mut self) -> *mut u8 {
+        self.arena.as_mut_ptr().cast()
     }
 
     /// Appends a by-value argument: a scalar, [`SliceArg`], [`WindowArg`] or another `#[repr(C)]` value laid
     /// out exactly like the kernel's parameter.
     ///
     /// # Panics
-    /// If `T` is zero-sized: no C++ parameter is, so such a push is a bug in the caller.
+    /// If `T` is zero-sized or aligned to more than [`MAX_ARG_ALIGN`]: no C++ parameter is, so such a push is a
+    /// bug in the caller.
     pub fn push<T: Copy + 'static>(&mut self, value: T) {
-        assert!(std::mem::size_of::<T>() != 0, "kernel arguments cannot be zero-sized");
-        self.args.push(StoredArg::Value(Box::new(value)));
-        self.layouts.push((std::mem::size_of::<T>(), std::mem::align_of::<T>()));
+        let (size, align) = (std::mem::size_of::<T>(), std::mem::align_of::<T>());
+        assert!(size != 0, "kernel arguments cannot be zero-sized");
+        assert!(align <= MAX_ARG_ALIGN, "kernel arguments are aligned to at most {MAX_ARG_ALIGN} bytes");
+        let offset = self.slot(size, align);
+        // SAFETY: `slot` made `offset..offset + size` part of the arena and aligned it for `T` (the arena is
+        // 64-byte aligned and `align` ≤ 64); `T: Copy`, so a bitwise copy is a valid copy of the value.
+        unsafe { std::ptr::write(self.arena_ptr().add(offset).cast::<T>(), value) };
     }
 
     /// Appends an argument given as raw bytes with the alignment of its C++ type: NCCL's `ncclDevComm`, whose
@@ -233,16 +250,9 @@ impl<'a> ArgBuffer<'a> {
                 format!("{align} is not a power of two no larger than {MAX_ARG_ALIGN}; pass the C++ type's alignof"),
             ));
         }
-        let chunks = bytes
-            .chunks(MAX_ARG_ALIGN)
-            .map(|part| {
-                let mut chunk = [0u8; MAX_ARG_ALIGN];
-                chunk[..part.len()].copy_from_slice(part);
-                AlignedChunk(chunk)
-            })
-            .collect();
-        self.args.push(StoredArg::Bytes(chunks));
-        self.layouts.push((bytes.len(), align));
+        let offset = self.slot(bytes.len(), align);
+        // SAFETY: `slot` made `offset..offset + bytes.len()` part of the arena, which `bytes` cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.arena_ptr().add(offset), bytes.len()) };
         Ok(())
     }
 
@@ -290,12 +300,12 @@ impl<'a> ArgBuffer<'a> {
 
     /// The number of arguments.
     pub fn len(&self) -> usize {
-        self.args.len()
+        self.offsets.len()
     }
 
     /// Whether no argument was pushed.
     pub fn is_empty(&self) -> bool {
-        self.args.is_empty()
+        self.offsets.is_empty()
     }
 
     /// `(size, align)` of each argument, in order.
@@ -306,8 +316,10 @@ impl<'a> ArgBuffer<'a> {
     /// The `void** kernelParams` of `cuLaunchKernel`: one pointer per argument, to this buffer's copy of it.
     /// The pointers are valid while `self` is neither dropped nor modified.
     pub fn kernel_params(&mut self) -> &mut [*mut c_void] {
+        let base = self.arena_ptr();
         self.params.clear();
-        self.params.extend(self.args.iter().map(StoredArg::as_ptr));
+        // `wrapping_add` keeps this safe code; every offset is inside the arena, so the pointers are in bounds.
+        self.params.extend(self.offsets.iter().map(|&offset| base.wrapping_add(offset).cast::<c_void>()));
         &mut self.params
     }
 }
