@@ -74,6 +74,61 @@ pub struct Requirements {
     pub lsa_multimem: bool,
     /// Extra resource buffers: (bytes, alignment); their handles come back in [`DevComm::resource_buffer`].
     pub resource_buffers: Vec<(usize, usize)>,
+    /// Teams the kernels use beyond world/LSA/rail, each with or without a multimem handle
+    /// (`teamRequirementsList`); the handles come back in [`DevComm::team_multimem_handle`].
+    pub teams: Vec<(Team, bool)>,
+}
+
+/// A team of ranks as NCCL describes it (`ncclTeam`): this rank's index in it, its size and the stride
+/// between its members' world ranks. Get one from [`Communicator::team_world`], [`Communicator::team_lsa`] or
+/// [`Communicator::team_rail`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Team {
+    /// Ranks in the team.
+    pub nranks: i32,
+    /// This rank's index in the team.
+    pub rank: i32,
+    /// World-rank distance between consecutive members.
+    pub stride: i32,
+}
+
+impl Team {
+    fn from_raw(raw: sys::ncclTeam_t) -> Team {
+        Team { nranks: raw.nRanks, rank: raw.rank, stride: raw.stride }
+    }
+
+    fn raw(self) -> sys::ncclTeam_t {
+        sys::ncclTeam_t { nRanks: self.nranks, rank: self.rank, stride: self.stride }
+    }
+}
+
+impl<S: crate::comm::Initialized, M: Mode> Communicator<S, M> {
+    /// Every rank (`ncclTeamWorld`).
+    pub fn team_world(&self) -> Result<Team, Error> {
+        // SAFETY: our live, initialised communicator.
+        Ok(Team::from_raw(unsafe { result::team_world(self.library(), self.raw()) }?))
+    }
+
+    /// The ranks this one reaches by load/store (`ncclTeamLsa`).
+    pub fn team_lsa(&self) -> Result<Team, Error> {
+        // SAFETY: our live, initialised communicator.
+        Ok(Team::from_raw(unsafe { result::team_lsa(self.library(), self.raw()) }?))
+    }
+
+    /// The ranks with this rank's LSA index in the other LSA teams (`ncclTeamRail`).
+    pub fn team_rail(&self) -> Result<Team, Error> {
+        // SAFETY: our live, initialised communicator.
+        Ok(Team::from_raw(unsafe { result::team_rail(self.library(), self.raw()) }?))
+    }
+
+    /// The world rank of rank `rank` of `team` (`ncclTeamRankToWorld`).
+    pub fn team_rank_to_world(&self, team: Team, rank: i32) -> Result<i32, Error> {
+        if rank < 0 || rank >= team.nranks {
+            return Err(Error::invalid("rank", format!("{rank} is not a rank of a team of {}", team.nranks)));
+        }
+        // SAFETY: our live, initialised communicator and a team value (NCCL only computes with it).
+        unsafe { result::team_rank_to_world(self.library(), self.raw(), team.raw(), rank) }
+    }
 }
 
 impl Requirements {
@@ -143,6 +198,12 @@ impl Requirements {
         self
     }
 
+    /// A team the kernels use, with a multimem handle if `multimem`.
+    pub fn team(mut self, team: Team, multimem: bool) -> Self {
+        self.teams.push((team, multimem));
+        self
+    }
+
     /// One more resource buffer of `bytes` bytes aligned to `align`.
     pub fn resource_buffer(mut self, bytes: usize, align: usize) -> Self {
         self.resource_buffers.push((bytes, align));
@@ -164,6 +225,11 @@ impl Requirements {
         }
         self.lsa_multimem |= other.lsa_multimem;
         self.resource_buffers.extend_from_slice(&other.resource_buffers);
+        for team in &other.teams {
+            if !self.teams.contains(team) {
+                self.teams.push(*team);
+            }
+        }
         self
     }
 
@@ -227,6 +293,7 @@ pub struct DevComm<'comm, C: CapabilitySet, M: Mode = crate::Blocking> {
     bytes: Box<DevCommStorage>,
     requirements: Requirements,
     resource_buffers: Vec<u32>,
+    team_multimem: Vec<[u8; 8]>,
     capabilities: PhantomData<C>,
 }
 
@@ -269,12 +336,32 @@ impl<M: Mode> Communicator<Active, M> {
             resources[i - 1].next = next;
         }
         let list = resources.first_mut().map_or(std::ptr::null_mut(), |first| first as *mut _);
+        // SAFETY: an all-zero multimem handle is a valid "none yet" value (an opaque blob NCCL overwrites).
+        let mut multimem_handles: Vec<sys::ncclMultimemHandle_t> =
+            requirements.teams.iter().map(|_| unsafe { std::mem::zeroed() }).collect();
+        let mut teams: Vec<sys::ncclTeamRequirements_t> = requirements
+            .teams
+            .iter()
+            .zip(multimem_handles.iter_mut())
+            .map(|(&(team, multimem), handle)| sys::ncclTeamRequirements_t {
+                next: std::ptr::null_mut(),
+                team: team.raw(),
+                multimem,
+                outMultimemHandle: handle,
+            })
+            .collect();
+        for i in 1..teams.len() {
+            let next: *mut sys::ncclTeamRequirements_t = &mut teams[i];
+            teams[i - 1].next = next;
+        }
+        let team_list = teams.first_mut().map_or(std::ptr::null_mut(), |first| first as *mut _);
         let mut bytes = Box::new(DevCommStorage([0; 1024]));
         let out = bytes.0.as_mut_ptr().cast::<core::ffi::c_void>();
         self.context().bind_to_thread()?;
         if found.at_least(V2_29) {
             let mut raw = new_layout(&requirements, found, C::GIN)?;
             raw.resourceRequirementsList = list;
+            raw.teamRequirementsList = team_list;
             // SAFETY: our live, active communicator; `raw` is laid out and sized for the loaded release and
             // its list points into `resources`/`handles`, alive across the call; `out` has room for any
             // release's ncclDevComm.
@@ -282,11 +369,21 @@ impl<M: Mode> Communicator<Active, M> {
         } else {
             let mut raw = old_layout(&requirements, C::GIN)?;
             raw.resourceRequirementsList = list.cast();
+            raw.teamRequirementsList = team_list.cast();
             // SAFETY: as above, with the 2.28 layout.
             unsafe { result::dev_comm_create(self.library(), self.raw(), std::ptr::from_ref(&raw).cast(), out) }?;
         }
         let id = self.register_resource(Native::DevComm(bytes.clone()));
-        Ok(DevComm { comm: self, id, bytes, requirements, resource_buffers: handles, capabilities: PhantomData })
+        let team_multimem = multimem_handles.iter().map(|h| h._bindgen_opaque_blob.0).collect();
+        Ok(DevComm {
+            comm: self,
+            id,
+            bytes,
+            requirements,
+            resource_buffers: handles,
+            team_multimem,
+            capabilities: PhantomData,
+        })
     }
 }
 
@@ -453,6 +550,12 @@ impl<'comm, C: CapabilitySet, M: Mode> DevComm<'comm, C, M> {
         self.resource_buffers.get(index).copied()
     }
 
+    /// The multimem handle NCCL assigned to team requirement `index` (its 8 bytes, as a kernel argument
+    /// passes them), if that team asked for one.
+    pub fn team_multimem_handle(&self, index: usize) -> Option<[u8; 8]> {
+        self.requirements.teams.get(index).filter(|(_, multimem)| *multimem).and(self.team_multimem.get(index).copied())
+    }
+
     /// The communicator it belongs to.
     pub fn communicator(&self) -> &'comm Communicator<Active, M> {
         self.comm
@@ -524,6 +627,9 @@ mod tests {
         let both = a.clone().merge(&b);
         assert_eq!((both.lsa_barriers, both.gin_signals, both.ll_a2a), (132, 2, Some((4, 16))));
         assert!(both.covers(&a).is_ok() && both.covers(&b).is_ok());
+        let team = Team { nranks: 8, rank: 3, stride: 1 };
+        let with_team = a.clone().team(team, true).merge(&Requirements::new().team(team, true));
+        assert_eq!(with_team.teams, vec![(team, true)], "merging keeps one entry per team");
         let err = a.covers(&b).unwrap_err().to_string();
         assert!(err.contains("8 LSA barriers") && err.contains("needs 132"), "{err}");
     }

@@ -32,7 +32,7 @@ pub mod resources;
 pub mod spmd;
 
 pub use datatype::{Element, ReduceOp};
-pub use devcomm::{DevComm, Requirements};
+pub use devcomm::{DevComm, Requirements, Team};
 pub use group::{group, Group};
 pub use launch::LaunchConfig;
 pub use resources::{CustomOp, DeviceBuffer, PreMulSum, Registration, Scalar, Window, WindowFlags};

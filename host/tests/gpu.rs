@@ -170,6 +170,18 @@ fn windows_and_device_communicators_with_lsa_barriers() {
         assert!(dev.requirements().covers(&Requirements::new().lsa_barriers(132)).is_ok());
         assert!(dev.requirements().covers(&Requirements::new().lsa_barriers(133)).is_err());
     }
+    // Team requirements and host-side team queries.
+    let lsa = comm.team_lsa().unwrap();
+    assert_eq!((lsa.nranks, lsa.rank), (1, 0));
+    assert_eq!(comm.team_world().unwrap().nranks, 1);
+    assert_eq!(comm.team_rank_to_world(lsa, 0).unwrap(), 0);
+    assert!(comm.team_rank_to_world(lsa, 1).is_err());
+    let with_team: DevComm<'_, Lsa> =
+        comm.dev_comm(&Requirements::new().lsa_barriers(4).team(lsa, false).resource_buffer(4096, 256)).unwrap();
+    assert!(with_team.resource_buffer(0).is_some());
+    assert_eq!(with_team.team_multimem_handle(0), None, "no multimem was asked for");
+    drop(with_team);
+
     // GIN on an NVLink-only, one-GPU machine: a clean error, never a crash or a half-made DevComm.
     let gin = comm.dev_comm::<Gin>(&Requirements::new().gin_signals(4));
     let gin_error = gin.expect_err("no GIN here");
