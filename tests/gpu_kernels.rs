@@ -1,8 +1,12 @@
 //! GPU tests of `#[weft::kernel]` kernels on one rank: LSA kernels against host references in f32 and bf16,
 //! barrier round trips, the barrier timeout form, and a GIN kernel's clean refusal on an NVLink-only machine.
 
+#[path = "../examples/kernels/mod.rs"]
+mod example_kernels;
 #[path = "kernels/mod.rs"]
 mod kernels;
+
+use example_kernels::allreduce::lsa_allreduce;
 
 use std::sync::Arc;
 
@@ -49,7 +53,7 @@ fn lsa_allreduce_and_peer_copy_match_the_host_reference_in_f32_and_bf16() {
     let s = stream(&comm);
     let n = (1 << 20) + 3;
     let cfg = LaunchConfig::linear(132, 512);
-    let dev: DevComm<'_, Lsa> = comm.dev_comm(&kernels::lsa_allreduce_sum::requirements(&cfg)).unwrap();
+    let dev: DevComm<'_, Lsa> = comm.dev_comm(&lsa_allreduce::requirements(&cfg)).unwrap();
     assert!(dev.lsa_barriers() >= 132, "the requirements cover one barrier per block");
 
     // f32
@@ -57,11 +61,11 @@ fn lsa_allreduce_and_peer_copy_match_the_host_reference_in_f32_and_bf16() {
     let mut window = comm.alloc_window::<f32>(&s, n, WindowFlags::COLL_SYMMETRIC).unwrap();
     window.buffer_mut().copy_from_host(&x).unwrap();
     let mut out = s.clone_htod(&vec![f32::NAN; n]).unwrap();
-    kernels::lsa_allreduce_sum::launch(&s, cfg, &dev, &window, &mut out, n).unwrap();
+    lsa_allreduce::launch(&s, cfg, &dev, &window, &mut out, n).unwrap();
     let got: Vec<f64> = s.clone_dtoh(&out).unwrap().iter().map(|v| f64::from(*v)).collect();
     let want: Vec<f64> = x.iter().map(|v| f64::from(*v) * comm.nranks() as f64).collect();
     let err = relative_error(&got, &want);
-    println!("lsa_allreduce_sum f32: relative error {err:.3e}");
+    println!("lsa_allreduce f32: relative error {err:.3e}");
     assert!(err < 1e-6, "{err}");
 
     let mut copy = s.clone_htod(&vec![f32::NAN; n]).unwrap();
@@ -73,11 +77,11 @@ fn lsa_allreduce_and_peer_copy_match_the_host_reference_in_f32_and_bf16() {
     let mut window_b = comm.alloc_window::<half::bf16>(&s, n, WindowFlags::COLL_SYMMETRIC).unwrap();
     window_b.buffer_mut().copy_from_host(&xb).unwrap();
     let mut out_b = s.clone_htod(&vec![half::bf16::NAN; n]).unwrap();
-    kernels::lsa_allreduce_sum::launch(&s, cfg, &dev, &window_b, &mut out_b, n).unwrap();
+    lsa_allreduce::launch(&s, cfg, &dev, &window_b, &mut out_b, n).unwrap();
     let got: Vec<f64> = s.clone_dtoh(&out_b).unwrap().iter().map(|v| f64::from(v.to_f32())).collect();
     let want: Vec<f64> = xb.iter().map(|v| f64::from(v.to_f32()) * comm.nranks() as f64).collect();
     let err = relative_error(&got, &want);
-    println!("lsa_allreduce_sum bf16: relative error {err:.3e}");
+    println!("lsa_allreduce bf16: relative error {err:.3e}");
     assert!(err < 1e-2, "{err}");
 
     // A kernel writing through a window's local view.
@@ -88,7 +92,7 @@ fn lsa_allreduce_and_peer_copy_match_the_host_reference_in_f32_and_bf16() {
 
     // Run-time checks the types cannot make: a grid larger than the device communicator's barriers.
     let too_big = LaunchConfig::linear(1000, 128);
-    let err = kernels::lsa_allreduce_sum::launch(&s, too_big, &dev, &window, &mut out, n).unwrap_err();
+    let err = lsa_allreduce::launch(&s, too_big, &dev, &window, &mut out, n).unwrap_err();
     println!("grid check: {err}");
     assert!(matches!(err, Error::InvalidArgument { argument: "dev", .. }), "{err}");
     drop(dev);

@@ -1,22 +1,7 @@
-//! Kernels the GPU tests launch; `tests/codegen.rs` compiles every one of them with nvcc against each NCCL
-//! release's headers.
+//! Kernels the GPU tests launch (besides the examples' kernels, which they reuse); `tests/codegen.rs` compiles
+//! every one of them with nvcc against each NCCL release's headers.
 
 use weft::prelude::*;
-
-/// One-shot LSA all-reduce: every rank sums the same elements of every LSA peer's window.
-#[weft::kernel(types(f32, bf16))]
-pub fn lsa_allreduce_sum<T: Float>(dev: &DevComm<Lsa>, x: &Window<T>, out: &mut [T], n: usize) {
-    let bar = dev.lsa_barrier(Cta, block_idx_x());
-    bar.sync(Cta, Order::Relaxed);
-    for i in grid_stride(n) {
-        let mut acc = T::zero();
-        for peer in 0..dev.lsa_size() {
-            acc += x.lsa(peer)[i];
-        }
-        out[i] = acc;
-    }
-    bar.sync(Cta, Order::Release);
-}
 
 /// Copies the window of the next LSA peer (itself, with one rank) into `out`.
 #[weft::kernel(types(f32, bf16))]
@@ -83,7 +68,6 @@ pub fn gin_ring_put(dev: &DevComm<LsaGin>, src: &Window<f32>, dst: &Window<f32>,
 /// Every kernel's name and generated CUDA C++, for the codegen test.
 #[allow(dead_code)] // used by tests/codegen.rs, not by every test that includes this module
 pub const ALL: &[(&str, &str)] = &[
-    (lsa_allreduce_sum::NAME, lsa_allreduce_sum::SOURCE),
     (copy_from_next_peer::NAME, copy_from_next_peer::SOURCE),
     (barrier_round_trips::NAME, barrier_round_trips::SOURCE),
     (fill_window::NAME, fill_window::SOURCE),
