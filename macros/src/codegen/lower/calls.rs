@@ -217,6 +217,20 @@ impl Lowerer<'_> {
         if name == "clone" && args.is_empty() {
             return recv;
         }
+        // Reported only when validation found nothing more specific (`.iter()` under a rejected `.sum()`, say).
+        if !known::VOCABULARY_METHODS.contains(&name.as_str())
+            && !known::MIRRORED_RUST_METHODS.contains(&name.as_str())
+            && self.cx.error_count() == 0
+        {
+            self.cx.error_at(
+                m.method.span(),
+                format!(
+                    "`{name}` is not a method of weft's kernel vocabulary (docs/vocabulary.md lists them): the Rust \
+                     standard library does not exist on the GPU; write the operation out with the vocabulary, or in \
+                     a #[weft::device_fn]"
+                ),
+            );
+        }
         if let Some(rule) = usage::method_rule(&name, args.len()) {
             self.apply_rule(&rule, &arg_exprs, &args);
         }

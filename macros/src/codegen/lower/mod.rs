@@ -5,7 +5,7 @@ mod calls;
 mod code;
 mod expr;
 mod infer;
-mod known;
+pub(crate) mod known;
 mod loops;
 mod matching;
 mod names;

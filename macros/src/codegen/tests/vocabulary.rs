@@ -5,6 +5,7 @@ use std::path::Path;
 
 use syn::visit::Visit;
 
+use crate::codegen::lower::known::VOCABULARY_METHODS;
 use crate::codegen::lower::{is_vocabulary_function, VOCABULARY_CONSTANTS};
 
 #[derive(Default)]
@@ -92,4 +93,44 @@ fn trait_type_sets_match_the_device_crate() {
         theirs.sort_unstable();
         assert_eq!(ours, theirs, "{name}: update TRAIT_TYPES in macros/src/codegen/ast.rs");
     }
+}
+
+/// The public methods of weft-device's impl blocks, trait impls excluded (`Index`, `Iterator`, …).
+#[derive(Default)]
+struct Methods(Vec<String>);
+
+impl<'ast> Visit<'ast> for Methods {
+    fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+        if i.trait_.is_some() {
+            return;
+        }
+        for item in &i.items {
+            if let syn::ImplItem::Fn(f) = item {
+                let is_method = f.sig.receiver().is_some();
+                if matches!(f.vis, syn::Visibility::Public(_)) && is_method {
+                    self.0.push(f.sig.ident.to_string());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_vocabulary_method_is_known() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../device/src");
+    let mut methods = Methods::default();
+    for entry in std::fs::read_dir(&dir).expect("device/src") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).expect("read");
+            methods.visit_file(&syn::parse_file(&text).expect("parses"));
+        }
+    }
+    assert!(methods.0.len() > 30, "found only {:?}", methods.0);
+    let unknown: Vec<&String> = methods.0.iter().filter(|m| !VOCABULARY_METHODS.contains(&m.as_str())).collect();
+    assert!(
+        unknown.is_empty(),
+        "weft-device declares methods the macro would reject in kernels: {unknown:?}; add them to \
+         VOCABULARY_METHODS in macros/src/codegen/lower/known.rs"
+    );
 }
