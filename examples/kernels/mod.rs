@@ -1,9 +1,20 @@
 //! The examples' kernels, shared with `tests/codegen.rs` (every one is compiled there against each NCCL
-//! release's headers).
+//! release's headers) and with the benchmark suite.
 
 #![allow(dead_code)] // each example uses some of these kernels, the codegen test all of them
 
 pub mod allreduce;
+pub mod allreduce_epilogue;
 
 /// Every kernel's name and generated CUDA C++.
-pub const ALL: &[(&str, &str)] = &[(allreduce::lsa_allreduce::NAME, allreduce::lsa_allreduce::SOURCE)];
+pub const ALL: &[(&str, &str)] = &[
+    (allreduce::lsa_allreduce::NAME, allreduce::lsa_allreduce::SOURCE),
+    (
+        allreduce_epilogue::allreduce_bias_residual_one_shot::NAME,
+        allreduce_epilogue::allreduce_bias_residual_one_shot::SOURCE,
+    ),
+    (
+        allreduce_epilogue::allreduce_bias_residual_two_shot::NAME,
+        allreduce_epilogue::allreduce_bias_residual_two_shot::SOURCE,
+    ),
+];

@@ -1,0 +1,377 @@
+//! All-reduce + bias + residual — the epilogue of every tensor-parallel row-parallel linear layer — as one weft
+//! kernel over LSA, against the unfused `ncclAllReduce` + epilogue kernel, on every visible GPU.
+//!
+//! ```sh
+//! cargo run --release --example allreduce_bias_residual
+//! ```
+//!
+//! `y = allreduce(x) + bias (broadcast over rows) + residual`, for `rows x hidden` activations in f32 and bf16.
+//! Three ways, each checked against an f64 host reference (outputs poisoned with NaN first) and timed with CUDA
+//! events (median of 20 after 3 warm-up rounds, the variants interleaved):
+//!
+//! - fused one-shot (`kernels/allreduce_epilogue.rs`): every rank reads every peer's `x` and writes all of `y`;
+//! - fused two-shot: reduce-scatter with the epilogue into a scratch window, LSA barrier, all-gather;
+//! - unfused: `ncclAllReduce(x -> tmp)`, then `benches/cuda/allreduce_epilogue.cu` (`y = tmp + bias + residual`,
+//!   16-byte vector loads).
+//!
+//! Bytes each moves per rank, for `N = rows x hidden` elements on `R` ranks (bias is `hidden` elements, cached):
+//!
+//! | variant | reads | writes | one rank |
+//! |---|---|---|---|
+//! | fused one-shot | `R·N` (x, `N` of it local) + `N` (residual) | `N` | `3N` |
+//! | fused two-shot | `N` (x) + `N/R` (residual) + `(R−1)·N/R` (peers' y) | `N/R` (y) + `N` | `4N` |
+//! | unfused | NCCL's all-reduce + `2N` (tmp, residual) | NCCL's + `N` | `2N` (NCCL's copy) + `3N` = `5N` |
+//!
+//! So on one GPU the fused one-shot should approach `5/3` of the unfused speed at sizes where both are
+//! bandwidth-bound; the two-shot exists for many ranks and large messages, where reading every peer's whole
+//! buffer (`R·N` over NVLink) costs more than the extra pass. The example picks one-shot for up to two ranks or
+//! below 1 MB, two-shot otherwise (a first guess, to be tuned on multi-GPU machines), and prints both.
+//!
+//! On a machine without a GPU it compiles the kernels and the baseline with nvcc against every NCCL release's
+//! headers it finds, says so, and exits 0.
+
+#[path = "common/mod.rs"]
+mod common;
+#[path = "kernels/mod.rs"]
+mod kernels;
+
+use std::sync::Arc;
+
+use common::{Real, Result};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream};
+use kernels::allreduce_epilogue::{
+    allreduce_bias_residual_one_shot as one_shot, allreduce_bias_residual_two_shot as two_shot,
+};
+use weft::host::caps::Lsa;
+use weft::host::jit::{self, KernelSpec};
+use weft::host::launch::{launch_raw, ArgBuffer};
+use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, ReduceOp, Requirements, WindowFlags};
+
+/// The hand-written epilogue of the unfused baseline.
+const BASELINE: &str = include_str!("../benches/cuda/allreduce_epilogue.cu");
+/// `(rows, hidden)`: a decode step, a small prefill, a large prefill.
+const SHAPES: &[(usize, usize)] = &[(16, 4096), (256, 4096), (2048, 8192)];
+const BLOCK: u32 = 512;
+const WARMUP: usize = 3;
+const ITERATIONS: usize = 20;
+
+fn main() -> Result<()> {
+    println!("weft example 03 — all-reduce + bias + residual, fused over LSA vs ncclAllReduce + epilogue kernel\n");
+    match common::gpus() {
+        Ok(gpus) => run(gpus),
+        Err(why) => common::without_gpu(
+            &why,
+            &[(one_shot::NAME, one_shot::SOURCE), (two_shot::NAME, two_shot::SOURCE)],
+            &[("allreduce_epilogue", BASELINE)],
+            &format!(
+                "runs one rank per GPU and, for rows x hidden in {SHAPES:?} and f32 and bf16, computes \
+                 allreduce(x) + bias + residual with the fused one-shot and two-shot kernels and with \
+                 ncclAllReduce + the epilogue kernel, checks all three against an f64 host reference and prints \
+                 their median times and the speedup."
+            ),
+        ),
+    }
+}
+
+/// Whether the two-shot algorithm should pay off: it reads about `2N` instead of `R·N`, but adds a pass.
+fn two_shot_pays(nranks: usize, message_bytes: usize) -> bool {
+    nranks > 2 && message_bytes >= 1 << 20
+}
+
+/// The inputs of one case, the same on every rank except `x`.
+fn x_seed(rank: usize) -> u64 {
+    1000 + rank as u64
+}
+const BIAS_SEED: u64 = 1;
+const RESIDUAL_SEED: u64 = 2;
+
+/// The f64 reference of one case: `sum_r x_r + bias + residual`, from the values rounded to `T` as uploaded.
+fn reference<T: Real>(nranks: usize, rows: usize, hidden: usize) -> Vec<f64> {
+    let n = rows * hidden;
+    let bias = common::random_as::<T>(hidden, BIAS_SEED);
+    let mut want: Vec<f64> = common::random_as::<T>(n, RESIDUAL_SEED).iter().map(|v| v.value()).collect();
+    for (i, w) in want.iter_mut().enumerate() {
+        *w += bias[i % hidden].value();
+    }
+    for rank in 0..nranks {
+        for (w, x) in want.iter_mut().zip(common::random_as::<T>(n, x_seed(rank))) {
+            *w += x.value();
+        }
+    }
+    want
+}
+
+struct Case {
+    dtype: &'static str,
+    rows: usize,
+    hidden: usize,
+    element_bytes: usize,
+    /// Median µs: fused one-shot, fused two-shot, unfused.
+    times: [f64; 3],
+    /// Relative errors, same order.
+    errors: [f64; 3],
+    tolerance: f64,
+}
+
+impl Case {
+    fn passed(&self) -> bool {
+        self.errors.iter().all(|e| *e < self.tolerance)
+    }
+}
+
+fn run(gpus: usize) -> Result<()> {
+    let devices: Vec<usize> = (0..gpus).collect();
+    println!("{gpus} GPU(s): one rank per GPU; computing the host references...");
+    let mut references_f32 = Vec::new();
+    let mut references_bf16 = Vec::new();
+    for &(rows, hidden) in SHAPES {
+        references_f32.push(reference::<f32>(gpus, rows, hidden));
+        references_bf16.push(reference::<half::bf16>(gpus, rows, hidden));
+    }
+    let reports = weft::host::spmd(&devices, &Config::new(), |comm| {
+        let mut cases = Vec::new();
+        let ranks = Ranks::new(comm)?;
+        for (s, &(rows, hidden)) in SHAPES.iter().enumerate() {
+            cases.push(ranks.case::<f32>(rows, hidden, &references_f32[s])?);
+            cases.push(ranks.case::<half::bf16>(rows, hidden, &references_bf16[s])?);
+        }
+        Ok(cases)
+    })?;
+
+    let nranks = reports.len();
+    println!(
+        "\n{nranks} rank(s); rank 0's median times in µs (every rank's result is checked); speedup = unfused / \
+         the fused variant this size picks ({})\n",
+        if nranks > 2 { "two-shot from 1 MB" } else { "one-shot at this rank count" }
+    );
+    println!(
+        "{:>5} {:>12} {:>8} | {:>9} {:>9} {:>9} | {:>7} {:>11} | {:>9} {:>9} {:>9}",
+        "type",
+        "rows x hid",
+        "message",
+        "one-shot",
+        "two-shot",
+        "unfused",
+        "speedup",
+        "1-shot GB/s",
+        "err 1-sh",
+        "err 2-sh",
+        "err unf"
+    );
+    for (c, case) in reports[0].iter().enumerate() {
+        let worst = |k: usize| {
+            reports.iter().map(|r| r[c].errors[k]).fold(0.0f64, |a, b| if b > a || b.is_nan() { b } else { a })
+        };
+        let message = case.rows * case.hidden * case.element_bytes;
+        let fused = if two_shot_pays(nranks, message) { case.times[1] } else { case.times[0] };
+        let one_shot_bytes = (nranks + 2) * message;
+        println!(
+            "{:>5} {:>12} {:>8} | {:>9.1} {:>9.1} {:>9.1} | {:>6.2}x {:>11.0} | {:>9.1e} {:>9.1e} {:>9.1e}",
+            case.dtype,
+            format!("{}x{}", case.rows, case.hidden),
+            common::bytes(message),
+            case.times[0],
+            case.times[1],
+            case.times[2],
+            case.times[2] / fused,
+            one_shot_bytes as f64 / (case.times[0] * 1e-6) / 1e9,
+            worst(0),
+            worst(1),
+            worst(2),
+        );
+    }
+    let failed: Vec<String> = reports
+        .iter()
+        .enumerate()
+        .flat_map(|(rank, cases)| {
+            cases.iter().filter(|c| !c.passed()).map(move |c| {
+                format!(
+                    "rank {rank} {} {}x{}: errors {:?} (limit {})",
+                    c.dtype, c.rows, c.hidden, c.errors, c.tolerance
+                )
+            })
+        })
+        .collect();
+    if failed.is_empty() {
+        println!("\ncheck against the f64 host reference: passed (f32 < 1e-5, bf16 < 1e-2)");
+        Ok(())
+    } else {
+        println!("\ncheck against the f64 host reference: FAILED");
+        for f in &failed {
+            println!("  {f}");
+        }
+        Err(format!("{} case(s) do not match the host reference", failed.len()).into())
+    }
+}
+
+/// One rank's state: its stream, the baseline kernels, launch geometries and the device communicator.
+struct Ranks<'comm> {
+    comm: &'comm Communicator,
+    stream: Arc<CudaStream>,
+    stopwatch: common::Stopwatch,
+    epilogue_f32: CudaFunction,
+    epilogue_bf16: CudaFunction,
+    /// One full wave of each kernel: one-shot f32, one-shot bf16, two-shot f32, two-shot bf16, epilogue.
+    one_shot_cfg: [LaunchConfig; 2],
+    two_shot_cfg: [LaunchConfig; 2],
+    epilogue_cfg: [LaunchConfig; 2],
+    dev: DevComm<'comm, Lsa>,
+}
+
+fn wave(comm: &Communicator, stream: &Arc<CudaStream>, spec: &KernelSpec) -> std::result::Result<LaunchConfig, Error> {
+    LaunchConfig::one_wave(&jit::function(comm.context(), spec)?, stream, BLOCK)
+}
+
+fn spec(name: &'static str, source: &'static str, entry_point: &'static str) -> KernelSpec {
+    KernelSpec { name, source, entry_point }
+}
+
+impl<'comm> Ranks<'comm> {
+    fn new(comm: &'comm Communicator) -> std::result::Result<Self, Error> {
+        let stream = comm.context().new_stream()?;
+        let baseline = common::Baseline::load(comm.context(), "allreduce_epilogue", BASELINE)?;
+        let epilogue_f32 = baseline.function("allreduce_epilogue_f32")?;
+        let epilogue_bf16 = baseline.function("allreduce_epilogue_bf16")?;
+        let one_shot_cfg = [
+            wave(
+                comm,
+                &stream,
+                &spec(one_shot::NAME, one_shot::SOURCE, common::entry_point::<f32>(one_shot::ENTRY_POINTS)),
+            )?,
+            wave(
+                comm,
+                &stream,
+                &spec(one_shot::NAME, one_shot::SOURCE, common::entry_point::<half::bf16>(one_shot::ENTRY_POINTS)),
+            )?,
+        ];
+        let two_shot_cfg = [
+            wave(
+                comm,
+                &stream,
+                &spec(two_shot::NAME, two_shot::SOURCE, common::entry_point::<f32>(two_shot::ENTRY_POINTS)),
+            )?,
+            wave(
+                comm,
+                &stream,
+                &spec(two_shot::NAME, two_shot::SOURCE, common::entry_point::<half::bf16>(two_shot::ENTRY_POINTS)),
+            )?,
+        ];
+        let epilogue_cfg = [
+            LaunchConfig::one_wave(&epilogue_f32, &stream, BLOCK)?,
+            LaunchConfig::one_wave(&epilogue_bf16, &stream, BLOCK)?,
+        ];
+        // One LSA barrier per block of the largest grid of either kernel.
+        let mut requirements = Requirements::new();
+        for cfg in &one_shot_cfg {
+            requirements = requirements.merge(&one_shot::requirements(cfg));
+        }
+        for cfg in &two_shot_cfg {
+            requirements = requirements.merge(&two_shot::requirements(cfg));
+        }
+        let dev: DevComm<'_, Lsa> = comm.dev_comm(&requirements)?;
+        if comm.rank() == 0 {
+            println!(
+                "launch geometry (one full wave, {BLOCK} threads per block): one-shot {} / {} blocks, two-shot {} / {}, \
+                 epilogue {} / {} (f32 / bf16)",
+                one_shot_cfg[0].grid_dim.0,
+                one_shot_cfg[1].grid_dim.0,
+                two_shot_cfg[0].grid_dim.0,
+                two_shot_cfg[1].grid_dim.0,
+                epilogue_cfg[0].grid_dim.0,
+                epilogue_cfg[1].grid_dim.0
+            );
+        }
+        Ok(Ranks {
+            comm,
+            stopwatch: common::Stopwatch::new(comm.context())?,
+            stream,
+            epilogue_f32,
+            epilogue_bf16,
+            one_shot_cfg,
+            two_shot_cfg,
+            epilogue_cfg,
+            dev,
+        })
+    }
+
+    fn case<T: Real>(&self, rows: usize, hidden: usize, want: &[f64]) -> std::result::Result<Case, Error> {
+        let (comm, stream) = (self.comm, &self.stream);
+        let n = rows * hidden;
+        let which = usize::from(common::type_name::<T>() == "bf16");
+        let (one_cfg, two_cfg, epilogue_cfg) =
+            (self.one_shot_cfg[which], self.two_shot_cfg[which], self.epilogue_cfg[which]);
+        let epilogue = if which == 0 { &self.epilogue_f32 } else { &self.epilogue_bf16 };
+        let dev = &self.dev;
+
+        let mut x = comm.alloc_window::<T>(stream, n, WindowFlags::COLL_SYMMETRIC)?;
+        x.buffer_mut().copy_from_host(&common::random_as::<T>(n, x_seed(comm.rank())))?;
+        let y = comm.alloc_window::<T>(stream, n, WindowFlags::COLL_SYMMETRIC)?;
+        let bias = stream.clone_htod(&common::random_as::<T>(hidden, BIAS_SEED))?;
+        let residual = stream.clone_htod(&common::random_as::<T>(n, RESIDUAL_SEED))?;
+        let mut reduced: CudaSlice<T> = stream.alloc_zeros(n)?;
+        let poison = vec![T::nan(); n];
+        let mut out = stream.clone_htod(&poison)?;
+
+        // Checked runs, each on a poisoned output.
+        one_shot::launch(stream, one_cfg, dev, &x, &bias, &residual, &mut out, n, hidden)?;
+        let one_error = common::relative_error(&stream.clone_dtoh(&out)?, want);
+        stream.memcpy_htod(&poison, &mut out)?;
+        two_shot::launch(stream, two_cfg, dev, &x, &y, &bias, &residual, &mut out, n, hidden)?;
+        let two_error = common::relative_error(&stream.clone_dtoh(&out)?, want);
+        stream.memcpy_htod(&poison, &mut out)?;
+        stream.memcpy_htod(&poison, &mut reduced)?;
+        unfused(comm, stream, epilogue, epilogue_cfg, &x, &mut reduced, &bias, &residual, &mut out, hidden)?;
+        let unfused_error = common::relative_error(&stream.clone_dtoh(&out)?, want);
+
+        let times = common::time_variants(&self.stopwatch, stream, WARMUP, ITERATIONS, 3, |variant| match variant {
+            0 => one_shot::launch(stream, one_cfg, dev, &x, &bias, &residual, &mut out, n, hidden),
+            1 => two_shot::launch(stream, two_cfg, dev, &x, &y, &bias, &residual, &mut out, n, hidden),
+            _ => unfused(comm, stream, epilogue, epilogue_cfg, &x, &mut reduced, &bias, &residual, &mut out, hidden),
+        })?;
+        stream.synchronize()?;
+        Ok(Case {
+            dtype: common::type_name::<T>(),
+            rows,
+            hidden,
+            element_bytes: std::mem::size_of::<T>(),
+            times: [times[0], times[1], times[2]],
+            errors: [one_error, two_error, unfused_error],
+            tolerance: T::TOLERANCE,
+        })
+    }
+}
+
+/// The unfused baseline: `ncclAllReduce(x -> reduced)`, then the hand-written epilogue
+/// `out = reduced + bias + residual`.
+#[allow(clippy::too_many_arguments)]
+fn unfused<T: Real>(
+    comm: &Communicator,
+    stream: &Arc<CudaStream>,
+    epilogue: &CudaFunction,
+    cfg: LaunchConfig,
+    x: &weft::host::Window<'_, T>,
+    reduced: &mut CudaSlice<T>,
+    bias: &CudaSlice<T>,
+    residual: &CudaSlice<T>,
+    out: &mut CudaSlice<T>,
+    hidden: usize,
+) -> std::result::Result<(), Error> {
+    comm.all_reduce(x.buffer(), reduced, ReduceOp::Sum, stream)?;
+    let n = reduced.len();
+    let mut args = ArgBuffer::new();
+    let reduced = args.slice_arg(reduced, stream)?.ptr;
+    args.push(reduced);
+    let bias = args.slice_arg(bias, stream)?.ptr;
+    args.push(bias);
+    let residual = args.slice_arg(residual, stream)?.ptr;
+    args.push(residual);
+    let out = args.slice_arg_mut(out, stream)?.ptr;
+    args.push(out);
+    args.push(n);
+    args.push(hidden);
+    // SAFETY: the arguments are allreduce_epilogue_{f32,bf16}'s (const T*, const T*, const T*, T*, size_t, size_t)
+    // in order, for the T the function was chosen for; every buffer holds `n` elements (bias `hidden`) and is
+    // borrowed by `args`, which is dropped after the launch so cudarc orders later uses after the kernel.
+    unsafe { launch_raw(epilogue, stream, &cfg, &mut args)? };
+    Ok(())
+}

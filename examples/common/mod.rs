@@ -1,0 +1,273 @@
+//! What the numbered examples share: deterministic inputs, the relative-error check, CUDA-event timing, loading
+//! the hand-written baselines of `benches/cuda/`, and the path taken on a machine without a GPU.
+//!
+//! Each example includes this file with `#[path = "common/mod.rs"] mod common;`; it is not an example itself.
+
+#![allow(dead_code)] // each example uses part of it
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream};
+use weft::host::jit::{self, CompileRequest, GpuArch, KernelCache, Toolchain};
+use weft::host::Error;
+
+/// The examples' `main` result: any error, printed by the runtime, exits with status 1.
+pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Element types the examples instantiate their kernels for (`f32`, `bf16`), with what the host needs of them.
+///
+/// Host-side conversions have their own names: the device trait [`weft::device::Float`]'s `from_f32`/`to_f32`
+/// only exist inside kernels and panic on the host.
+pub trait Real:
+    weft::device::Float + weft::host::Element + cudarc::driver::ValidAsZeroBits + Default + std::fmt::Debug
+{
+    /// Relative error a correct result stays under: float rounding of the output and of `f32` accumulation.
+    const TOLERANCE: f64;
+    /// `v` rounded to this type on the host.
+    fn of(v: f32) -> Self;
+    /// The exact value, widened.
+    fn value(self) -> f64;
+    /// A NaN, to poison outputs before a checked run.
+    fn nan() -> Self;
+}
+
+impl Real for f32 {
+    const TOLERANCE: f64 = 1e-5;
+    fn of(v: f32) -> Self {
+        v
+    }
+    fn value(self) -> f64 {
+        f64::from(self)
+    }
+    fn nan() -> Self {
+        f32::NAN
+    }
+}
+
+impl Real for half::bf16 {
+    const TOLERANCE: f64 = 1e-2;
+    fn of(v: f32) -> Self {
+        half::bf16::from_f32(v)
+    }
+    fn value(self) -> f64 {
+        f64::from(self.to_f32())
+    }
+    fn nan() -> Self {
+        half::bf16::NAN
+    }
+}
+
+/// The type's entry-point suffix (`f32`, `bf16`).
+pub fn type_name<T: Real>() -> &'static str {
+    <T as weft::device::Element>::NAME
+}
+
+/// The entry point of a generic kernel instantiated for `T`, from its generated `ENTRY_POINTS`.
+pub fn entry_point<T: Real>(entry_points: &'static [&'static str]) -> &'static str {
+    let suffix = format!("__{}", type_name::<T>());
+    entry_points.iter().find(|e| e.ends_with(&suffix)).copied().unwrap_or(entry_points[0])
+}
+
+/// Deterministic pseudo-random values in [-1, 1) (xorshift), different for every seed: every rank can compute
+/// every other rank's inputs for the host reference.
+pub fn random(len: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// [`random`] rounded to `T`.
+pub fn random_as<T: Real>(len: usize, seed: u64) -> Vec<T> {
+    random(len, seed).into_iter().map(T::of).collect()
+}
+
+/// ‖got − want‖ / ‖want‖ in f64. A NaN or infinity anywhere in `got` (a poisoned element never written, or a
+/// wrong one) makes it infinite, so it never passes.
+pub fn relative_error<T: Real>(got: &[T], want: &[f64]) -> f64 {
+    if got.len() != want.len() {
+        return f64::INFINITY;
+    }
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    for (g, w) in got.iter().zip(want) {
+        let g = g.value();
+        if !g.is_finite() {
+            return f64::INFINITY;
+        }
+        diff += (g - w) * (g - w);
+        norm += w * w;
+    }
+    (diff / norm.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+/// Whether a relative error passes for `T` (NaN never does).
+pub fn passes<T: Real>(error: f64) -> bool {
+    error < T::TOLERANCE
+}
+
+/// The median of some timings.
+pub fn median(mut times: Vec<f32>) -> f32 {
+    times.sort_by(f32::total_cmp);
+    times[times.len() / 2]
+}
+
+/// A number of bytes for humans.
+pub fn bytes(n: usize) -> String {
+    if n >= 1 << 20 {
+        format!("{} MB", n >> 20)
+    } else {
+        format!("{} KB", n >> 10)
+    }
+}
+
+/// Times work on one stream with a pair of CUDA events (created with timing enabled: cudarc's default flags
+/// disable it).
+pub struct Stopwatch {
+    start: CudaEvent,
+    end: CudaEvent,
+}
+
+impl Stopwatch {
+    /// Two timing events in `ctx`.
+    pub fn new(ctx: &Arc<CudaContext>) -> std::result::Result<Stopwatch, Error> {
+        Ok(Stopwatch {
+            start: ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
+            end: ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
+        })
+    }
+
+    /// Milliseconds the GPU spent on what `work` enqueues on `stream` (waits for it).
+    pub fn time(
+        &self,
+        stream: &Arc<CudaStream>,
+        work: impl FnOnce() -> std::result::Result<(), Error>,
+    ) -> std::result::Result<f32, Error> {
+        self.start.record(stream)?;
+        work()?;
+        self.end.record(stream)?;
+        Ok(self.start.elapsed_ms(&self.end)?)
+    }
+}
+
+/// Times `variants` alternatives on one stream: `warmup` untimed rounds, then `iterations` rounds; in each round
+/// `run(v)` runs variant `v` once for every `v` in turn (so slow drifts of clock or temperature hit all alike).
+/// Returns each variant's median in microseconds.
+pub fn time_variants(
+    stopwatch: &Stopwatch,
+    stream: &Arc<CudaStream>,
+    warmup: usize,
+    iterations: usize,
+    variants: usize,
+    mut run: impl FnMut(usize) -> std::result::Result<(), Error>,
+) -> std::result::Result<Vec<f64>, Error> {
+    let mut samples = vec![Vec::with_capacity(iterations); variants];
+    for round in 0..warmup + iterations {
+        for (variant, times) in samples.iter_mut().enumerate() {
+            let ms = stopwatch.time(stream, || run(variant))?;
+            if round >= warmup {
+                times.push(ms);
+            }
+        }
+    }
+    Ok(samples.into_iter().map(|t| f64::from(median(t)) * 1e3).collect())
+}
+
+/// A hand-written CUDA C++ baseline (`benches/cuda/*.cu`), compiled by the same nvcc, flags and cache as weft's
+/// kernels and loaded into one CUDA context.
+pub struct Baseline {
+    name: &'static str,
+    module: Arc<CudaModule>,
+}
+
+impl Baseline {
+    /// Compiles (or finds in the cache) and loads `source` into `ctx`.
+    pub fn load(ctx: &Arc<CudaContext>, name: &'static str, source: &'static str) -> std::result::Result<Self, Error> {
+        let toolchain = jit::toolchain()?;
+        let arch = GpuArch::from_compute_capability(ctx.compute_capability()?);
+        let compiled = jit::compile_cubin(toolchain, &CompileRequest::new(name, source, weft::device::WEFT_CUH, arch))?;
+        Ok(Baseline { name, module: jit::load(ctx, &compiled)? })
+    }
+
+    /// One of its `extern "C"` kernels.
+    pub fn function(&self, entry_point: &str) -> std::result::Result<CudaFunction, Error> {
+        Ok(jit::load_function(&self.module, self.name, entry_point)?)
+    }
+}
+
+/// The number of GPUs, or why there is none (no driver, or the driver sees no device).
+pub fn gpus() -> std::result::Result<usize, String> {
+    match weft::host::cuda::device_count() {
+        Ok(0) => Err("the CUDA driver reports no GPU".into()),
+        Ok(n) => Ok(n),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// No GPU: prove the toolchain by compiling the example's kernels and baselines for sm_90 against every NCCL
+/// release's headers found, say what would have run, and succeed.
+pub fn without_gpu(why: &str, kernels: &[(&str, &str)], baselines: &[(&str, &str)], plan: &str) -> Result<()> {
+    println!("No GPU here: {why}.");
+    let (nvcc, includes) = header_sets()?;
+    let cache_dir = std::env::temp_dir().join(format!("weft-example-{}", std::process::id()));
+    let cache = KernelCache::new(&cache_dir);
+    let outcome = (|| -> Result<()> {
+        for include in &includes {
+            let toolchain = Toolchain::from_paths(&nvcc, include, None)?;
+            for (name, source) in kernels.iter().chain(baselines) {
+                let started = Instant::now();
+                let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90);
+                let compiled = cache.get_or_compile(&toolchain, &request)?;
+                let what = if baselines.iter().any(|(b, _)| b == name) { "baseline" } else { "kernel" };
+                println!(
+                    "  compiled {what} `{name}` for sm_90 against NCCL {} headers: {} byte cubin in {:.1} s",
+                    toolchain.nccl_version,
+                    compiled.cubin.len(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&cache_dir);
+    outcome?;
+    println!("\nOn a machine with NVIDIA GPUs this example {plan}");
+    Ok(())
+}
+
+/// nvcc and the NCCL include directories to compile against: the environment's (`WEFT_NVCC`,
+/// `WEFT_CODEGEN_NCCL_INCLUDES`), else the toolchain `cargo xtask` provisions — provisioned now if missing.
+fn header_sets() -> Result<(PathBuf, Vec<PathBuf>)> {
+    if let (Ok(nvcc), Ok(spec)) = (std::env::var("WEFT_NVCC"), std::env::var("WEFT_CODEGEN_NCCL_INCLUDES")) {
+        let dirs = spec.split(';').filter_map(|e| e.split_once('=')).map(|(_, dir)| PathBuf::from(dir)).collect();
+        return Ok((PathBuf::from(nvcc), dirs));
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let toolchain = root.join("target/weft-toolchain");
+    if !toolchain.join("stamp").is_file() {
+        println!("Provisioning the CUDA/NCCL toolchain first (`cargo xtask provision`, once; pip downloads)...");
+        let status = Command::new(env!("CARGO")).args(["xtask", "provision"]).current_dir(&root).status()?;
+        if !status.success() {
+            return Err("`cargo xtask provision` failed; run `cargo xtask doctor` for what is missing".into());
+        }
+    }
+    let nvcc = std::fs::read_dir(toolchain.join("venv/lib"))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("site-packages/nvidia/cu13/bin/nvcc"))
+        .find(|p| p.is_file())
+        .ok_or("the provisioned toolchain has no nvcc; run `cargo xtask doctor`")?;
+    let includes = ["nccl-2.28.9", "nccl-2.32.3"]
+        .iter()
+        .map(|v| toolchain.join(v).join("nvidia/nccl/include"))
+        .filter(|p| p.join("nccl.h").is_file())
+        .collect();
+    Ok((nvcc, includes))
+}
