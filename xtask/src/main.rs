@@ -21,13 +21,17 @@ usage: cargo xtask <command>
 commands:
   test [-- <cargo test args>]    provision the toolchain if needed, then
                                  `cargo test --workspace --no-fail-fast`
-  bench [-- <cargo bench args>]  provision the toolchain if needed, then `cargo bench --workspace`
+  bench [-- <cargo bench args>]  provision the toolchain if needed, then
+                                 `cargo bench -p weft --bench fused --bench dsl`
+                                 (a package or target chosen after `--` replaces those)
   doctor                         report libnccl, NCCL headers, nvcc and GPUs, with fixes
   provision                      only provision the toolchain (target/weft-toolchain)
   help                           this text
 
 Arguments after `--` go to cargo; test-binary arguments need a second `--`:
   cargo xtask test -- -p weft-host -- --nocapture
+The benchmarks take their settings from the environment (bench/README.md):
+  WEFT_BENCH_QUICK=1 WEFT_BENCH_CASES=allreduce cargo xtask bench -- --bench fused
 
 Environment: WEFT_SKIP_PROVISION=1 never runs pip (offline, with an existing toolchain).";
 
@@ -111,7 +115,7 @@ fn run(task: Task) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Task::Test(cargo_args) => run_cargo_suite("test", &cargo_args),
-        Task::Bench(cargo_args) => run_cargo_suite("bench", &cargo_args),
+        Task::Bench(cargo_args) => run_cargo_suite("bench", &bench_arguments(cargo_args)),
     }
 }
 
@@ -147,6 +151,31 @@ fn run_cargo_suite(subcommand: &str, cargo_args: &[OsString]) -> Result<ExitCode
     // A signal-killed cargo has no code; still fail.
     let code = status.code().and_then(|code| u8::try_from(code).ok());
     Ok(code.filter(|&code| code != 0).map_or(ExitCode::FAILURE, ExitCode::from))
+}
+
+/// The benchmarks `cargo xtask bench` runs unless told otherwise: the fused kernels against their unfused
+/// baselines, and the DSL's cost against hand-written CUDA C++.
+const DEFAULT_BENCHES: &[&str] = &["-p", "weft", "--bench", "fused", "--bench", "dsl"];
+
+/// `cargo bench`'s arguments: the user's, after [`DEFAULT_BENCHES`] unless the user chose packages or targets.
+fn bench_arguments(cargo_args: Vec<OsString>) -> Vec<OsString> {
+    if selects_packages(&cargo_args) || selects_targets(&cargo_args) {
+        return cargo_args;
+    }
+    DEFAULT_BENCHES.iter().map(OsString::from).chain(cargo_args).collect()
+}
+
+/// Whether cargo arguments (before any `--` meant for the binaries) pick targets (`--bench dsl`, `--lib`, …).
+fn selects_targets(cargo_args: &[OsString]) -> bool {
+    const TARGET_FLAGS: &[&str] =
+        &["--lib", "--bin", "--bins", "--example", "--examples", "--test", "--tests", "--bench", "--benches"];
+    cargo_args.iter().take_while(|argument| *argument != "--").filter_map(|argument| argument.to_str()).any(
+        |argument| {
+            argument == "--all-targets"
+                || argument == "--workspace"
+                || TARGET_FLAGS.iter().any(|flag| argument == *flag || argument.starts_with(&format!("{flag}=")))
+        },
+    )
 }
 
 /// Whether cargo arguments (before any `--` meant for the test binaries) pick packages.
@@ -236,6 +265,23 @@ mod tests {
         assert!(parse(&arguments(&["tset"])).is_err());
         assert!(parse(&arguments(&["test", "--release"])).is_err());
         assert!(parse(&arguments(&["doctor", "--verbose"])).is_err());
+    }
+
+    #[test]
+    fn bench_runs_the_fused_and_dsl_benches_unless_told_otherwise() {
+        let defaults = arguments(&["-p", "weft", "--bench", "fused", "--bench", "dsl"]);
+        assert_eq!(bench_arguments(vec![]), defaults);
+        let mut with_flags = defaults.clone();
+        with_flags.extend(arguments(&["--features", "x", "--", "--quick"]));
+        assert_eq!(bench_arguments(arguments(&["--features", "x", "--", "--quick"])), with_flags);
+        for chosen in
+            [&["--bench", "dsl"][..], &["--bench=fused"], &["-p", "weft-host"], &["--workspace"], &["--benches"]]
+        {
+            assert_eq!(bench_arguments(arguments(chosen)), arguments(chosen), "{chosen:?}");
+        }
+        // A `--bench` meant for the binaries (after `--`) chooses nothing.
+        assert!(!selects_targets(&arguments(&["--", "--bench"])));
+        assert!(!selects_targets(&arguments(&["--benchmark-flag"])));
     }
 
     #[test]

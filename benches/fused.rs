@@ -1,0 +1,230 @@
+//! Fused weft kernels against their unfused baselines, in one process, one rank per visible GPU.
+//!
+//! For each case (`benches/fused/cases/`), at each element type and message size: fresh random inputs, both
+//! sides checked against an f64 host reference with their outputs poisoned first, then both sides timed with
+//! CUDA events behind a spin kernel, medians of many runs, input sets rotated where they fit in L2. Prints a
+//! table and writes `fused.csv` and `fused.svg` (speedup against size) to `WEFT_BENCH_OUT` (default
+//! `target/bench/`). See `bench/README.md` for the columns and the knobs (`WEFT_BENCH_QUICK=1`,
+//! `WEFT_BENCH_CASES=allreduce,…`, `WEFT_BENCH_DTYPES`, `WEFT_BENCH_SIZES`, `WEFT_BENCH_LIMIT_GBPS`).
+//!
+//! `cargo bench --bench fused`, `cargo xtask bench`, or the packed binary on the GPU machine. Command-line
+//! arguments are ignored (cargo passes `--bench`, test runners pass their own flags); the knobs are environment
+//! variables. Without a GPU it says so, measures nothing and exits 0; with one it exits 1 if any check failed.
+
+#[path = "../examples/kernels/mod.rs"]
+mod kernels;
+
+#[path = "fused/cases.rs"]
+mod cases;
+#[path = "fused/harness.rs"]
+mod harness;
+#[path = "fused/options.rs"]
+mod options;
+#[path = "fused/plot.rs"]
+mod plot;
+#[path = "fused/report.rs"]
+mod report;
+#[path = "fused/stats.rs"]
+mod stats;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use weft::host::jit::{CompileRequest, GpuArch, KernelCache, Toolchain};
+
+use crate::harness::{Case, RankBarrier};
+use crate::options::{format_size, Options};
+use crate::report::Row;
+
+fn main() -> ExitCode {
+    let options = match Options::from_env() {
+        Ok(options) => options,
+        Err(problem) => {
+            eprintln!("fused bench: {problem}");
+            return ExitCode::from(2);
+        }
+    };
+    let all = cases::all();
+    let known: Vec<&str> = all.iter().map(|case| case.name()).collect();
+    let unknown = options.unknown_cases(&known);
+    if !unknown.is_empty() {
+        let pending: Vec<&str> = cases::PENDING.iter().map(|p| p.name).collect();
+        eprintln!(
+            "fused bench: WEFT_BENCH_CASES names {unknown:?}; measurable cases: {known:?}; not measurable yet: \
+             {pending:?}"
+        );
+        return ExitCode::from(2);
+    }
+    let selected: Vec<&dyn Case> = all.into_iter().filter(|case| options.selects(case.name())).collect();
+
+    // Ask the driver first: cudarc panics where there is no libcuda.
+    let gpus = match weft::host::cuda::device_count() {
+        Ok(gpus) if gpus > 0 => gpus,
+        Ok(_) => return without_gpu("the CUDA driver reports no GPU", &options, &selected),
+        Err(error) => return without_gpu(&error.to_string(), &options, &selected),
+    };
+    match measure(gpus, &options, &selected) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("fused bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The plan, printed instead of measurements where there is no GPU.
+fn without_gpu(why: &str, options: &Options, cases: &[&dyn Case]) -> ExitCode {
+    println!("fused bench: no GPU here ({why}); nothing was measured.");
+    println!("On a machine with NVIDIA GPUs it would run, one rank per GPU:");
+    print_plan(options, cases);
+    print_pending();
+    match compile_check(cases) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("fused bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Compiles the benchmark's own CUDA C++ (the spin kernel, the baselines' epilogues) for sm_90 against every
+/// NCCL release's headers that `cargo xtask` provisioned, so that a broken baseline fails here and not on the
+/// GPU machine. The weft kernels are compiled by `tests/codegen.rs`.
+fn compile_check(cases: &[&dyn Case]) -> AnyResult<()> {
+    let (Ok(nvcc), Ok(includes)) = (std::env::var("WEFT_NVCC"), std::env::var("WEFT_CODEGEN_NCCL_INCLUDES")) else {
+        println!(
+            "\n(WEFT_NVCC and WEFT_CODEGEN_NCCL_INCLUDES are not set: run through `cargo xtask bench` to also \
+             compile the baselines' CUDA C++ for sm_90 here)"
+        );
+        return Ok(());
+    };
+    let mut sources = vec![("weft_bench_spin", harness::SPIN_SOURCE)];
+    for &(name, source) in cases.iter().flat_map(|case| case.cuda_sources()) {
+        if !sources.iter().any(|&(known, _)| known == name) {
+            sources.push((name, source));
+        }
+    }
+    let cache_dir = std::env::temp_dir().join(format!("weft-bench-compile-{}", std::process::id()));
+    let cache = KernelCache::new(&cache_dir);
+    println!();
+    let outcome = (|| -> AnyResult<()> {
+        for include in includes.split(';').filter_map(|entry| entry.split_once('=')).map(|(_, dir)| dir) {
+            let toolchain = Toolchain::from_paths(&nvcc, include, None)?;
+            for &(name, source) in &sources {
+                let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90);
+                let compiled = cache.get_or_compile(&toolchain, &request)?;
+                println!(
+                    "compiled `{name}` for sm_90 against NCCL {} headers: {} byte cubin",
+                    toolchain.nccl_version,
+                    compiled.cubin.len()
+                );
+            }
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&cache_dir);
+    outcome
+}
+
+fn print_plan(options: &Options, cases: &[&dyn Case]) {
+    let width = cases.iter().map(|case| case.name().len()).max().unwrap_or(0);
+    for case in cases {
+        println!("  {:<width$}  {}\n  {:<width$}    vs {}", case.name(), case.fused(), "", case.baseline());
+    }
+    let sizes: Vec<String> = options.sizes.iter().map(|&bytes| format_size(bytes)).collect();
+    let dtypes: Vec<&str> = options.dtypes.iter().map(|dtype| dtype.name()).collect();
+    println!("  sizes per rank: {}; element types: {}", sizes.join(", "), dtypes.join(", "));
+    println!(
+        "  {} warm-up and {}–{} timed runs per side{}",
+        options.warmup(),
+        options.iterations(usize::MAX),
+        options.iterations(1),
+        if options.quick { " (WEFT_BENCH_QUICK: a smoke run, not a measurement)" } else { "" }
+    );
+}
+
+fn print_pending() {
+    if cases::PENDING.is_empty() {
+        return;
+    }
+    println!("\nNot measured yet (the fused kernel or its baseline has not been written):");
+    for pending in cases::PENDING {
+        println!("  {}: {}\n    waiting for {}", pending.name, pending.what, pending.waiting_for);
+    }
+}
+
+type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+fn measure(gpus: usize, options: &Options, cases: &[&dyn Case]) -> AnyResult<ExitCode> {
+    // The toolchain and library first: a missing nvcc or mismatched NCCL headers fail here, with the fix,
+    // before any communicator exists.
+    let nccl = weft::host::sys::library()?.version().to_string();
+    let nvcc = weft::host::jit::toolchain()?.nvcc_release().to_string();
+    let gpu = cudarc::driver::CudaContext::new(0)?.name()?;
+    let ranks = if gpus == 1 { "1 rank".to_string() } else { format!("{gpus} ranks") };
+    let machine = format!("{gpu}, NCCL {nccl}, {ranks}");
+    println!("weft fused-kernel benchmark: {machine} (one per GPU), nvcc {nvcc}");
+    print_plan(options, cases);
+
+    let total: usize =
+        cases.iter().map(|case| options.dtypes.iter().filter(|d| case.dtypes().contains(d)).count()).sum::<usize>()
+            * options.sizes.len();
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:32}] {pos}/{len} {msg}")
+            .map_err(|e| e.to_string())?
+            .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(250));
+    let on_row = |rank: usize, row: &Row| {
+        if rank != 0 {
+            return;
+        }
+        let line = format!(
+            "{} {} {}: {:.2}x{}",
+            row.case,
+            row.dtype.name(),
+            format_size(row.bytes),
+            row.speedup(),
+            if row.passed() { "" } else { " (check FAILED)" }
+        );
+        if bar.is_hidden() {
+            eprintln!("fused bench: {line}");
+        }
+        bar.set_message(line);
+        bar.inc(1);
+    };
+
+    let devices: Vec<usize> = (0..gpus).collect();
+    let barrier = RankBarrier::new(gpus);
+    let per_rank = weft::host::spmd(&devices, &weft::host::Config::new(), |comm| {
+        harness::run_rank(comm, options, cases, &barrier, &on_row)
+    });
+    bar.finish_and_clear();
+    let rows = report::merge_ranks(per_rank?);
+
+    println!("\n{}", report::table(&rows, options.limit_gbps));
+    println!(
+        "speedup = baseline / weft (median µs, slowest rank); GB/s = the fused pass's minimal bytes per rank / weft \
+         time; % limit of {} GB/s",
+        options.limit_gbps
+    );
+    std::fs::create_dir_all(&options.out_dir)?;
+    let csv_path = options.out_dir.join("fused.csv");
+    std::fs::write(&csv_path, report::csv(&rows, options.limit_gbps, &gpu, &nccl))?;
+    println!("wrote {}", csv_path.display());
+    let svg_path = options.out_dir.join("fused.svg");
+    match plot::write_speedup_svg(&svg_path, &rows, &machine) {
+        Ok(()) => println!("wrote {}", svg_path.display()),
+        Err(problem) => eprintln!("fused bench: no plot: {problem}"),
+    }
+    print_pending();
+
+    let failed = rows.iter().filter(|row| !row.passed()).count();
+    if failed > 0 {
+        eprintln!("fused bench: {failed} measurement(s) FAILED the check against the host reference");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}

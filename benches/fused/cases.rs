@@ -1,0 +1,52 @@
+//! The cases: each fused kernel of `examples/kernels/` against its unfused baseline (the NCCL collective(s),
+//! then the epilogue as a separate hand-written CUDA C++ kernel from `benches/cuda/*_epilogue.cu`, compiled by
+//! the same nvcc).
+
+use crate::harness::Case;
+
+#[path = "cases/allreduce.rs"]
+mod allreduce;
+#[path = "cases/allreduce_bias_residual.rs"]
+mod allreduce_bias_residual;
+
+/// Every case that can be measured, in table order.
+pub fn all() -> Vec<&'static dyn Case> {
+    vec![
+        &allreduce::AllReduce,
+        &allreduce_bias_residual::AllReduceBiasResidual { two_shot: false },
+        &allreduce_bias_residual::AllReduceBiasResidual { two_shot: true },
+    ]
+}
+
+/// A fused kernel the benchmark should measure but cannot yet.
+#[derive(Debug)]
+pub struct Pending {
+    /// The case name it will have.
+    pub name: &'static str,
+    /// What it measures.
+    pub what: &'static str,
+    /// What has to land first.
+    pub waiting_for: &'static str,
+}
+
+/// The fused kernels of issue 4 that are not measured yet, printed after every run so that the table is never
+/// mistaken for the whole suite. When a kernel and its baseline epilogue land: add `cases/<name>.rs` (an
+/// `Instance` like `allreduce.rs`'s), list it in [`all`], and remove it here.
+pub const PENDING: &[Pending] = &[
+    Pending {
+        name: "rmsnorm",
+        what: "residual add + reduce-scatter + RMSNorm + all-gather vs ncclReduceScatter + RMSNorm kernel + \
+               ncclAllGather",
+        waiting_for: "the fused RMSNorm kernel in examples/kernels/ and its epilogue in benches/cuda/",
+    },
+    Pending {
+        name: "zero_adam",
+        what: "reduce-scatter + Adam update + all-gather vs ncclReduceScatter + Adam kernel + ncclAllGather",
+        waiting_for: "the fused ZeRO/Adam kernel in examples/kernels/ and its epilogue in benches/cuda/",
+    },
+    Pending {
+        name: "moe_dispatch",
+        what: "MoE token dispatch/combine over LSA vs ncclAllToAll(v) + permutation kernels",
+        waiting_for: "the fused MoE dispatch kernel in examples/kernels/ and its baseline in benches/cuda/",
+    },
+];

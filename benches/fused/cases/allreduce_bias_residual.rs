@@ -1,0 +1,280 @@
+//! All-reduce + bias + residual, the epilogue of a tensor-parallel row-parallel linear layer
+//! (`examples/kernels/allreduce_epilogue.rs`), against `ncclAllReduce` followed by the hand-written epilogue
+//! kernel of `benches/cuda/allreduce_epilogue.cu`:
+//!
+//! ```text
+//! out[r][c] = Σ_ranks x[r][c] + bias[c] + residual[r][c]        (x, residual, out: rows × hidden)
+//! ```
+//!
+//! Two cases, one per fused algorithm: one-shot (every rank reduces everything) and two-shot (reduce-scatter
+//! with the epilogue, then all-gather through a second window). The baseline is the same for both.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaStream};
+use weft::host::caps::Lsa;
+use weft::host::jit::{self, KernelSpec};
+use weft::host::launch::{launch_raw, ArgBuffer};
+use weft::host::{Active, Communicator, DevComm, DeviceBuffer, LaunchConfig, ReduceOp, Window, WindowFlags};
+
+use crate::harness::{entry_point, grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
+use crate::kernels::allreduce_epilogue::{allreduce_bias_residual_one_shot, allreduce_bias_residual_two_shot};
+use crate::options::Dtype;
+use crate::stats::seed;
+
+/// The baseline's epilogue kernel.
+const EPILOGUE: &str = include_str!("../../cuda/allreduce_epilogue.cu");
+const EPILOGUE_NAME: &str = "allreduce_epilogue";
+/// The hidden dimension (columns): a typical transformer width; smaller messages are one row of all elements.
+const HIDDEN: usize = 4096;
+const BLOCK: u32 = 512;
+/// Elements a thread of the fused kernels handles per trip (four loads in flight).
+const FUSED_ELEMENTS_PER_THREAD: usize = 4;
+
+/// Input streams of a draw (see [`crate::stats::seed`]).
+const X: u64 = 0;
+const BIAS: u64 = 1;
+const RESIDUAL: u64 = 2;
+
+/// `out = Σ_ranks x + bias + residual`, fused one-shot or two-shot, vs `ncclAllReduce` + epilogue kernel.
+#[derive(Debug)]
+pub struct AllReduceBiasResidual {
+    /// The two-shot algorithm (reduce-scatter + epilogue, all-gather) instead of the one-shot.
+    pub two_shot: bool,
+}
+
+impl Case for AllReduceBiasResidual {
+    fn name(&self) -> &'static str {
+        if self.two_shot {
+            "allreduce_bias_residual_2shot"
+        } else {
+            "allreduce_bias_residual_1shot"
+        }
+    }
+
+    fn fused(&self) -> &'static str {
+        if self.two_shot {
+            "allreduce_bias_residual_two_shot (examples/kernels/allreduce_epilogue.rs)"
+        } else {
+            "allreduce_bias_residual_one_shot (examples/kernels/allreduce_epilogue.rs)"
+        }
+    }
+
+    fn baseline(&self) -> &'static str {
+        "ncclAllReduce + allreduce_epilogue kernel (benches/cuda/allreduce_epilogue.cu)"
+    }
+
+    fn bytes_moved(&self, dtype: Dtype, bytes: usize, nranks: usize) -> u64 {
+        let (n, p) = (bytes as u64, nranks as u64);
+        let bias = (hidden(bytes / element_bytes(dtype)) * element_bytes(dtype)) as u64;
+        if self.two_shot {
+            // x: every element read once (slice by slice, by its owner); residual: this rank's slice; y: this
+            // rank's slice written, then read by each peer; out: written whole.
+            n + n.div_ceil(p) + n.div_ceil(p) + (p - 1) * n.div_ceil(p) + n + bias
+        } else {
+            // x: read by this rank and by each peer; residual read and out written once.
+            p * n + n + n + bias
+        }
+    }
+
+    fn cuda_sources(&self) -> &'static [(&'static str, &'static str)] {
+        &[(EPILOGUE_NAME, EPILOGUE)]
+    }
+
+    fn setup<'comm>(
+        &self,
+        rank: &Rank<'comm>,
+        dtype: Dtype,
+        bytes: usize,
+        sets: usize,
+    ) -> Result<Box<dyn Instance + 'comm>> {
+        Ok(match dtype {
+            Dtype::F32 => Box::new(Run::<f32>::new(rank, self.two_shot, bytes, sets)?),
+            Dtype::Bf16 => Box::new(Run::<half::bf16>::new(rank, self.two_shot, bytes, sets)?),
+        })
+    }
+}
+
+fn element_bytes(dtype: Dtype) -> usize {
+    match dtype {
+        Dtype::F32 => 4,
+        Dtype::Bf16 => 2,
+    }
+}
+
+/// Columns for `n` elements: [`HIDDEN`], or all of them in one row when there are fewer.
+fn hidden(n: usize) -> usize {
+    HIDDEN.min(n).max(1)
+}
+
+/// One input/output set.
+struct Set<'comm, T: BenchFloat> {
+    x: Window<'comm, T>,
+    /// The two-shot kernel's scratch window (absent for the one-shot).
+    y: Option<Window<'comm, T>>,
+    residual: DeviceBuffer<T>,
+    /// The baseline's all-reduce result, the epilogue's input.
+    reduced: DeviceBuffer<T>,
+    out: DeviceBuffer<T>,
+}
+
+struct Run<'comm, T: BenchFloat> {
+    comm: &'comm Communicator<Active>,
+    stream: Arc<CudaStream>,
+    dev: DevComm<'comm, Lsa>,
+    fused_cfg: LaunchConfig,
+    epilogue: CudaFunction,
+    epilogue_cfg: LaunchConfig,
+    n: usize,
+    hidden: usize,
+    bias: DeviceBuffer<T>,
+    sets: Vec<Set<'comm, T>>,
+}
+
+impl<'comm, T: BenchFloat> Run<'comm, T> {
+    fn new(rank: &Rank<'comm>, two_shot: bool, bytes: usize, sets: usize) -> Result<Run<'comm, T>> {
+        let (comm, stream) = (rank.comm, rank.stream.clone());
+        let n = (bytes / std::mem::size_of::<T>()).max(1);
+        let hidden = hidden(n);
+        let (name, source, entry_points) = if two_shot {
+            (
+                allreduce_bias_residual_two_shot::NAME,
+                allreduce_bias_residual_two_shot::SOURCE,
+                allreduce_bias_residual_two_shot::ENTRY_POINTS,
+            )
+        } else {
+            (
+                allreduce_bias_residual_one_shot::NAME,
+                allreduce_bias_residual_one_shot::SOURCE,
+                allreduce_bias_residual_one_shot::ENTRY_POINTS,
+            )
+        };
+        let spec = KernelSpec { name, source, entry_point: entry_point(name, entry_points, T::DTYPE)? };
+        let (fused_cfg, wave) =
+            grid_for(&jit::function(comm.context(), &spec)?, &stream, BLOCK, n.div_ceil(FUSED_ELEMENTS_PER_THREAD))?;
+        let requirements = if two_shot {
+            allreduce_bias_residual_two_shot::requirements(&wave)
+        } else {
+            allreduce_bias_residual_one_shot::requirements(&wave)
+        };
+        let dev = comm.dev_comm(&requirements)?;
+
+        let epilogue_spec = KernelSpec {
+            name: EPILOGUE_NAME,
+            source: EPILOGUE,
+            entry_point: match T::DTYPE {
+                Dtype::F32 => "allreduce_epilogue_f32",
+                Dtype::Bf16 => "allreduce_epilogue_bf16",
+            },
+        };
+        let epilogue = jit::function(comm.context(), &epilogue_spec)?;
+        // The epilogue handles 16 bytes per thread per trip when it can.
+        let vector = 16 / std::mem::size_of::<T>();
+        let (epilogue_cfg, _) = grid_for(&epilogue, &stream, BLOCK, n.div_ceil(vector))?;
+
+        let bias = DeviceBuffer::new(&stream, hidden)?;
+        let sets = (0..sets)
+            .map(|_| {
+                Ok(Set {
+                    x: comm.alloc_window::<T>(&stream, n, WindowFlags::COLL_SYMMETRIC)?,
+                    y: if two_shot {
+                        Some(comm.alloc_window::<T>(&stream, n, WindowFlags::COLL_SYMMETRIC)?)
+                    } else {
+                        None
+                    },
+                    residual: DeviceBuffer::new(&stream, n)?,
+                    reduced: DeviceBuffer::new(&stream, n)?,
+                    out: DeviceBuffer::new(&stream, n)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Run { comm, stream, dev, fused_cfg, epilogue, epilogue_cfg, n, hidden, bias, sets })
+    }
+}
+
+impl<T: BenchFloat> Instance for Run<'_, T> {
+    fn fill(&mut self, set: usize, draw: u64) -> Result<()> {
+        let rank = self.comm.rank();
+        let s = &mut self.sets[set];
+        s.x.buffer_mut().copy_from_host(&random_values::<T>(seed(draw, rank, X), self.n))?;
+        // Bias and residual are replicated across tensor-parallel ranks: the same on every rank.
+        s.residual.copy_from_host(&random_values::<T>(seed(draw, 0, RESIDUAL), self.n))?;
+        // One bias for all sets (it is `hidden` elements, cache-resident either way), refilled with each draw.
+        self.bias.copy_from_host(&random_values::<T>(seed(draw, 0, BIAS), self.hidden))
+    }
+
+    fn poison(&mut self, set: usize) -> Result<()> {
+        let s = &mut self.sets[set];
+        poison(&mut s.out)?;
+        poison(&mut s.reduced)?;
+        if let Some(y) = &mut s.y {
+            poison(y.buffer_mut())?;
+        }
+        Ok(())
+    }
+
+    fn run_fused(&mut self, set: usize) -> Result<()> {
+        let s = &mut self.sets[set];
+        match &s.y {
+            Some(y) => allreduce_bias_residual_two_shot::launch(
+                &self.stream,
+                self.fused_cfg,
+                &self.dev,
+                &s.x,
+                y,
+                &self.bias,
+                &s.residual,
+                &mut s.out,
+                self.n,
+                self.hidden,
+            ),
+            None => allreduce_bias_residual_one_shot::launch(
+                &self.stream,
+                self.fused_cfg,
+                &self.dev,
+                &s.x,
+                &self.bias,
+                &s.residual,
+                &mut s.out,
+                self.n,
+                self.hidden,
+            ),
+        }
+    }
+
+    fn run_unfused(&mut self, set: usize) -> Result<()> {
+        let s = &mut self.sets[set];
+        self.comm.all_reduce(s.x.buffer(), &mut s.reduced, ReduceOp::Sum, &self.stream)?;
+        let mut args = ArgBuffer::new();
+        args.push(s.reduced.device_address());
+        args.push(self.bias.device_address());
+        args.push(s.residual.device_address());
+        args.push(s.out.device_address());
+        args.push(self.n);
+        args.push(self.hidden);
+        // SAFETY: allreduce_epilogue_{f32,bf16} take (const T*, const T*, const T*, T*, size_t, size_t), pushed
+        // above in order as 8-byte addresses and sizes; `reduced`, `residual` and `out` hold `n` elements and
+        // `bias` `hidden`, all allocated on this stream's device, and all outlive the run (the instance is
+        // dropped only after the stream is synchronized, and DeviceBuffer's drop synchronizes too).
+        unsafe { launch_raw(&self.epilogue, &self.stream, &self.epilogue_cfg, &mut args) }
+    }
+
+    fn outputs(&mut self, set: usize) -> Result<Vec<Vec<f64>>> {
+        Ok(vec![widen(&self.sets[set].out.copy_to_host()?)])
+    }
+
+    fn reference(&self, draw: u64) -> Vec<Vec<f64>> {
+        let bias = random_values::<T>(seed(draw, 0, BIAS), self.hidden);
+        let mut out: Vec<f64> = random_values::<T>(seed(draw, 0, RESIDUAL), self.n)
+            .into_iter()
+            .enumerate()
+            .map(|(i, residual)| residual.widen() + bias[i % self.hidden].widen())
+            .collect();
+        for rank in 0..self.comm.nranks() {
+            for (acc, x) in out.iter_mut().zip(random_values::<T>(seed(draw, rank, X), self.n)) {
+                *acc += x.widen();
+            }
+        }
+        vec![out]
+    }
+}

@@ -1,0 +1,445 @@
+//! The GPU side of the benchmark: what a case provides (`Case`, `Instance`), how a result is checked against
+//! the f64 host reference, and how both sides are timed.
+//!
+//! Timing: each side runs in batches queued behind a short spin kernel, with a pair of CUDA events around every
+//! run. The spin keeps the GPU busy while the host enqueues the whole batch, so the events measure the GPU's
+//! time for a run (kernels and the gaps between the kernels of one run) and not the host's launch latency,
+//! which a training step hides behind earlier work too. The two sides alternate batch by batch so that clock
+//! or thermal drift cannot favour one of them; every number reported is the median over all runs.
+
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Instant;
+
+use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaStream};
+use weft::host::jit::{self, KernelSpec};
+use weft::host::launch::{launch_raw, ArgBuffer};
+use weft::host::{Active, Communicator, DeviceBuffer, Error, LaunchConfig};
+
+use crate::options::{Dtype, Options};
+use crate::report::Row;
+use crate::stats::{relative_error, Rng, Summary};
+
+/// The bench's result type: weft-host's error, which `weft::host::spmd` needs from every rank.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// An error of the benchmark itself (not of CUDA or NCCL).
+pub fn bench_error(problem: impl Into<String>) -> Error {
+    Error::InvalidArgument { argument: "benchmark", problem: problem.into() }
+}
+
+/// At most this many input sets rotate (see [`crate::stats::rotation_sets`]).
+const MAX_INPUT_SETS: usize = 8;
+/// Runs per batch behind one spin kernel (one pair of events each).
+const BATCH: usize = 25;
+/// The first spin, before any enqueue time was measured, and the cap on later ones.
+const FIRST_SPIN_NS: u64 = 200_000;
+const MAX_SPIN_NS: u64 = 50_000_000;
+/// Used when the driver does not report an L2 size: the H200's.
+const FALLBACK_L2_BYTES: u64 = 60 << 20;
+
+/// The spin kernel's CUDA C++ (`benches/fused/spin.cu`).
+pub const SPIN_SOURCE: &str = include_str!("spin.cu");
+const SPIN: KernelSpec = KernelSpec { name: "weft_bench_spin", source: SPIN_SOURCE, entry_point: "weft_bench_spin" };
+
+/// An element type the cases are instantiated for: what weft kernels, NCCL and the host reference all need.
+///
+/// The host conversions have their own names: `weft::device::Float`'s `from_f32` / `to_f32` exist only inside
+/// kernels and panic on the host.
+pub trait BenchFloat:
+    weft::device::Float + weft::device::Element + weft::host::Element + cudarc::driver::ValidAsZeroBits
+{
+    /// The matching runtime tag.
+    const DTYPE: Dtype;
+    /// `value` rounded to this type, on the host.
+    fn round_from(value: f32) -> Self;
+    /// The exact value, widened, on the host.
+    fn widen(self) -> f64;
+}
+
+impl BenchFloat for f32 {
+    const DTYPE: Dtype = Dtype::F32;
+    fn round_from(value: f32) -> Self {
+        value
+    }
+    fn widen(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+impl BenchFloat for half::bf16 {
+    const DTYPE: Dtype = Dtype::Bf16;
+    fn round_from(value: f32) -> Self {
+        half::bf16::from_f32(value)
+    }
+    fn widen(self) -> f64 {
+        f64::from(half::bf16::to_f32(self))
+    }
+}
+
+/// `len` fresh values in [-1, 1) from stream `seed`, rounded to `T`.
+pub fn random_values<T: BenchFloat>(seed: u64, len: usize) -> Vec<T> {
+    let mut rng = Rng::new(seed);
+    (0..len).map(|_| T::round_from(rng.signed_unit())).collect()
+}
+
+/// Widens device values for comparison with the f64 reference.
+pub fn widen<T: BenchFloat>(values: &[T]) -> Vec<f64> {
+    values.iter().map(|&v| v.widen()).collect()
+}
+
+/// Overwrites `buffer` with NaN, so an element the kernel does not write fails the check.
+pub fn poison<T: BenchFloat>(buffer: &mut DeviceBuffer<T>) -> Result<()> {
+    buffer.copy_from_host(&vec![T::round_from(f32::NAN); buffer.len()])
+}
+
+/// One rank's view while it benchmarks: its communicator and the stream every case runs on.
+#[derive(Debug)]
+pub struct Rank<'comm> {
+    /// This rank's communicator (one per GPU).
+    pub comm: &'comm Communicator<Active>,
+    /// The stream both sides of every case run on.
+    pub stream: Arc<CudaStream>,
+}
+
+/// A fused weft kernel and its unfused baseline: what they compute and how much memory traffic the fused one
+/// cannot avoid.
+pub trait Case: Sync {
+    /// Short name, used by `WEFT_BENCH_CASES` and in the table (`allreduce`).
+    fn name(&self) -> &'static str;
+    /// What the fused side runs.
+    fn fused(&self) -> &'static str;
+    /// What the unfused side runs.
+    fn baseline(&self) -> &'static str;
+    /// The element types both sides exist for.
+    fn dtypes(&self) -> &'static [Dtype] {
+        &Dtype::ALL
+    }
+    /// The fewest bytes of device memory one rank must move for one fused run at `bytes` per rank: each input
+    /// read once, each output written once, plus what the peers read from this rank's memory.
+    fn bytes_moved(&self, dtype: Dtype, bytes: usize, nranks: usize) -> u64;
+    /// The largest relative error that passes.
+    fn tolerance(&self, dtype: Dtype) -> f64 {
+        dtype.default_tolerance()
+    }
+    /// The hand-written CUDA C++ the baseline launches, as `(name, source)`: compiled for sm_90 on machines
+    /// without a GPU too, so a broken baseline shows before the GPU run.
+    fn cuda_sources(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+    /// Allocates `sets` independent input/output sets for messages of `bytes` per rank and compiles or loads
+    /// both sides' kernels. Collective: every rank calls it with the same arguments.
+    fn setup<'comm>(
+        &self,
+        rank: &Rank<'comm>,
+        dtype: Dtype,
+        bytes: usize,
+        sets: usize,
+    ) -> Result<Box<dyn Instance + 'comm>>;
+}
+
+/// A case set up at one element type and size.
+///
+/// Inputs are drawn from a `draw` number shared by all ranks: rank `r`'s inputs for a draw are a function of
+/// `(draw, r)` ([`crate::stats::seed`]), so [`reference`](Instance::reference) can regenerate every rank's
+/// inputs without communicating.
+pub trait Instance {
+    /// Fills set `set`'s inputs (and any state the kernels update in place) with fresh values of `draw`.
+    fn fill(&mut self, set: usize, draw: u64) -> Result<()>;
+    /// Overwrites set `set`'s outputs with NaN.
+    fn poison(&mut self, set: usize) -> Result<()>;
+    /// Enqueues one fused run on set `set` (no synchronization).
+    fn run_fused(&mut self, set: usize) -> Result<()>;
+    /// Enqueues one unfused run on set `set`: the NCCL collective(s), then the epilogue kernel.
+    fn run_unfused(&mut self, set: usize) -> Result<()>;
+    /// Copies set `set`'s outputs to the host (after the stream is synchronized), one vector per output.
+    fn outputs(&mut self, set: usize) -> Result<Vec<Vec<f64>>>;
+    /// This rank's expected outputs for inputs of `draw`, computed on the host in f64, one vector per output.
+    fn reference(&self, draw: u64) -> Vec<Vec<f64>>;
+}
+
+/// Which side of a case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The fused weft kernel.
+    Fused,
+    /// NCCL + the separate epilogue kernel.
+    Unfused,
+}
+
+impl Side {
+    fn run(self, instance: &mut dyn Instance, set: usize) -> Result<()> {
+        match self {
+            Side::Fused => instance.run_fused(set),
+            Side::Unfused => instance.run_unfused(set),
+        }
+    }
+}
+
+/// A barrier for the rank threads of one process that also agrees on a number (the largest any rank
+/// offers), and that a failing rank can break so the others stop waiting for it.
+#[derive(Debug)]
+pub struct RankBarrier {
+    ranks: usize,
+    state: Mutex<BarrierState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct BarrierState {
+    arrived: usize,
+    generation: u64,
+    pending_max: u64,
+    released_max: u64,
+    broken: bool,
+}
+
+impl RankBarrier {
+    /// A barrier for `ranks` threads.
+    pub fn new(ranks: usize) -> RankBarrier {
+        RankBarrier { ranks, state: Mutex::new(BarrierState::default()), changed: Condvar::new() }
+    }
+
+    /// Waits until every rank arrived; returns the largest `value` any of them passed. Fails if a rank broke
+    /// the barrier (it failed and will not arrive).
+    pub fn wait_max(&self, value: u64) -> Result<u64> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.broken {
+            return Err(bench_error("another rank failed; this one stops too"));
+        }
+        state.pending_max = state.pending_max.max(value);
+        state.arrived += 1;
+        if state.arrived == self.ranks {
+            state.released_max = std::mem::take(&mut state.pending_max);
+            state.arrived = 0;
+            state.generation += 1;
+            self.changed.notify_all();
+            return Ok(state.released_max);
+        }
+        let generation = state.generation;
+        while state.generation == generation && !state.broken {
+            state = self.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+        }
+        if state.generation == generation {
+            return Err(bench_error("another rank failed; this one stops too"));
+        }
+        Ok(state.released_max)
+    }
+
+    /// Waits until every rank arrived.
+    pub fn wait(&self) -> Result<()> {
+        self.wait_max(0).map(drop)
+    }
+
+    /// Releases every waiter with an error, now and from now on.
+    pub fn break_all(&self) {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).broken = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Runs both sides on set 0 with fresh inputs of `draw` and returns their relative errors (the worst over the
+/// outputs) against the host reference. Inputs are refilled and outputs poisoned before each side.
+pub fn check(instance: &mut dyn Instance, stream: &CudaStream, barrier: &RankBarrier, draw: u64) -> Result<[f64; 2]> {
+    let reference = instance.reference(draw);
+    let mut errors = [f64::INFINITY; 2];
+    for (error, side) in errors.iter_mut().zip([Side::Fused, Side::Unfused]) {
+        instance.fill(0, draw)?;
+        instance.poison(0)?;
+        // Every rank's inputs are in place before any rank's kernel reads its peers'.
+        barrier.wait()?;
+        side.run(instance, 0)?;
+        stream.synchronize()?;
+        let outputs = instance.outputs(0)?;
+        *error = if outputs.len() == reference.len() {
+            outputs.iter().zip(&reference).map(|(got, want)| relative_error(got, want)).fold(0.0, f64::max)
+        } else {
+            f64::INFINITY
+        };
+        // No rank refills while a peer may still read its inputs.
+        barrier.wait()?;
+    }
+    Ok(errors)
+}
+
+/// Times runs on one stream: a spin kernel, then a batch of runs with an event pair around each.
+pub struct Timer {
+    stream: Arc<CudaStream>,
+    spin: CudaFunction,
+    events: Vec<(CudaEvent, CudaEvent)>,
+    spin_ns: u64,
+}
+
+impl std::fmt::Debug for Timer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timer").field("spin_ns", &self.spin_ns).field("events", &self.events.len()).finish()
+    }
+}
+
+impl Timer {
+    /// Loads the spin kernel and creates the timing events (`CU_EVENT_DEFAULT`: cudarc's default flags
+    /// disable timing).
+    pub fn new(stream: &Arc<CudaStream>) -> Result<Timer> {
+        let context = stream.context();
+        let spin = jit::function(context, &SPIN)?;
+        let events = (0..BATCH)
+            .map(|_| {
+                Ok((
+                    context.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
+                    context.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Timer { stream: stream.clone(), spin, events, spin_ns: FIRST_SPIN_NS })
+    }
+
+    /// Runs `side` `count` (≤ BATCH) times, the `k`-th on set `(first + k) % sets`, and returns the GPU time
+    /// of each run in µs. Every rank calls it together (the spin length is agreed on through `barrier`).
+    fn batch(
+        &mut self,
+        instance: &mut dyn Instance,
+        side: Side,
+        count: usize,
+        first: usize,
+        sets: usize,
+        barrier: &RankBarrier,
+    ) -> Result<Vec<f64>> {
+        let count = count.min(self.events.len());
+        let spin_ns = barrier.wait_max(self.spin_ns)?;
+        let mut args = ArgBuffer::new();
+        args.push(spin_ns);
+        // SAFETY: weft_bench_spin takes one `unsigned long long`, pushed above; it touches no memory.
+        unsafe { launch_raw(&self.spin, &self.stream, &LaunchConfig::linear(1, 1), &mut args)? };
+        let enqueue_started = Instant::now();
+        for (k, (start, end)) in self.events.iter().take(count).enumerate() {
+            start.record(&self.stream)?;
+            side.run(instance, (first + k) % sets.max(1))?;
+            end.record(&self.stream)?;
+        }
+        let enqueue_ns = u64::try_from(enqueue_started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // If enqueueing took longer than the spin, the GPU may have caught up with the host and waited for
+        // launches: make the next spin comfortably longer than this batch's enqueue time.
+        self.spin_ns = self.spin_ns.max(enqueue_ns.saturating_mul(2)).min(MAX_SPIN_NS);
+        self.stream.synchronize()?;
+        self.events.iter().take(count).map(|(start, end)| Ok(f64::from(start.elapsed_ms(end)?) * 1e3)).collect()
+    }
+
+    /// Warms both sides up (`warmup` runs each, discarded), then times `iterations` runs of each, alternating
+    /// batch by batch and rotating through `sets` input sets. Returns (fused, unfused) µs per run.
+    pub fn time_both(
+        &mut self,
+        instance: &mut dyn Instance,
+        sets: usize,
+        warmup: usize,
+        iterations: usize,
+        barrier: &RankBarrier,
+    ) -> Result<(Vec<f64>, Vec<f64>)> {
+        for side in [Side::Fused, Side::Unfused] {
+            let mut done = 0;
+            while done < warmup {
+                let count = (warmup - done).min(BATCH);
+                self.batch(instance, side, count, done, sets, barrier)?;
+                done += count;
+            }
+        }
+        let (mut fused, mut unfused) = (Vec::with_capacity(iterations), Vec::with_capacity(iterations));
+        while fused.len() < iterations {
+            let count = (iterations - fused.len()).min(BATCH);
+            let first = fused.len();
+            fused.extend(self.batch(instance, Side::Fused, count, first, sets, barrier)?);
+            unfused.extend(self.batch(instance, Side::Unfused, count, first, sets, barrier)?);
+        }
+        Ok((fused, unfused))
+    }
+}
+
+/// Everything one rank measures: every selected case at every selected element type and size, in that order
+/// (the same on every rank, which the collectives inside require). `done` is called after each row.
+pub fn run_rank(
+    comm: &Communicator<Active>,
+    options: &Options,
+    cases: &[&dyn Case],
+    barrier: &RankBarrier,
+    done: &(dyn Fn(usize, &Row) + Sync),
+) -> Result<Vec<Row>> {
+    let result = measure_all(comm, options, cases, barrier, done);
+    if result.is_err() {
+        barrier.break_all();
+    }
+    result
+}
+
+fn measure_all(
+    comm: &Communicator<Active>,
+    options: &Options,
+    cases: &[&dyn Case],
+    barrier: &RankBarrier,
+    done: &(dyn Fn(usize, &Row) + Sync),
+) -> Result<Vec<Row>> {
+    let stream = comm.context().new_stream()?;
+    let rank = Rank { comm, stream: stream.clone() };
+    let l2_bytes = match comm.context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE) {
+        Ok(bytes) if bytes > 0 => bytes as u64,
+        _ => FALLBACK_L2_BYTES,
+    };
+    let mut timer = Timer::new(&stream)?;
+    let mut rows = Vec::new();
+    let mut draw = 0u64;
+    for case in cases {
+        for &dtype in options.dtypes.iter().filter(|dtype| case.dtypes().contains(dtype)) {
+            for &bytes in &options.sizes {
+                let bytes_moved = case.bytes_moved(dtype, bytes, comm.nranks());
+                let sets = crate::stats::rotation_sets(bytes_moved, l2_bytes, MAX_INPUT_SETS);
+                let mut instance = case.setup(&rank, dtype, bytes, sets)?;
+                draw += 1;
+                let [weft_error, baseline_error] = check(instance.as_mut(), &stream, barrier, draw)?;
+                // Set 0 keeps the checked inputs; the others get their own.
+                for set in 1..sets {
+                    instance.fill(set, draw.wrapping_add((set as u64) << 32))?;
+                }
+                let (fused, unfused) =
+                    timer.time_both(instance.as_mut(), sets, options.warmup(), options.iterations(bytes), barrier)?;
+                drop(instance);
+                let row = Row {
+                    case: case.name().to_string(),
+                    dtype,
+                    bytes,
+                    nranks: comm.nranks(),
+                    weft: Summary::of(&fused),
+                    baseline: Summary::of(&unfused),
+                    bytes_moved,
+                    input_sets: sets,
+                    weft_error,
+                    baseline_error,
+                    tolerance: case.tolerance(dtype),
+                };
+                done(comm.rank(), &row);
+                rows.push(row);
+            }
+        }
+    }
+    stream.synchronize()?;
+    Ok(rows)
+}
+
+/// The entry point of a generic weft kernel for `dtype` (`lsa_allreduce__bf16`), from its module's
+/// `ENTRY_POINTS`.
+pub fn entry_point(kernel: &str, entry_points: &'static [&'static str], dtype: Dtype) -> Result<&'static str> {
+    let suffix = format!("__{}", dtype.name());
+    entry_points.iter().copied().find(|entry| entry.ends_with(&suffix)).ok_or_else(|| {
+        bench_error(format!("kernel `{kernel}` has no {} instantiation (entry points: {entry_points:?})", dtype.name()))
+    })
+}
+
+/// A launch of at most one full wave of `block`-thread blocks for `function`, and no more blocks than `n`
+/// elements need; the wave is what a device communicator's barriers must be sized for, so it is returned too.
+pub fn grid_for(
+    function: &CudaFunction,
+    stream: &CudaStream,
+    block: u32,
+    n: usize,
+) -> Result<(LaunchConfig, LaunchConfig)> {
+    let wave = LaunchConfig::one_wave(function, stream, block)?;
+    let needed = u32::try_from(n.div_ceil(block as usize)).unwrap_or(u32::MAX).max(1);
+    Ok((LaunchConfig::linear(wave.grid_dim.0.min(needed), block), wave))
+}
