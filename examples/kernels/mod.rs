@@ -5,6 +5,7 @@
 
 pub mod allreduce;
 pub mod allreduce_epilogue;
+pub mod rmsnorm;
 
 /// Every kernel's name and generated CUDA C++.
 pub const ALL: &[(&str, &str)] = &[
@@ -17,4 +18,5 @@ pub const ALL: &[(&str, &str)] = &[
         allreduce_epilogue::allreduce_bias_residual_two_shot::NAME,
         allreduce_epilogue::allreduce_bias_residual_two_shot::SOURCE,
     ),
+    (rmsnorm::rmsnorm_residual_tp::NAME, rmsnorm::rmsnorm_residual_tp::SOURCE),
 ];
