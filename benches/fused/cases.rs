@@ -8,6 +8,8 @@ use crate::harness::Case;
 mod allreduce;
 #[path = "cases/allreduce_bias_residual.rs"]
 mod allreduce_bias_residual;
+#[path = "cases/rmsnorm.rs"]
+mod rmsnorm;
 
 /// Every case that can be measured, in table order.
 pub fn all() -> Vec<&'static dyn Case> {
@@ -15,6 +17,7 @@ pub fn all() -> Vec<&'static dyn Case> {
         &allreduce::AllReduce,
         &allreduce_bias_residual::AllReduceBiasResidual { two_shot: false },
         &allreduce_bias_residual::AllReduceBiasResidual { two_shot: true },
+        &rmsnorm::RmsNorm,
     ]
 }
 
@@ -33,12 +36,6 @@ pub struct Pending {
 /// mistaken for the whole suite. When a kernel and its baseline epilogue land: add `cases/<name>.rs` (an
 /// `Instance` like `allreduce.rs`'s), list it in [`all`], and remove it here.
 pub const PENDING: &[Pending] = &[
-    Pending {
-        name: "rmsnorm",
-        what: "residual add + reduce-scatter + RMSNorm + all-gather vs ncclReduceScatter + RMSNorm kernel + \
-               ncclAllGather",
-        waiting_for: "the fused RMSNorm kernel in examples/kernels/ and its epilogue in benches/cuda/",
-    },
     Pending {
         name: "zero_adam",
         what: "reduce-scatter + Adam update + all-gather vs ncclReduceScatter + Adam kernel + ncclAllGather",
