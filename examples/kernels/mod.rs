@@ -6,6 +6,7 @@
 pub mod allreduce;
 pub mod allreduce_epilogue;
 pub mod rmsnorm;
+pub mod zero_adam;
 
 /// Every kernel's name and generated CUDA C++.
 pub const ALL: &[(&str, &str)] = &[
@@ -19,4 +20,5 @@ pub const ALL: &[(&str, &str)] = &[
         allreduce_epilogue::allreduce_bias_residual_two_shot::SOURCE,
     ),
     (rmsnorm::rmsnorm_residual_tp::NAME, rmsnorm::rmsnorm_residual_tp::SOURCE),
+    (zero_adam::zero_adam_step::NAME, zero_adam::zero_adam_step::SOURCE),
 ];
