@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Everything weft can check on a GPU machine, in one call: run from the repository root there after
-# `../shared/tools/gpu-pack` packed the binaries into .gpu/ (the device tool carries .gpu). Writes full logs to
-# $OUT (or ./gpu-logs) and prints a short summary last. WEFT_GPU_CHECK_QUICK=1 runs the benchmarks in quick mode.
+# `../shared/tools/gpu-pack` packed the binaries into .gpu/ (the device tool carries .gpu). Full logs and the
+# benchmarks' CSV/SVG go to one archive, $OUT/gpu-logs.tgz (the device tool brings back few files), and a short
+# summary is printed last. WEFT_GPU_CHECK_QUICK=1 runs the benchmarks in quick mode.
 set -uo pipefail
 source .gpu/env.sh
-out=${OUT:-gpu-logs}
-mkdir -p "$out"
+out=$(mktemp -d /tmp/weft-gpu-logs.XXXX)
 export NCCL_DEBUG=WARN WEFT_CACHE_DIR=/tmp/weft-cache WEFT_BENCH_OUT="$out"
 # CPU-side compile tests need nvcc and one NCCL header set; the machine's own match its libnccl.
 export WEFT_NVCC=${WEFT_NVCC:-/usr/local/cuda/bin/nvcc}
@@ -22,4 +22,5 @@ done
 for e in .gpu/bin/example-*; do run "$(basename "$e")" 300 "$e"; done
 [ "${WEFT_GPU_CHECK_QUICK:-0}" = 1 ] && export WEFT_BENCH_QUICK=1
 for b in dsl fused allreduce_overhead; do [ -x .gpu/bin/test-$b ] && run "bench-$b" 600 .gpu/bin/test-$b; done
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+tar czf "${OUT:-.}/gpu-logs.tgz" -C "$out" .
