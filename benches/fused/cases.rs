@@ -10,6 +10,8 @@ mod allreduce;
 mod allreduce_bias_residual;
 #[path = "cases/rmsnorm.rs"]
 mod rmsnorm;
+#[path = "cases/zero_adam.rs"]
+mod zero_adam;
 
 /// Every case that can be measured, in table order.
 pub fn all() -> Vec<&'static dyn Case> {
@@ -18,6 +20,7 @@ pub fn all() -> Vec<&'static dyn Case> {
         &allreduce_bias_residual::AllReduceBiasResidual { two_shot: false },
         &allreduce_bias_residual::AllReduceBiasResidual { two_shot: true },
         &rmsnorm::RmsNorm,
+        &zero_adam::ZeroAdam,
     ]
 }
 
@@ -35,15 +38,8 @@ pub struct Pending {
 /// The fused kernels of issue 4 that are not measured yet, printed after every run so that the table is never
 /// mistaken for the whole suite. When a kernel and its baseline epilogue land: add `cases/<name>.rs` (an
 /// `Instance` like `allreduce.rs`'s), list it in [`all`], and remove it here.
-pub const PENDING: &[Pending] = &[
-    Pending {
-        name: "zero_adam",
-        what: "reduce-scatter + Adam update + all-gather vs ncclReduceScatter + Adam kernel + ncclAllGather",
-        waiting_for: "the fused ZeRO/Adam kernel in examples/kernels/ and its epilogue in benches/cuda/",
-    },
-    Pending {
-        name: "moe_dispatch",
-        what: "MoE token dispatch/combine over LSA vs ncclAllToAll(v) + permutation kernels",
-        waiting_for: "the fused MoE dispatch kernel in examples/kernels/ and its baseline in benches/cuda/",
-    },
-];
+pub const PENDING: &[Pending] = &[Pending {
+    name: "moe_dispatch",
+    what: "MoE token dispatch/combine over LSA vs ncclAllToAll(v) + permutation kernels",
+    waiting_for: "the fused MoE dispatch kernel in examples/kernels/ and its baseline in benches/cuda/",
+}];
