@@ -162,9 +162,9 @@ pub trait Instance {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
     /// The fused weft kernel.
-    Fused,
+    Fused = 0,
     /// NCCL + the separate epilogue kernel.
-    Unfused,
+    Unfused = 1,
 }
 
 impl Side {
@@ -267,7 +267,9 @@ pub struct Timer {
     stream: Arc<CudaStream>,
     spin: CudaFunction,
     events: Vec<(CudaEvent, CudaEvent)>,
-    spin_ns: u64,
+    /// The next spin of each side (fused, unfused): twice that side's last enqueue time, at least
+    /// `FIRST_SPIN_NS`. Per side, because the unfused side enqueues more launches per run.
+    spin_ns: [u64; 2],
 }
 
 impl std::fmt::Debug for Timer {
@@ -290,7 +292,7 @@ impl Timer {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Timer { stream: stream.clone(), spin, events, spin_ns: FIRST_SPIN_NS })
+        Ok(Timer { stream: stream.clone(), spin, events, spin_ns: [FIRST_SPIN_NS; 2] })
     }
 
     /// Runs `side` `count` (≤ BATCH) times, the `k`-th on set `(first + k) % sets`, and returns the GPU time
@@ -305,7 +307,8 @@ impl Timer {
         barrier: &RankBarrier,
     ) -> Result<Vec<f64>> {
         let count = count.min(self.events.len());
-        let spin_ns = barrier.wait_max(self.spin_ns)?;
+        let slot = side as usize;
+        let spin_ns = barrier.wait_max(self.spin_ns[slot])?;
         let mut args = ArgBuffer::new();
         args.push(spin_ns);
         // SAFETY: weft_bench_spin takes one `unsigned long long`, pushed above; it touches no memory.
@@ -317,9 +320,10 @@ impl Timer {
             end.record(&self.stream)?;
         }
         let enqueue_ns = u64::try_from(enqueue_started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        // If enqueueing took longer than the spin, the GPU may have caught up with the host and waited for
-        // launches: make the next spin comfortably longer than this batch's enqueue time.
-        self.spin_ns = self.spin_ns.max(enqueue_ns.saturating_mul(2)).min(MAX_SPIN_NS);
+        // The next batch of this side spins comfortably longer than this one took to enqueue, so the GPU does not
+        // catch up with the host and wait for launches. A slow enqueue (a collective's first call sets up its
+        // connections) lengthens only the next spin, and that first batch is a discarded warm-up anyway.
+        self.spin_ns[slot] = enqueue_ns.saturating_mul(2).clamp(FIRST_SPIN_NS, MAX_SPIN_NS);
         self.stream.synchronize()?;
         self.events.iter().take(count).map(|(start, end)| Ok(f64::from(start.elapsed_ms(end)?) * 1e3)).collect()
     }
