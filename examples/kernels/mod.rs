@@ -5,6 +5,7 @@
 
 pub mod allreduce;
 pub mod allreduce_epilogue;
+pub mod moe;
 pub mod rmsnorm;
 pub mod zero_adam;
 
@@ -21,4 +22,8 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     (rmsnorm::rmsnorm_residual_tp::NAME, rmsnorm::rmsnorm_residual_tp::SOURCE),
     (zero_adam::zero_adam_step::NAME, zero_adam::zero_adam_step::SOURCE),
+    (moe::moe_route::NAME, moe::moe_route::SOURCE),
+    (moe::moe_dispatch::NAME, moe::moe_dispatch::SOURCE),
+    (moe::moe_toy_expert::NAME, moe::moe_toy_expert::SOURCE),
+    (moe::moe_combine::NAME, moe::moe_combine::SOURCE),
 ];

@@ -1,0 +1,671 @@
+//! Mixture-of-experts token dispatch and combine over LSA — an all-to-all with variable counts per peer — as weft
+//! kernels, against the usual pack + `ncclAllToAll` of counts + host synchronisation + grouped `ncclSend`/`ncclRecv`
+//! + unpack, on every visible GPU.
+//!
+//! ```sh
+//! cargo run --release --example moe_dispatch
+//! ```
+//!
+//! Every rank has `tokens` tokens of `hidden` elements, each routed to one of `4 x ranks` experts (top-1, skewed
+//! towards the low experts so that the counts per peer differ); expert `e` lives on rank `e / 4`. A layer sends
+//! every token to its expert's rank (dispatch), applies the expert there (here a stand-in: multiply by
+//! `expert + 1`), and brings the result back, weighted by the token's gate (combine). Received tokens are laid
+//! out by source rank, then token order, with their expert ids beside them.
+//!
+//! - fused (`kernels/moe.rs`): route (counts pushed into each destination's small `meta` window), dispatch (each
+//!   rank pulls its tokens from the sources' windows), expert, combine (each rank pulls its tokens' outputs back) —
+//!   four kernels, no host round trip;
+//! - unfused (`benches/cuda/moe_dispatch_epilogue.cu` + NCCL): route, `ncclAllToAll` of the counts, copy to the host
+//!   and synchronise (NCCL's point-to-point sizes are host arguments), pack tokens by destination, grouped
+//!   `ncclSend`/`ncclRecv` of tokens and expert ids, expert, grouped send/receive back, unpack with the gates.
+//!
+//! Bytes per rank beyond the moved tokens themselves: the fused path reads every token row once where it lives and
+//! writes it once where it goes, in both directions; the unfused one also writes and reads the packed send buffer
+//! and the returned buffer (two more passes over this rank's tokens) and stalls on the host for the counts.
+//!
+//! Both are checked against a host reference — the received rows, their expert ids and count, and the combined
+//! output (outputs poisoned first) — and timed end to end with CUDA events (median of 20 after 3 warm-up rounds,
+//! interleaved). Needs every rank in one LSA team, at most 64 ranks. On a machine without a GPU it compiles the
+//! kernels and the baseline with nvcc against every NCCL release's headers it finds, says so, and exits 0.
+
+#[path = "common/mod.rs"]
+mod common;
+#[path = "kernels/mod.rs"]
+mod kernels;
+
+use std::sync::Arc;
+
+use common::{Real, Result};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream};
+use kernels::moe::{moe_combine, moe_dispatch, moe_route, moe_toy_expert};
+use weft::host::caps::Lsa;
+use weft::host::jit::{self, KernelSpec};
+use weft::host::launch::{launch_raw, ArgBuffer};
+use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, Window, WindowFlags};
+
+const BASELINE: &str = include_str!("../benches/cuda/moe_dispatch_epilogue.cu");
+/// `(tokens per rank, hidden)`: a decode step and a prefill chunk.
+const SHAPES: &[(usize, usize)] = &[(128, 4096), (2048, 4096)];
+const EXPERTS_PER_RANK: u32 = 4;
+const BLOCK: u32 = 256;
+const ROUTE_BLOCK: u32 = 1024;
+const WARMUP: usize = 3;
+const ITERATIONS: usize = 20;
+
+fn main() -> Result<()> {
+    println!("weft example 06 — MoE dispatch/combine: a variable-count all-to-all over LSA\n");
+    match common::gpus() {
+        Ok(gpus) => run(gpus),
+        Err(why) => common::without_gpu(
+            &why,
+            &[
+                (moe_route::NAME, moe_route::SOURCE),
+                (moe_dispatch::NAME, moe_dispatch::SOURCE),
+                (moe_toy_expert::NAME, moe_toy_expert::SOURCE),
+                (moe_combine::NAME, moe_combine::SOURCE),
+            ],
+            &[("moe_dispatch_epilogue", BASELINE)],
+            &format!(
+                "runs one rank per GPU and, for (tokens per rank, hidden) in {SHAPES:?} and f32 and bf16, dispatches \
+                 every token to its expert's rank, applies a stand-in expert and combines the results, with the \
+                 fused route/dispatch/combine kernels and with pack + ncclAllToAll of the counts + grouped \
+                 ncclSend/ncclRecv + unpack, checks both against a host reference and prints their median times."
+            ),
+        ),
+    }
+}
+
+/// One rank's inputs: tokens (`tokens x hidden`), expert per token (skewed), gate per token.
+struct Inputs<T> {
+    x: Vec<T>,
+    experts: Vec<u32>,
+    gate: Vec<f32>,
+}
+
+fn inputs<T: Real>(rank: usize, nranks: usize, tokens: usize, hidden: usize) -> Inputs<T> {
+    let nexperts = EXPERTS_PER_RANK as usize * nranks;
+    let experts = common::random(tokens, 5000 + rank as u64)
+        .into_iter()
+        .map(|u| {
+            let u = f64::from(u + 1.0) / 2.0; // [0, 1)
+            ((u * u * nexperts as f64) as usize).min(nexperts - 1) as u32
+        })
+        .collect();
+    let gate = common::random(tokens, 6000 + rank as u64).into_iter().map(|u| 0.55 + 0.45 * u).collect();
+    Inputs { x: common::random_as::<T>(tokens * hidden, 4000 + rank as u64), experts, gate }
+}
+
+/// What rank `me` must receive and produce.
+struct Reference {
+    /// Received rows, by source then token order.
+    recv: Vec<f64>,
+    recv_expert: Vec<u32>,
+    /// Tokens received from each source.
+    from_each: Vec<usize>,
+    /// The combined output for this rank's tokens.
+    out: Vec<f64>,
+}
+
+fn reference<T: Real>(me: usize, nranks: usize, tokens: usize, hidden: usize) -> Reference {
+    let (mut recv, mut recv_expert, mut from_each) = (Vec::new(), Vec::new(), Vec::new());
+    let mut out = Vec::new();
+    for source in 0..nranks {
+        let input = inputs::<T>(source, nranks, tokens, hidden);
+        let before = recv_expert.len();
+        for (t, &e) in input.experts.iter().enumerate() {
+            if (e / EXPERTS_PER_RANK) as usize == me {
+                recv.extend(input.x[t * hidden..(t + 1) * hidden].iter().map(|v| v.value()));
+                recv_expert.push(e);
+            }
+        }
+        from_each.push(recv_expert.len() - before);
+        if source == me {
+            for (t, &e) in input.experts.iter().enumerate() {
+                let scale = f64::from(input.gate[t]) * f64::from(e + 1);
+                out.extend(input.x[t * hidden..(t + 1) * hidden].iter().map(|v| v.value() * scale));
+            }
+        }
+    }
+    Reference { recv, recv_expert, from_each, out }
+}
+
+struct Case {
+    dtype: &'static str,
+    tokens: usize,
+    hidden: usize,
+    element_bytes: usize,
+    from_each: Vec<usize>,
+    /// Median µs of dispatch + expert + combine: fused, unfused.
+    times: [f64; 2],
+    /// Relative errors of (received tokens, combined output): fused, unfused. Infinite when the count or the
+    /// expert ids of the received tokens are wrong.
+    errors: [(f64, f64); 2],
+    tolerance: f64,
+}
+
+impl Case {
+    fn passed(&self) -> bool {
+        self.errors.iter().all(|(a, b)| *a < self.tolerance && *b < self.tolerance)
+    }
+}
+
+fn run(gpus: usize) -> Result<()> {
+    if gpus > 64 {
+        return Err("this example handles at most 64 ranks".into());
+    }
+    let devices: Vec<usize> = (0..gpus).collect();
+    println!("{gpus} GPU(s): one rank per GPU, {} experts per rank", EXPERTS_PER_RANK);
+    let reports = weft::host::spmd(&devices, &Config::new(), |comm| {
+        let rank = Rank::new(comm)?;
+        let mut cases = Vec::new();
+        for &(tokens, hidden) in SHAPES {
+            cases.push(rank.case::<f32>(tokens, hidden)?);
+            cases.push(rank.case::<half::bf16>(tokens, hidden)?);
+        }
+        Ok(cases)
+    })?;
+
+    let nranks = reports.len();
+    println!(
+        "\n{nranks} rank(s); rank 0's median times in µs of dispatch + expert + combine (every rank is checked)\n"
+    );
+    println!(
+        "{:>5} {:>12} {:>8} | {:>9} {:>9} {:>7} | {:>9} {:>9} {:>9} {:>9} | rank 0 receives from each rank",
+        "type", "tokens x hid", "per rank", "fused", "unfused", "speedup", "err recv", "err out", "unf recv", "unf out"
+    );
+    for (c, case) in reports[0].iter().enumerate() {
+        let worst = |k: usize, second: bool| {
+            reports.iter().map(|r| if second { r[c].errors[k].1 } else { r[c].errors[k].0 }).fold(0.0f64, |a, b| {
+                if b > a || b.is_nan() {
+                    b
+                } else {
+                    a
+                }
+            })
+        };
+        println!(
+            "{:>5} {:>12} {:>8} | {:>9.1} {:>9.1} {:>6.2}x | {:>9.1e} {:>9.1e} {:>9.1e} {:>9.1e} | {:?}",
+            case.dtype,
+            format!("{}x{}", case.tokens, case.hidden),
+            common::bytes(case.tokens * case.hidden * case.element_bytes),
+            case.times[0],
+            case.times[1],
+            case.times[1] / case.times[0],
+            worst(0, false),
+            worst(0, true),
+            worst(1, false),
+            worst(1, true),
+            case.from_each,
+        );
+    }
+    let failed: Vec<String> = reports
+        .iter()
+        .enumerate()
+        .flat_map(|(rank, cases)| {
+            cases.iter().filter(|c| !c.passed()).map(move |c| {
+                format!(
+                    "rank {rank} {} {}x{}: (received, combined) errors fused {:?}, unfused {:?} (limit {})",
+                    c.dtype, c.tokens, c.hidden, c.errors[0], c.errors[1], c.tolerance
+                )
+            })
+        })
+        .collect();
+    if failed.is_empty() {
+        println!("\ncheck against the host reference: passed (received tokens exact, f32 < 1e-5, bf16 < 1e-2)");
+        Ok(())
+    } else {
+        println!("\ncheck against the host reference: FAILED");
+        for f in &failed {
+            println!("  {f}");
+        }
+        Err(format!("{} case(s) do not match the host reference", failed.len()).into())
+    }
+}
+
+/// The baseline's kernels, one set per element type where they differ.
+struct BaselineKernels {
+    route: CudaFunction,
+    pack: [CudaFunction; 2],
+    unpack: [CudaFunction; 2],
+}
+
+struct Rank<'comm> {
+    comm: &'comm Communicator,
+    stream: Arc<CudaStream>,
+    stopwatch: common::Stopwatch,
+    /// One full wave of dispatch, expert, combine (all `BLOCK` threads), per type (f32, bf16), and of the
+    /// baseline's pack/unpack.
+    waves: [[LaunchConfig; 3]; 2],
+    baseline_waves: [LaunchConfig; 2],
+    baseline: BaselineKernels,
+    dev: DevComm<'comm, Lsa>,
+}
+
+fn wave(comm: &Communicator, stream: &Arc<CudaStream>, spec: KernelSpec) -> std::result::Result<LaunchConfig, Error> {
+    LaunchConfig::one_wave(&jit::function(comm.context(), &spec)?, stream, BLOCK)
+}
+
+impl<'comm> Rank<'comm> {
+    fn new(comm: &'comm Communicator) -> std::result::Result<Self, Error> {
+        let properties = comm.properties()?;
+        if properties.lsa_size != comm.nranks() {
+            return Err(Error::MissingCapability {
+                capability: "LSA",
+                reason: format!(
+                    "this example needs all {} ranks in one LSA team (NVLink-connected GPUs), but the LSA team has {}",
+                    comm.nranks(),
+                    properties.lsa_size
+                ),
+            });
+        }
+        let stream = comm.context().new_stream()?;
+        let module = common::Baseline::load(comm.context(), "moe_dispatch_epilogue", BASELINE)?;
+        let baseline = BaselineKernels {
+            route: module.function("moe_route_counts")?,
+            pack: [module.function("moe_pack_f32")?, module.function("moe_pack_bf16")?],
+            unpack: [module.function("moe_unpack_f32")?, module.function("moe_unpack_bf16")?],
+        };
+        let spec = |name, source, entry_points, which: usize| KernelSpec {
+            name,
+            source,
+            entry_point: if which == 0 {
+                common::entry_point::<f32>(entry_points)
+            } else {
+                common::entry_point::<half::bf16>(entry_points)
+            },
+        };
+        let mut waves = [[LaunchConfig::linear(1, BLOCK); 3]; 2];
+        let mut requirements = moe_route::requirements(&LaunchConfig::linear(1, ROUTE_BLOCK));
+        for (which, row) in waves.iter_mut().enumerate() {
+            row[0] =
+                wave(comm, &stream, spec(moe_dispatch::NAME, moe_dispatch::SOURCE, moe_dispatch::ENTRY_POINTS, which))?;
+            row[1] = wave(
+                comm,
+                &stream,
+                spec(moe_toy_expert::NAME, moe_toy_expert::SOURCE, moe_toy_expert::ENTRY_POINTS, which),
+            )?;
+            row[2] =
+                wave(comm, &stream, spec(moe_combine::NAME, moe_combine::SOURCE, moe_combine::ENTRY_POINTS, which))?;
+            requirements =
+                requirements.merge(&moe_dispatch::requirements(&row[0])).merge(&moe_combine::requirements(&row[2]));
+        }
+        let baseline_waves = [
+            LaunchConfig::one_wave(&baseline.pack[0], &stream, BLOCK)?,
+            LaunchConfig::one_wave(&baseline.pack[1], &stream, BLOCK)?,
+        ];
+        let dev: DevComm<'_, Lsa> = comm.dev_comm(&requirements)?;
+        Ok(Rank {
+            comm,
+            stopwatch: common::Stopwatch::new(comm.context())?,
+            stream,
+            waves,
+            baseline_waves,
+            baseline,
+            dev,
+        })
+    }
+
+    fn case<T: Real>(&self, tokens: usize, hidden: usize) -> std::result::Result<Case, Error> {
+        let (comm, stream) = (self.comm, &self.stream);
+        let (nranks, rank) = (comm.nranks(), comm.rank());
+        let capacity = nranks * tokens;
+        let which = usize::from(common::type_name::<T>() == "bf16");
+        let want = reference::<T>(rank, nranks, tokens, hidden);
+        let input = inputs::<T>(rank, nranks, tokens, hidden);
+
+        // Shared inputs: the tokens and their experts live in windows (the fused kernels read peers' copies; the
+        // baseline reads its own as plain memory).
+        let mut x = comm.alloc_window::<T>(stream, tokens * hidden, WindowFlags::COLL_SYMMETRIC)?;
+        x.buffer_mut().copy_from_host(&input.x)?;
+        let mut experts = comm.alloc_window::<u32>(stream, tokens, WindowFlags::COLL_SYMMETRIC)?;
+        experts.buffer_mut().copy_from_host(&input.experts)?;
+        let gate = stream.clone_htod(&input.gate)?;
+        let experts_local = stream.clone_htod(&input.experts)?;
+
+        let mut fused = Fused::new(comm, stream, &self.dev, self.waves[which], capacity, tokens, hidden)?;
+        fused.run(&x, &experts, &experts_local, &gate)?;
+        stream.synchronize()?;
+        let fused_errors = fused.errors(stream, &want)?;
+
+        let mut baseline = Unfused::new(
+            comm,
+            stream,
+            &self.baseline,
+            which,
+            self.baseline_waves[which],
+            self.waves[which][1],
+            capacity,
+            tokens,
+            hidden,
+        )?;
+        baseline.run(&x, &experts, &gate)?;
+        stream.synchronize()?;
+        let unfused_errors = baseline.errors(stream, &want)?;
+
+        let times = common::time_variants(&self.stopwatch, stream, WARMUP, ITERATIONS, 2, |variant| match variant {
+            0 => fused.run(&x, &experts, &experts_local, &gate),
+            _ => baseline.run(&x, &experts, &gate),
+        })?;
+        stream.synchronize()?;
+        Ok(Case {
+            dtype: common::type_name::<T>(),
+            tokens,
+            hidden,
+            element_bytes: std::mem::size_of::<T>(),
+            from_each: want.from_each,
+            times: [times[0], times[1]],
+            errors: [fused_errors, unfused_errors],
+            tolerance: T::TOLERANCE,
+        })
+    }
+}
+
+/// Compares received tokens, their ids and count, and the combined output with the reference.
+fn check<T: Real>(
+    stream: &Arc<CudaStream>,
+    want: &Reference,
+    hidden: usize,
+    recv: &CudaSlice<T>,
+    recv_expert: &CudaSlice<u32>,
+    recv_total: &CudaSlice<u32>,
+    out: &CudaSlice<T>,
+) -> std::result::Result<(f64, f64), Error> {
+    let total = want.recv_expert.len();
+    let got_total = stream.clone_dtoh(recv_total)?[0] as usize;
+    let ids = stream.clone_dtoh(recv_expert)?;
+    let received = if got_total != total || ids[..total] != want.recv_expert[..] {
+        f64::INFINITY
+    } else if total == 0 {
+        0.0
+    } else {
+        common::relative_error(&stream.clone_dtoh(recv)?[..total * hidden], &want.recv)
+    };
+    Ok((received, common::relative_error(&stream.clone_dtoh(out)?, &want.out)))
+}
+
+/// The fused path's buffers: windows peers read (`order`, `meta`, `y`) and this rank's outputs.
+struct Fused<'a, T: Real> {
+    stream: &'a Arc<CudaStream>,
+    dev: &'a DevComm<'a, Lsa>,
+    cfg: [LaunchConfig; 3],
+    order: Window<'a, u32>,
+    meta: Window<'a, u32>,
+    y: Window<'a, T>,
+    position: CudaSlice<u32>,
+    recv: CudaSlice<T>,
+    recv_expert: CudaSlice<u32>,
+    recv_total: CudaSlice<u32>,
+    out: CudaSlice<T>,
+    tokens: usize,
+    hidden: usize,
+    capacity: usize,
+}
+
+impl<'a, T: Real> Fused<'a, T> {
+    fn new(
+        comm: &'a Communicator,
+        stream: &'a Arc<CudaStream>,
+        dev: &'a DevComm<'a, Lsa>,
+        cfg: [LaunchConfig; 3],
+        capacity: usize,
+        tokens: usize,
+        hidden: usize,
+    ) -> std::result::Result<Self, Error> {
+        let mut y = comm.alloc_window::<T>(stream, capacity * hidden, WindowFlags::COLL_SYMMETRIC)?;
+        y.buffer_mut().copy_from_host(&vec![T::nan(); capacity * hidden])?;
+        Ok(Fused {
+            stream,
+            dev,
+            cfg,
+            order: comm.alloc_window::<u32>(stream, tokens, WindowFlags::COLL_SYMMETRIC)?,
+            meta: comm.alloc_window::<u32>(stream, 2 * comm.nranks(), WindowFlags::COLL_SYMMETRIC)?,
+            y,
+            position: stream.clone_htod(&vec![u32::MAX; tokens])?,
+            recv: stream.clone_htod(&vec![T::nan(); capacity * hidden])?,
+            recv_expert: stream.clone_htod(&vec![u32::MAX; capacity])?,
+            recv_total: stream.clone_htod(&[u32::MAX])?,
+            out: stream.clone_htod(&vec![T::nan(); tokens * hidden])?,
+            tokens,
+            hidden,
+            capacity,
+        })
+    }
+
+    /// Route, dispatch, expert, combine: four launches, no host synchronisation.
+    fn run(
+        &mut self,
+        x: &Window<'_, T>,
+        experts: &Window<'_, u32>,
+        experts_local: &CudaSlice<u32>,
+        gate: &CudaSlice<f32>,
+    ) -> std::result::Result<(), Error> {
+        let (stream, dev) = (self.stream, self.dev);
+        let route_cfg = LaunchConfig::linear(1, ROUTE_BLOCK);
+        moe_route::launch(
+            stream,
+            route_cfg,
+            dev,
+            experts,
+            &self.order,
+            &self.meta,
+            &mut self.position,
+            self.tokens,
+            EXPERTS_PER_RANK,
+        )?;
+        moe_dispatch::launch(
+            stream,
+            self.cfg[0],
+            dev,
+            x,
+            experts,
+            &self.order,
+            &self.meta,
+            &mut self.recv,
+            &mut self.recv_expert,
+            &mut self.recv_total,
+            self.hidden,
+            self.capacity,
+        )?;
+        moe_toy_expert::launch(
+            stream,
+            self.cfg[1],
+            &self.recv,
+            &self.recv_expert,
+            &self.recv_total,
+            self.y.buffer_mut(),
+            self.hidden,
+        )?;
+        moe_combine::launch(
+            stream,
+            self.cfg[2],
+            dev,
+            &self.y,
+            &self.meta,
+            experts_local,
+            &self.position,
+            gate,
+            &mut self.out,
+            self.tokens,
+            self.hidden,
+            EXPERTS_PER_RANK,
+        )
+    }
+
+    fn errors(&self, stream: &Arc<CudaStream>, want: &Reference) -> std::result::Result<(f64, f64), Error> {
+        check(stream, want, self.hidden, &self.recv, &self.recv_expert, &self.recv_total, &self.out)
+    }
+}
+
+/// The unfused baseline's kernels and buffers.
+struct Unfused<'a, T: Real> {
+    comm: &'a Communicator,
+    stream: &'a Arc<CudaStream>,
+    kernels: &'a BaselineKernels,
+    which: usize,
+    cfg: LaunchConfig,
+    expert_cfg: LaunchConfig,
+    counts: CudaSlice<u32>,
+    offsets: CudaSlice<u32>,
+    slot: CudaSlice<u32>,
+    recv_counts: CudaSlice<u32>,
+    send: CudaSlice<T>,
+    send_expert: CudaSlice<u32>,
+    recv: CudaSlice<T>,
+    recv_expert: CudaSlice<u32>,
+    recv_total: CudaSlice<u32>,
+    y: CudaSlice<T>,
+    back: CudaSlice<T>,
+    out: CudaSlice<T>,
+    tokens: usize,
+    hidden: usize,
+}
+
+impl<'a, T: Real> Unfused<'a, T> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        comm: &'a Communicator,
+        stream: &'a Arc<CudaStream>,
+        kernels: &'a BaselineKernels,
+        which: usize,
+        cfg: LaunchConfig,
+        expert_cfg: LaunchConfig,
+        capacity: usize,
+        tokens: usize,
+        hidden: usize,
+    ) -> std::result::Result<Self, Error> {
+        let nranks = comm.nranks();
+        let poison = |len: usize| stream.clone_htod(&vec![T::nan(); len]);
+        Ok(Unfused {
+            comm,
+            stream,
+            kernels,
+            which,
+            cfg,
+            expert_cfg,
+            counts: stream.alloc_zeros(nranks)?,
+            offsets: stream.alloc_zeros(nranks)?,
+            slot: stream.alloc_zeros(tokens)?,
+            recv_counts: stream.alloc_zeros(nranks)?,
+            send: poison(tokens * hidden)?,
+            send_expert: stream.alloc_zeros(tokens)?,
+            recv: poison(capacity * hidden)?,
+            recv_expert: stream.clone_htod(&vec![u32::MAX; capacity])?,
+            recv_total: stream.clone_htod(&[u32::MAX])?,
+            y: poison(capacity * hidden)?,
+            back: poison(tokens * hidden)?,
+            out: poison(tokens * hidden)?,
+            tokens,
+            hidden,
+        })
+    }
+
+    /// Route, count exchange, host synchronisation, pack, send/receive, expert, send/receive back, unpack.
+    fn run(
+        &mut self,
+        x: &Window<'_, T>,
+        experts: &Window<'_, u32>,
+        gate: &CudaSlice<f32>,
+    ) -> std::result::Result<(), Error> {
+        let (comm, stream, hidden, tokens) = (self.comm, self.stream, self.hidden, self.tokens);
+        let nranks = comm.nranks();
+        {
+            let mut args = ArgBuffer::new();
+            let pointers = [
+                args.slice_arg(experts.buffer(), stream)?.ptr,
+                args.slice_arg_mut(&mut self.counts, stream)?.ptr,
+                args.slice_arg_mut(&mut self.offsets, stream)?.ptr,
+                args.slice_arg_mut(&mut self.slot, stream)?.ptr,
+            ];
+            pointers.into_iter().for_each(|p| args.push(p));
+            args.push(tokens);
+            args.push(EXPERTS_PER_RANK);
+            args.push(nranks as u32);
+            // SAFETY: moe_route_counts(const uint32_t* experts, uint32_t* counts, uint32_t* offsets, uint32_t* slot,
+            // size_t tokens, uint32_t experts_per_rank, uint32_t nranks): experts and slot hold `tokens` entries,
+            // counts and offsets `nranks`; `args` borrows every buffer until after the launch.
+            unsafe { launch_raw(&self.kernels.route, stream, &LaunchConfig::linear(1, ROUTE_BLOCK), &mut args)? };
+        }
+        comm.all_to_all(&self.counts, &mut self.recv_counts, stream)?;
+        // NCCL's point-to-point sizes are host values: the round trip the fused path does not have.
+        let counts = stream.clone_dtoh(&self.counts)?;
+        let offsets = stream.clone_dtoh(&self.offsets)?;
+        let recv_counts = stream.clone_dtoh(&self.recv_counts)?;
+        let recv_offsets: Vec<usize> =
+            recv_counts.iter().scan(0usize, |acc, &c| Some(std::mem::replace(acc, *acc + c as usize))).collect();
+        let total: usize = recv_counts.iter().map(|&c| c as usize).sum();
+        {
+            let mut args = ArgBuffer::new();
+            let pointers = [
+                args.slice_arg(x.buffer(), stream)?.ptr,
+                args.slice_arg(experts.buffer(), stream)?.ptr,
+                args.slice_arg(&self.slot, stream)?.ptr,
+                args.slice_arg_mut(&mut self.send, stream)?.ptr,
+                args.slice_arg_mut(&mut self.send_expert, stream)?.ptr,
+            ];
+            pointers.into_iter().for_each(|p| args.push(p));
+            args.push(tokens);
+            args.push(hidden);
+            // SAFETY: moe_pack_<T>(const T* x, const uint32_t* experts, const uint32_t* slot, T* send,
+            // uint32_t* send_expert, size_t tokens, size_t hidden) for this T: x and send hold tokens x hidden
+            // elements, the others `tokens`; slot is a permutation of 0..tokens; `args` borrows every buffer.
+            unsafe { launch_raw(&self.kernels.pack[self.which], stream, &self.cfg, &mut args)? };
+        }
+        weft::host::group(|| {
+            for peer in 0..nranks {
+                let (start, count) = (offsets[peer] as usize, counts[peer] as usize);
+                if count > 0 {
+                    comm.send(&self.send.slice(start * hidden..(start + count) * hidden), peer, stream)?;
+                    comm.send(&self.send_expert.slice(start..start + count), peer, stream)?;
+                }
+                let (start, count) = (recv_offsets[peer], recv_counts[peer] as usize);
+                if count > 0 {
+                    comm.recv(&mut self.recv.slice_mut(start * hidden..(start + count) * hidden), peer, stream)?;
+                    comm.recv(&mut self.recv_expert.slice_mut(start..start + count), peer, stream)?;
+                }
+            }
+            Ok(())
+        })?;
+        stream.memcpy_htod(&[total as u32], &mut self.recv_total)?;
+        moe_toy_expert::launch(
+            stream,
+            self.expert_cfg,
+            &self.recv,
+            &self.recv_expert,
+            &self.recv_total,
+            &mut self.y,
+            hidden,
+        )?;
+        weft::host::group(|| {
+            for peer in 0..nranks {
+                let (start, count) = (recv_offsets[peer], recv_counts[peer] as usize);
+                if count > 0 {
+                    comm.send(&self.y.slice(start * hidden..(start + count) * hidden), peer, stream)?;
+                }
+                let (start, count) = (offsets[peer] as usize, counts[peer] as usize);
+                if count > 0 {
+                    comm.recv(&mut self.back.slice_mut(start * hidden..(start + count) * hidden), peer, stream)?;
+                }
+            }
+            Ok(())
+        })?;
+        let mut args = ArgBuffer::new();
+        let pointers = [
+            args.slice_arg(&self.back, stream)?.ptr,
+            args.slice_arg(&self.slot, stream)?.ptr,
+            args.slice_arg(gate, stream)?.ptr,
+            args.slice_arg_mut(&mut self.out, stream)?.ptr,
+        ];
+        pointers.into_iter().for_each(|p| args.push(p));
+        args.push(tokens);
+        args.push(hidden);
+        // SAFETY: moe_unpack_<T>(const T* back, const uint32_t* slot, const float* gate, T* out, size_t tokens,
+        // size_t hidden) for this T: back and out hold tokens x hidden elements, slot and gate `tokens`; `args`
+        // borrows every buffer until after the launch.
+        unsafe { launch_raw(&self.kernels.unpack[self.which], stream, &self.cfg, &mut args)? };
+        Ok(())
+    }
+
+    fn errors(&self, stream: &Arc<CudaStream>, want: &Reference) -> std::result::Result<(f64, f64), Error> {
+        check(stream, want, self.hidden, &self.recv, &self.recv_expert, &self.recv_total, &self.out)
+    }
+}

@@ -1,0 +1,269 @@
+//! Mixture-of-experts token dispatch and combine over LSA, with variable token counts per peer and no host
+//! round trip.
+//!
+//! Every rank has `tokens` tokens of `hidden` elements and a top-1 expert per token; expert `e` lives on rank
+//! `e / experts_per_rank`. Four kernels, in stream order on every rank:
+//!
+//! 1. [`moe_route`] (one block): for each destination rank, which of this rank's tokens go there, in token order.
+//!    Writes `order` (this rank's token indices grouped by destination, a window peers read), `position[t]`
+//!    (token `t`'s place within its destination group), and pushes `(count, offset in order)` into slot `me` of
+//!    every destination's `meta` window: the counts are exchanged first, through a small window.
+//! 2. [`moe_dispatch`]: each rank lays out what it receives by source rank, then token order: received token `j`
+//!    comes from the source whose running count covers `j`; its index at the source is read from the source's
+//!    `order`, its row copied from the source's `x` window, its expert id from the source's `experts` window.
+//!    One block per received token; the total lands in `recv_total[0]` for the next kernel.
+//! 3. [`moe_toy_expert`]: the stand-in for the experts' GEMMs, `y[j] = (expert + 1) · recv[j]`, on the received
+//!    layout (local; `y` is the local part of a window so that peers can read it back).
+//! 4. [`moe_combine`]: each token goes home: rank `me` finds token `t` in its destination's `y` at
+//!    `sum over sources s < me of count(s → d)` (read from `d`'s `meta`) `+ position[t]`, and writes
+//!    `gate[t] · y` into `out[t]`.
+//!
+//! The unfused baseline (`benches/cuda/moe_dispatch_epilogue.cu` + NCCL) needs the counts on the host before it can
+//! post its variable-size `ncclSend`/`ncclRecv`s: route, pack the tokens into a send buffer by destination,
+//! `ncclAllToAll` of the counts, a device-to-host copy and a stream synchronisation, grouped send/receive, the
+//! expert, grouped send/receive back, unpack. Bytes per rank for `T·H` sent and `Rcv·H` received: the fused path
+//! reads each token once from its source and writes it once (dispatch), and reads each expert output once from
+//! its owner and writes it once (combine); the baseline also writes and reads the packed send buffer and the
+//! returned buffer: two extra passes over this rank's tokens, plus the host synchronisation.
+//!
+//! Synchronisation: [`moe_route`]'s first LSA barrier keeps a rank from overwriting its `order` or a peer's
+//! `meta` while a peer still reads them (every peer has finished the previous combine), its last one publishes
+//! `order` and `meta`. [`moe_dispatch`] and [`moe_combine`] open with a barrier (the peers' `order`/`meta`/`y` are
+//! complete) and close with one (no peer reads this rank's `x`, `order`, `experts` or `y` any more once the kernel
+//! has ended). Same grid on every rank for the multi-block kernels; at most 64 ranks in the LSA team.
+
+use weft::prelude::*;
+
+/// Kernel 1 (launch one block, a multiple of 32 threads): group this rank's tokens by destination rank and push
+/// the counts and offsets into every destination's `meta` window (slots `2·me`, `2·me + 1`).
+///
+/// `experts`: this rank's expert id per token (a window: [`moe_dispatch`] reads peers'); `order`: a window of
+/// `tokens` entries; `meta`: a window of `2·lsa_size` entries; `position`: `tokens` entries.
+#[weft::kernel(len(experts >= tokens, order >= tokens, position >= tokens))]
+pub fn moe_route(
+    dev: &DevComm<Lsa>,
+    experts: &Window<u32>,
+    order: &Window<u32>,
+    meta: &Window<u32>,
+    position: &mut [u32],
+    tokens: usize,
+    experts_per_rank: u32,
+) {
+    let mut counts = SharedArray::<u32, 64>::new();
+    let mut offsets = SharedArray::<u32, 64>::new();
+    let bar = dev.lsa_barrier(Cta, 0);
+    bar.sync(Cta, Order::Acquire);
+    let peers = dev.lsa_size();
+    let me = dev.lsa_rank();
+    let mine = experts.local();
+    let lane = lane_id();
+    let warps = block_dim_x() / 32;
+
+    // One warp per destination: a warp-wide prefix sum over the tokens that go there gives each its position.
+    let mut dest = warp_id();
+    while dest < peers {
+        let mut base: u32 = 0;
+        let mut chunk: usize = 0;
+        while chunk < tokens {
+            let t = chunk + lane as usize;
+            let mut flag: u32 = 0;
+            if t < tokens && mine[t] / experts_per_rank == dest {
+                flag = 1;
+            }
+            let mut inclusive = flag;
+            let mut delta: u32 = 1;
+            while delta < 32 {
+                let below = shfl_up(inclusive, delta);
+                if lane >= delta {
+                    inclusive += below;
+                }
+                delta *= 2;
+            }
+            if flag == 1 {
+                position[t] = base + inclusive - 1;
+            }
+            base += shfl(inclusive, 31);
+            chunk += 32;
+        }
+        if lane == 0 {
+            counts[dest as usize] = base;
+        }
+        dest += warps;
+    }
+    sync_threads();
+    if thread_idx_x() == 0 {
+        let mut running: u32 = 0;
+        for d in 0..peers {
+            offsets[d as usize] = running;
+            running += counts[d as usize];
+        }
+    }
+    sync_threads();
+
+    // This rank's token indices, grouped by destination, in token order within a group.
+    let mut list = order.local();
+    let mut t = thread_idx_x() as usize;
+    while t < tokens {
+        let d = mine[t] / experts_per_rank;
+        list[(offsets[d as usize] + position[t]) as usize] = t as u32;
+        t += block_dim_x() as usize;
+    }
+
+    // The counts exchange: slot `me` of every destination's meta.
+    let d = thread_idx_x();
+    if d < peers {
+        let mut theirs = meta.lsa(d);
+        theirs[(2 * me) as usize] = counts[d as usize];
+        theirs[(2 * me + 1) as usize] = offsets[d as usize];
+    }
+    bar.sync(Cta, Order::AcqRel);
+}
+
+/// Kernel 2 (one block per received token, blocks loop): pull every token routed to this rank from its source.
+///
+/// `x`: this rank's tokens, `tokens x hidden` (a window); `recv`: `capacity x hidden`; `recv_expert`:
+/// `capacity` expert ids; `recv_total[0]`: how many tokens arrived. Tokens past `capacity` are dropped (size
+/// `capacity` as `lsa_size x tokens` to never drop any).
+#[weft::kernel(types(f32, bf16), len(recv_expert >= capacity, recv_total >= 1))]
+#[allow(clippy::too_many_arguments)]
+pub fn moe_dispatch<T: Float>(
+    dev: &DevComm<Lsa>,
+    x: &Window<T>,
+    experts: &Window<u32>,
+    order: &Window<u32>,
+    meta: &Window<u32>,
+    recv: &mut [T],
+    recv_expert: &mut [u32],
+    recv_total: &mut [u32],
+    hidden: usize,
+    capacity: usize,
+) {
+    let bar = dev.lsa_barrier(Cta, block_idx_x());
+    bar.sync(Cta, Order::Acquire);
+    let peers = dev.lsa_size();
+    let counts = meta.local();
+    let mut total: usize = 0;
+    for s in 0..peers {
+        total += counts[(2 * s) as usize] as usize;
+    }
+    if block_idx_x() == 0 && thread_idx_x() == 0 {
+        recv_total[0] = total.min(capacity) as u32;
+    }
+    let threads = block_dim_x() as usize;
+    let mut j = block_idx_x() as usize;
+    while j < total && j < capacity {
+        // The source of received token j: the first whose running count passes j.
+        let mut source: u32 = 0;
+        let mut start: usize = 0;
+        while start + counts[(2 * source) as usize] as usize <= j {
+            start += counts[(2 * source) as usize] as usize;
+            source += 1;
+        }
+        let k = counts[(2 * source + 1) as usize] as usize + (j - start);
+        let t = order.lsa(source)[k] as usize;
+        if thread_idx_x() == 0 {
+            recv_expert[j] = experts.lsa(source)[t];
+        }
+        let row = x.lsa(source);
+        let (from, to) = (t * hidden, j * hidden);
+        let mut c0 = thread_idx_x() as usize;
+        while c0 + 3 * threads < hidden {
+            let c1 = c0 + threads;
+            let c2 = c1 + threads;
+            let c3 = c2 + threads;
+            let v0 = row[from + c0];
+            let v1 = row[from + c1];
+            let v2 = row[from + c2];
+            let v3 = row[from + c3];
+            recv[to + c0] = v0;
+            recv[to + c1] = v1;
+            recv[to + c2] = v2;
+            recv[to + c3] = v3;
+            c0 = c3 + threads;
+        }
+        while c0 < hidden {
+            recv[to + c0] = row[from + c0];
+            c0 += threads;
+        }
+        j += grid_dim_x() as usize;
+    }
+    bar.sync(Cta, Order::Release);
+}
+
+/// Kernel 3 (one block per received token, blocks loop): the stand-in expert, `y[j] = (recv_expert[j] + 1) ·
+/// recv[j]` for the first `recv_total[0]` tokens. No communication: `y` is the local part of a window.
+#[weft::kernel(types(f32, bf16), len(recv_total >= 1))]
+pub fn moe_toy_expert<T: Float>(recv: &[T], recv_expert: &[u32], recv_total: &[u32], y: &mut [T], hidden: usize) {
+    let total = recv_total[0] as usize;
+    let threads = block_dim_x() as usize;
+    let mut j = block_idx_x() as usize;
+    while j < total {
+        let scale = (recv_expert[j] + 1) as f32;
+        let base = j * hidden;
+        let mut c = thread_idx_x() as usize;
+        while c < hidden {
+            y[base + c] = T::from_f32(recv[base + c].to_f32() * scale);
+            c += threads;
+        }
+        j += grid_dim_x() as usize;
+    }
+}
+
+/// Kernel 4 (one block per token, blocks loop): bring every token's expert output home, weighted by its gate:
+/// `out[t] = gate[t] · y_d[j]` with `d` the rank of token `t`'s expert and `j` its place in `d`'s received layout.
+///
+/// `y`: the expert outputs, `capacity x hidden` (a window); `experts`, `position`, `gate`: `tokens` entries;
+/// `out`: `tokens x hidden`.
+#[weft::kernel(types(f32, bf16), len(experts >= tokens, position >= tokens, gate >= tokens))]
+#[allow(clippy::too_many_arguments)]
+pub fn moe_combine<T: Float>(
+    dev: &DevComm<Lsa>,
+    y: &Window<T>,
+    meta: &Window<u32>,
+    experts: &[u32],
+    position: &[u32],
+    gate: &[f32],
+    out: &mut [T],
+    tokens: usize,
+    hidden: usize,
+    experts_per_rank: u32,
+) {
+    let bar = dev.lsa_barrier(Cta, block_idx_x());
+    bar.sync(Cta, Order::Acquire);
+    let me = dev.lsa_rank();
+    let threads = block_dim_x() as usize;
+    let mut t = block_idx_x() as usize;
+    while t < tokens {
+        let d = experts[t] / experts_per_rank;
+        // Where d put this rank's tokens: after those of every lower source.
+        let theirs = meta.lsa(d);
+        let mut j = position[t] as usize;
+        for s in 0..me {
+            j += theirs[(2 * s) as usize] as usize;
+        }
+        let weight = gate[t];
+        let row = y.lsa(d);
+        let (from, to) = (j * hidden, t * hidden);
+        let mut c0 = thread_idx_x() as usize;
+        while c0 + 3 * threads < hidden {
+            let c1 = c0 + threads;
+            let c2 = c1 + threads;
+            let c3 = c2 + threads;
+            let v0 = row[from + c0].to_f32();
+            let v1 = row[from + c1].to_f32();
+            let v2 = row[from + c2].to_f32();
+            let v3 = row[from + c3].to_f32();
+            out[to + c0] = T::from_f32(weight * v0);
+            out[to + c1] = T::from_f32(weight * v1);
+            out[to + c2] = T::from_f32(weight * v2);
+            out[to + c3] = T::from_f32(weight * v3);
+            c0 = c3 + threads;
+        }
+        while c0 < hidden {
+            out[to + c0] = T::from_f32(weight * row[from + c0].to_f32());
+            c0 += threads;
+        }
+        t += grid_dim_x() as usize;
+    }
+    bar.sync(Cta, Order::Release);
+}
