@@ -8,6 +8,8 @@ use crate::harness::Case;
 mod allreduce;
 #[path = "cases/allreduce_bias_residual.rs"]
 mod allreduce_bias_residual;
+#[path = "cases/moe.rs"]
+mod moe;
 #[path = "cases/rmsnorm.rs"]
 mod rmsnorm;
 #[path = "cases/zero_adam.rs"]
@@ -21,6 +23,7 @@ pub fn all() -> Vec<&'static dyn Case> {
         &allreduce_bias_residual::AllReduceBiasResidual { two_shot: true },
         &rmsnorm::RmsNorm,
         &zero_adam::ZeroAdam,
+        &moe::Moe,
     ]
 }
 
@@ -38,8 +41,4 @@ pub struct Pending {
 /// The fused kernels of issue 4 that are not measured yet, printed after every run so that the table is never
 /// mistaken for the whole suite. When a kernel and its baseline epilogue land: add `cases/<name>.rs` (an
 /// `Instance` like `allreduce.rs`'s), list it in [`all`], and remove it here.
-pub const PENDING: &[Pending] = &[Pending {
-    name: "moe_dispatch",
-    what: "MoE token dispatch/combine over LSA vs ncclAllToAll(v) + permutation kernels",
-    waiting_for: "the fused MoE dispatch kernel in examples/kernels/ and its baseline in benches/cuda/",
-}];
+pub const PENDING: &[Pending] = &[];
