@@ -5,6 +5,7 @@
 
 pub mod allreduce;
 pub mod allreduce_epilogue;
+pub mod gin_ring;
 pub mod moe;
 pub mod rmsnorm;
 pub mod zero_adam;
@@ -26,4 +27,5 @@ pub const ALL: &[(&str, &str)] = &[
     (moe::moe_dispatch::NAME, moe::moe_dispatch::SOURCE),
     (moe::moe_toy_expert::NAME, moe::moe_toy_expert::SOURCE),
     (moe::moe_combine::NAME, moe::moe_combine::SOURCE),
+    (gin_ring::gin_ring_allgather::NAME, gin_ring::gin_ring_allgather::SOURCE),
 ];
