@@ -159,9 +159,7 @@ fn run(gpus: usize) -> Result<()> {
         "err unf"
     );
     for (c, case) in reports[0].iter().enumerate() {
-        let worst = |k: usize| {
-            reports.iter().map(|r| r[c].errors[k]).fold(0.0f64, |a, b| if b > a || b.is_nan() { b } else { a })
-        };
+        let worst = |k: usize| common::worst(reports.iter().map(|r| r[c].errors[k]));
         let message = case.rows * case.hidden * case.element_bytes;
         let fused = if two_shot_pays(nranks, message) { case.times[1] } else { case.times[0] };
         let one_shot_bytes = (nranks + 2) * message;
@@ -192,16 +190,7 @@ fn run(gpus: usize) -> Result<()> {
             })
         })
         .collect();
-    if failed.is_empty() {
-        println!("\ncheck against the f64 host reference: passed (f32 < 1e-5, bf16 < 1e-2)");
-        Ok(())
-    } else {
-        println!("\ncheck against the f64 host reference: FAILED");
-        for f in &failed {
-            println!("  {f}");
-        }
-        Err(format!("{} case(s) do not match the host reference", failed.len()).into())
-    }
+    common::verdict(&failed, "f32 < 1e-5, bf16 < 1e-2")
 }
 
 /// One rank's state: its stream, the baseline kernels, launch geometries and the device communicator.

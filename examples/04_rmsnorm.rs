@@ -160,13 +160,7 @@ fn run(gpus: usize) -> Result<()> {
     );
     for (c, case) in reports[0].iter().enumerate() {
         let worst = |k: usize, second: bool| {
-            reports.iter().map(|r| if second { r[c].errors[k].1 } else { r[c].errors[k].0 }).fold(0.0f64, |a, b| {
-                if b > a || b.is_nan() {
-                    b
-                } else {
-                    a
-                }
-            })
+            common::worst(reports.iter().map(|r| if second { r[c].errors[k].1 } else { r[c].errors[k].0 }))
         };
         let message = case.rows * case.hidden * case.element_bytes;
         let fused_bytes = message / nranks * (2 * nranks + 2);
@@ -197,16 +191,7 @@ fn run(gpus: usize) -> Result<()> {
             })
         })
         .collect();
-    if failed.is_empty() {
-        println!("\ncheck against the f64 host reference: passed (f32 < 1e-5, bf16 < 1e-2)");
-        Ok(())
-    } else {
-        println!("\ncheck against the f64 host reference: FAILED");
-        for f in &failed {
-            println!("  {f}");
-        }
-        Err(format!("{} case(s) do not match the host reference", failed.len()).into())
-    }
+    common::verdict(&failed, "f32 < 1e-5, bf16 < 1e-2")
 }
 
 /// One rank's state: stream, baseline kernels, launch geometries, device communicator.
@@ -222,17 +207,7 @@ struct Rank<'comm> {
 
 impl<'comm> Rank<'comm> {
     fn new(comm: &'comm Communicator) -> std::result::Result<Self, Error> {
-        let properties = comm.properties()?;
-        if properties.lsa_size != comm.nranks() {
-            return Err(Error::MissingCapability {
-                capability: "LSA",
-                reason: format!(
-                    "this example needs all {} ranks in one LSA team (NVLink-connected GPUs), but the LSA team has {}",
-                    comm.nranks(),
-                    properties.lsa_size
-                ),
-            });
-        }
+        common::require_one_lsa_team(comm)?;
         let stream = comm.context().new_stream()?;
         let baseline = common::Baseline::load(comm.context(), "rmsnorm_epilogue", BASELINE)?;
         let epilogues = [baseline.function("rmsnorm_epilogue_f32")?, baseline.function("rmsnorm_epilogue_bf16")?];

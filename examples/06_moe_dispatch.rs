@@ -32,18 +32,19 @@
 mod common;
 #[path = "kernels/mod.rs"]
 mod kernels;
+#[path = "moe/unfused.rs"]
+mod unfused;
 
 use std::sync::Arc;
 
 use common::{Real, Result};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream};
+use cudarc::driver::{CudaSlice, CudaStream};
 use kernels::moe::{moe_combine, moe_dispatch, moe_route, moe_toy_expert};
+use unfused::{BaselineKernels, Unfused};
 use weft::host::caps::Lsa;
 use weft::host::jit::{self, KernelSpec};
-use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, Window, WindowFlags};
 
-const BASELINE: &str = include_str!("../benches/cuda/moe_dispatch_epilogue.cu");
 /// `(tokens per rank, hidden)`: a decode step and a prefill chunk.
 const SHAPES: &[(usize, usize)] = &[(128, 4096), (2048, 4096)];
 const EXPERTS_PER_RANK: u32 = 4;
@@ -64,7 +65,7 @@ fn main() -> Result<()> {
                 (moe_toy_expert::NAME, moe_toy_expert::SOURCE),
                 (moe_combine::NAME, moe_combine::SOURCE),
             ],
-            &[("moe_dispatch_epilogue", BASELINE)],
+            &[("moe_dispatch_epilogue", unfused::BASELINE)],
             &format!(
                 "runs one rank per GPU and, for (tokens per rank, hidden) in {SHAPES:?} and f32 and bf16, dispatches \
                  every token to its expert's rank, applies a stand-in expert and combines the results, with the \
@@ -175,13 +176,7 @@ fn run(gpus: usize) -> Result<()> {
     );
     for (c, case) in reports[0].iter().enumerate() {
         let worst = |k: usize, second: bool| {
-            reports.iter().map(|r| if second { r[c].errors[k].1 } else { r[c].errors[k].0 }).fold(0.0f64, |a, b| {
-                if b > a || b.is_nan() {
-                    b
-                } else {
-                    a
-                }
-            })
+            common::worst(reports.iter().map(|r| if second { r[c].errors[k].1 } else { r[c].errors[k].0 }))
         };
         println!(
             "{:>5} {:>12} {:>8} | {:>9.1} {:>9.1} {:>6.2}x | {:>9.1e} {:>9.1e} {:>9.1e} {:>9.1e} | {:?}",
@@ -210,23 +205,7 @@ fn run(gpus: usize) -> Result<()> {
             })
         })
         .collect();
-    if failed.is_empty() {
-        println!("\ncheck against the host reference: passed (received tokens exact, f32 < 1e-5, bf16 < 1e-2)");
-        Ok(())
-    } else {
-        println!("\ncheck against the host reference: FAILED");
-        for f in &failed {
-            println!("  {f}");
-        }
-        Err(format!("{} case(s) do not match the host reference", failed.len()).into())
-    }
-}
-
-/// The baseline's kernels, one set per element type where they differ.
-struct BaselineKernels {
-    route: CudaFunction,
-    pack: [CudaFunction; 2],
-    unpack: [CudaFunction; 2],
+    common::verdict(&failed, "received tokens exact, f32 < 1e-5, bf16 < 1e-2")
 }
 
 struct Rank<'comm> {
@@ -247,24 +226,9 @@ fn wave(comm: &Communicator, stream: &Arc<CudaStream>, spec: KernelSpec) -> std:
 
 impl<'comm> Rank<'comm> {
     fn new(comm: &'comm Communicator) -> std::result::Result<Self, Error> {
-        let properties = comm.properties()?;
-        if properties.lsa_size != comm.nranks() {
-            return Err(Error::MissingCapability {
-                capability: "LSA",
-                reason: format!(
-                    "this example needs all {} ranks in one LSA team (NVLink-connected GPUs), but the LSA team has {}",
-                    comm.nranks(),
-                    properties.lsa_size
-                ),
-            });
-        }
+        common::require_one_lsa_team(comm)?;
         let stream = comm.context().new_stream()?;
-        let module = common::Baseline::load(comm.context(), "moe_dispatch_epilogue", BASELINE)?;
-        let baseline = BaselineKernels {
-            route: module.function("moe_route_counts")?,
-            pack: [module.function("moe_pack_f32")?, module.function("moe_pack_bf16")?],
-            unpack: [module.function("moe_unpack_f32")?, module.function("moe_unpack_bf16")?],
-        };
+        let baseline = BaselineKernels::load(comm.context())?;
         let spec = |name, source, entry_points, which: usize| KernelSpec {
             name,
             source,
@@ -289,10 +253,7 @@ impl<'comm> Rank<'comm> {
             requirements =
                 requirements.merge(&moe_dispatch::requirements(&row[0])).merge(&moe_combine::requirements(&row[2]));
         }
-        let baseline_waves = [
-            LaunchConfig::one_wave(&baseline.pack[0], &stream, BLOCK)?,
-            LaunchConfig::one_wave(&baseline.pack[1], &stream, BLOCK)?,
-        ];
+        let baseline_waves = baseline.waves(&stream, BLOCK)?;
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&requirements)?;
         Ok(Rank {
             comm,
@@ -489,180 +450,6 @@ impl<'a, T: Real> Fused<'a, T> {
             self.hidden,
             EXPERTS_PER_RANK,
         )
-    }
-
-    fn errors(&self, stream: &Arc<CudaStream>, want: &Reference) -> std::result::Result<(f64, f64), Error> {
-        check(stream, want, self.hidden, &self.recv, &self.recv_expert, &self.recv_total, &self.out)
-    }
-}
-
-/// The unfused baseline's kernels and buffers.
-struct Unfused<'a, T: Real> {
-    comm: &'a Communicator,
-    stream: &'a Arc<CudaStream>,
-    kernels: &'a BaselineKernels,
-    which: usize,
-    cfg: LaunchConfig,
-    expert_cfg: LaunchConfig,
-    counts: CudaSlice<u32>,
-    offsets: CudaSlice<u32>,
-    slot: CudaSlice<u32>,
-    recv_counts: CudaSlice<u32>,
-    send: CudaSlice<T>,
-    send_expert: CudaSlice<u32>,
-    recv: CudaSlice<T>,
-    recv_expert: CudaSlice<u32>,
-    recv_total: CudaSlice<u32>,
-    y: CudaSlice<T>,
-    back: CudaSlice<T>,
-    out: CudaSlice<T>,
-    tokens: usize,
-    hidden: usize,
-}
-
-impl<'a, T: Real> Unfused<'a, T> {
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        comm: &'a Communicator,
-        stream: &'a Arc<CudaStream>,
-        kernels: &'a BaselineKernels,
-        which: usize,
-        cfg: LaunchConfig,
-        expert_cfg: LaunchConfig,
-        capacity: usize,
-        tokens: usize,
-        hidden: usize,
-    ) -> std::result::Result<Self, Error> {
-        let nranks = comm.nranks();
-        let poison = |len: usize| stream.clone_htod(&vec![T::nan(); len]);
-        Ok(Unfused {
-            comm,
-            stream,
-            kernels,
-            which,
-            cfg,
-            expert_cfg,
-            counts: stream.alloc_zeros(nranks)?,
-            offsets: stream.alloc_zeros(nranks)?,
-            slot: stream.alloc_zeros(tokens)?,
-            recv_counts: stream.alloc_zeros(nranks)?,
-            send: poison(tokens * hidden)?,
-            send_expert: stream.alloc_zeros(tokens)?,
-            recv: poison(capacity * hidden)?,
-            recv_expert: stream.clone_htod(&vec![u32::MAX; capacity])?,
-            recv_total: stream.clone_htod(&[u32::MAX])?,
-            y: poison(capacity * hidden)?,
-            back: poison(tokens * hidden)?,
-            out: poison(tokens * hidden)?,
-            tokens,
-            hidden,
-        })
-    }
-
-    /// Route, count exchange, host synchronisation, pack, send/receive, expert, send/receive back, unpack.
-    fn run(
-        &mut self,
-        x: &Window<'_, T>,
-        experts: &Window<'_, u32>,
-        gate: &CudaSlice<f32>,
-    ) -> std::result::Result<(), Error> {
-        let (comm, stream, hidden, tokens) = (self.comm, self.stream, self.hidden, self.tokens);
-        let nranks = comm.nranks();
-        {
-            let mut args = ArgBuffer::new();
-            let pointers = [
-                args.slice_arg(experts.buffer(), stream)?.ptr,
-                args.slice_arg_mut(&mut self.counts, stream)?.ptr,
-                args.slice_arg_mut(&mut self.offsets, stream)?.ptr,
-                args.slice_arg_mut(&mut self.slot, stream)?.ptr,
-            ];
-            pointers.into_iter().for_each(|p| args.push(p));
-            args.push(tokens);
-            args.push(EXPERTS_PER_RANK);
-            args.push(nranks as u32);
-            // SAFETY: moe_route_counts(const uint32_t* experts, uint32_t* counts, uint32_t* offsets, uint32_t* slot,
-            // size_t tokens, uint32_t experts_per_rank, uint32_t nranks): experts and slot hold `tokens` entries,
-            // counts and offsets `nranks`; `args` borrows every buffer until after the launch.
-            unsafe { launch_raw(&self.kernels.route, stream, &LaunchConfig::linear(1, ROUTE_BLOCK), &mut args)? };
-        }
-        comm.all_to_all(&self.counts, &mut self.recv_counts, stream)?;
-        // NCCL's point-to-point sizes are host values: the round trip the fused path does not have.
-        let counts = stream.clone_dtoh(&self.counts)?;
-        let offsets = stream.clone_dtoh(&self.offsets)?;
-        let recv_counts = stream.clone_dtoh(&self.recv_counts)?;
-        let recv_offsets: Vec<usize> =
-            recv_counts.iter().scan(0usize, |acc, &c| Some(std::mem::replace(acc, *acc + c as usize))).collect();
-        let total: usize = recv_counts.iter().map(|&c| c as usize).sum();
-        {
-            let mut args = ArgBuffer::new();
-            let pointers = [
-                args.slice_arg(x.buffer(), stream)?.ptr,
-                args.slice_arg(experts.buffer(), stream)?.ptr,
-                args.slice_arg(&self.slot, stream)?.ptr,
-                args.slice_arg_mut(&mut self.send, stream)?.ptr,
-                args.slice_arg_mut(&mut self.send_expert, stream)?.ptr,
-            ];
-            pointers.into_iter().for_each(|p| args.push(p));
-            args.push(tokens);
-            args.push(hidden);
-            // SAFETY: moe_pack_<T>(const T* x, const uint32_t* experts, const uint32_t* slot, T* send,
-            // uint32_t* send_expert, size_t tokens, size_t hidden) for this T: x and send hold tokens x hidden
-            // elements, the others `tokens`; slot is a permutation of 0..tokens; `args` borrows every buffer.
-            unsafe { launch_raw(&self.kernels.pack[self.which], stream, &self.cfg, &mut args)? };
-        }
-        weft::host::group(|| {
-            for peer in 0..nranks {
-                let (start, count) = (offsets[peer] as usize, counts[peer] as usize);
-                if count > 0 {
-                    comm.send(&self.send.slice(start * hidden..(start + count) * hidden), peer, stream)?;
-                    comm.send(&self.send_expert.slice(start..start + count), peer, stream)?;
-                }
-                let (start, count) = (recv_offsets[peer], recv_counts[peer] as usize);
-                if count > 0 {
-                    comm.recv(&mut self.recv.slice_mut(start * hidden..(start + count) * hidden), peer, stream)?;
-                    comm.recv(&mut self.recv_expert.slice_mut(start..start + count), peer, stream)?;
-                }
-            }
-            Ok(())
-        })?;
-        stream.memcpy_htod(&[total as u32], &mut self.recv_total)?;
-        moe_toy_expert::launch(
-            stream,
-            self.expert_cfg,
-            &self.recv,
-            &self.recv_expert,
-            &self.recv_total,
-            &mut self.y,
-            hidden,
-        )?;
-        weft::host::group(|| {
-            for peer in 0..nranks {
-                let (start, count) = (recv_offsets[peer], recv_counts[peer] as usize);
-                if count > 0 {
-                    comm.send(&self.y.slice(start * hidden..(start + count) * hidden), peer, stream)?;
-                }
-                let (start, count) = (offsets[peer] as usize, counts[peer] as usize);
-                if count > 0 {
-                    comm.recv(&mut self.back.slice_mut(start * hidden..(start + count) * hidden), peer, stream)?;
-                }
-            }
-            Ok(())
-        })?;
-        let mut args = ArgBuffer::new();
-        let pointers = [
-            args.slice_arg(&self.back, stream)?.ptr,
-            args.slice_arg(&self.slot, stream)?.ptr,
-            args.slice_arg(gate, stream)?.ptr,
-            args.slice_arg_mut(&mut self.out, stream)?.ptr,
-        ];
-        pointers.into_iter().for_each(|p| args.push(p));
-        args.push(tokens);
-        args.push(hidden);
-        // SAFETY: moe_unpack_<T>(const T* back, const uint32_t* slot, const float* gate, T* out, size_t tokens,
-        // size_t hidden) for this T: back and out hold tokens x hidden elements, slot and gate `tokens`; `args`
-        // borrows every buffer until after the launch.
-        unsafe { launch_raw(&self.kernels.unpack[self.which], stream, &self.cfg, &mut args)? };
-        Ok(())
     }
 
     fn errors(&self, stream: &Arc<CudaStream>, want: &Reference) -> std::result::Result<(f64, f64), Error> {

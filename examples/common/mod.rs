@@ -114,6 +114,32 @@ pub fn passes<T: Real>(error: f64) -> bool {
     error < T::TOLERANCE
 }
 
+/// The largest of some relative errors, a NaN winning: a NaN must never look like a pass.
+pub fn worst(errors: impl IntoIterator<Item = f64>) -> f64 {
+    let mut worst = 0.0f64;
+    for error in errors {
+        if error.is_nan() {
+            return f64::NAN;
+        }
+        worst = worst.max(error);
+    }
+    worst
+}
+
+/// Prints the verdict of an example's checks: `Ok` when `failed` is empty, else an error (exit status 1) after
+/// listing what failed. `limits` says what passing means.
+pub fn verdict(failed: &[String], limits: &str) -> Result<()> {
+    if failed.is_empty() {
+        println!("\ncheck against the host reference: passed ({limits})");
+        return Ok(());
+    }
+    println!("\ncheck against the host reference: FAILED");
+    for f in failed {
+        println!("  {f}");
+    }
+    Err(format!("{} case(s) do not match the host reference", failed.len()).into())
+}
+
 /// The median of some timings.
 pub fn median(mut times: Vec<f32>) -> f32 {
     times.sort_by(f32::total_cmp);
@@ -201,6 +227,23 @@ impl Baseline {
     pub fn function(&self, entry_point: &str) -> std::result::Result<CudaFunction, Error> {
         Ok(jit::load_function(&self.module, self.name, entry_point)?)
     }
+}
+
+/// Refuses communicators whose ranks are not all in one LSA team (NVLink-connected GPUs of one host): the
+/// tensor-parallel examples address every rank through LSA.
+pub fn require_one_lsa_team(comm: &weft::host::Communicator) -> std::result::Result<(), Error> {
+    let properties = comm.properties()?;
+    if properties.lsa_size == comm.nranks() {
+        return Ok(());
+    }
+    Err(Error::MissingCapability {
+        capability: "LSA",
+        reason: format!(
+            "this example needs all {} ranks in one LSA team (NVLink-connected GPUs), but the LSA team has {}",
+            comm.nranks(),
+            properties.lsa_size
+        ),
+    })
 }
 
 /// The number of GPUs, or why there is none (no driver, or the driver sees no device).
