@@ -200,7 +200,7 @@ struct Ranks<'comm> {
     stopwatch: common::Stopwatch,
     epilogue_f32: CudaFunction,
     epilogue_bf16: CudaFunction,
-    /// One full wave of each kernel: one-shot f32, one-shot bf16, two-shot f32, two-shot bf16, epilogue.
+    /// One full wave of each kernel, per type (f32, bf16).
     one_shot_cfg: [LaunchConfig; 2],
     two_shot_cfg: [LaunchConfig; 2],
     epilogue_cfg: [LaunchConfig; 2],
