@@ -100,6 +100,44 @@ fn lsa_allreduce_and_peer_copy_match_the_host_reference_in_f32_and_bf16() {
     comm.finalize().unwrap().destroy().unwrap();
 }
 
+/// 16-byte packs: aligned and unaligned sub-slices, a tail that does not fill a pack, f32 and bf16.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pack_loads_and_stores_match_the_host_reference_at_any_offset() {
+    fn check<T: weft::device::Float + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        s: &Arc<CudaStream>,
+        to: fn(f32) -> T,
+        from: fn(T) -> f32,
+        tolerance: f64,
+    ) {
+        let lanes = weft::device::pack_lanes::<T>();
+        let cfg = LaunchConfig::linear(64, 256);
+        for (offset, n) in [(0, (1 << 16) + 5), (1, (1 << 16) + lanes), (3, 1000), (0, 9)] {
+            let x: Vec<T> = random(n + offset, 21).into_iter().map(to).collect();
+            let y: Vec<T> = random(n, 22).into_iter().map(to).collect();
+            let a = 1.5f32;
+            let (xd, yd) = (s.clone_htod(&x).unwrap(), s.clone_htod(&y).unwrap());
+            let mut out = s.clone_htod(&vec![to(f32::NAN); n]).unwrap();
+            let mut squares = s.clone_htod(&vec![f32::NAN; n / lanes]).unwrap();
+            kernels::pack_axpy::launch(s, cfg, a, &xd, offset, &yd, &mut out, &mut squares, n).unwrap();
+            let want: Vec<f64> =
+                (0..n).map(|i| f64::from(a) * f64::from(from(x[offset + i])) + f64::from(from(y[i]))).collect();
+            let got: Vec<f64> = s.clone_dtoh(&out).unwrap().into_iter().map(|v| f64::from(from(v))).collect();
+            let err = relative_error(&got, &want);
+            let want_squares: Vec<f64> =
+                want.chunks_exact(lanes).map(|pack| pack.iter().map(|v| v * v).sum::<f64>()).collect();
+            let got_squares: Vec<f64> = s.clone_dtoh(&squares).unwrap().into_iter().map(f64::from).collect();
+            let err_squares = relative_error(&got_squares, &want_squares);
+            println!("pack_axpy {} offset {offset} n {n}: {err:.3e}, squares {err_squares:.3e}", T::NAME);
+            assert!(err < tolerance && err_squares < 1e-5, "{err} {err_squares}");
+        }
+    }
+    let comm = one_rank();
+    let s = stream(&comm);
+    check::<f32>(&s, |v| v, |v| v, 1e-6);
+    check::<half::bf16>(&s, half::bf16::from_f32, half::bf16::to_f32, 1e-2);
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn barrier_round_trips_complete_on_every_block() {

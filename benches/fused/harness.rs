@@ -435,8 +435,9 @@ pub fn entry_point(kernel: &str, entry_points: &'static [&'static str], dtype: D
     })
 }
 
-/// A launch of at most one full wave of `block`-thread blocks for `function`, and no more blocks than `n`
-/// elements need; the wave is what a device communicator's barriers must be sized for, so it is returned too.
+/// A launch of at most one full wave of `block`-thread blocks for `function`, and no more blocks than `n` threads
+/// fill (`n` = the work items, one per thread: elements, packs, or rows × `block` for one block per row); the wave
+/// is what a device communicator's barriers must be sized for, so it is returned too.
 pub fn grid_for(
     function: &CudaFunction,
     stream: &CudaStream,

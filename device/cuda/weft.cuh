@@ -402,6 +402,171 @@ WEFT_FN void threadfence_block() { __threadfence_block(); }
 WEFT_FN void threadfence_system() { __threadfence_system(); }
 
 ////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// 16-byte packs (Rust: pack.rs). Pack<T> is 16 bytes of T; WidePack<T> the same lanes in float, where arithmetic
+// happens. Loads and stores are one 16-byte instruction on an aligned address and lane by lane on any other (a
+// slice that starts mid-pack), so an odd offset is slower, never a misaligned-address fault.
+
+template <class T>
+WEFT_FN constexpr size_t pack_lanes() { return 16 / sizeof(T); }
+
+template <class T>
+struct alignas(16) Pack {
+  static constexpr size_t LANES = 16 / sizeof(T);
+  static_assert(LANES * sizeof(T) == 16, "weft::Pack<T> needs a T whose size divides 16");
+  T lanes[LANES];
+
+  WEFT_FN static Pack splat(T value) {
+    Pack p;
+#pragma unroll
+    for (size_t k = 0; k < LANES; ++k) p.lanes[k] = value;
+    return p;
+  }
+  WEFT_FN T lane(size_t k) const { return lanes[k]; }
+  WEFT_FN auto widen() const;
+};
+
+template <class T>
+struct WidePack {
+  static constexpr size_t LANES = Pack<T>::LANES;
+  float lanes[LANES];
+
+  WEFT_FN static WidePack splat(float value) {
+    WidePack w;
+#pragma unroll
+    for (size_t k = 0; k < LANES; ++k) w.lanes[k] = value;
+    return w;
+  }
+  WEFT_FN Pack<T> narrow() const {
+    Pack<T> p;
+#pragma unroll
+    for (size_t k = 0; k < LANES; ++k) p.lanes[k] = weft::from_f32<T>(lanes[k]);
+    return p;
+  }
+  WEFT_FN float lane(size_t k) const { return lanes[k]; }
+  WEFT_FN float lane_sum() const {
+    float s = lanes[0];
+#pragma unroll
+    for (size_t k = 1; k < LANES; ++k) s += lanes[k];
+    return s;
+  }
+};
+
+template <class T>
+WEFT_FN auto Pack<T>::widen() const {
+  WidePack<T> w;
+#pragma unroll
+  for (size_t k = 0; k < LANES; ++k) w.lanes[k] = weft::to_f32(lanes[k]);
+  return w;
+}
+
+#define WEFT_WIDE_OP(op)                                                                    \
+  template <class T>                                                                        \
+  WEFT_FN WidePack<T> operator op(WidePack<T> a, WidePack<T> const& b) {                    \
+    _Pragma("unroll") for (size_t k = 0; k < WidePack<T>::LANES; ++k) a.lanes[k] op## = b.lanes[k]; \
+    return a;                                                                               \
+  }                                                                                         \
+  template <class T>                                                                        \
+  WEFT_FN WidePack<T> operator op(WidePack<T> a, float b) {                                 \
+    _Pragma("unroll") for (size_t k = 0; k < WidePack<T>::LANES; ++k) a.lanes[k] op## = b;  \
+    return a;                                                                               \
+  }                                                                                         \
+  template <class T>                                                                        \
+  WEFT_FN WidePack<T>& operator op##=(WidePack<T>& a, WidePack<T> const& b) {               \
+    _Pragma("unroll") for (size_t k = 0; k < WidePack<T>::LANES; ++k) a.lanes[k] op## = b.lanes[k]; \
+    return a;                                                                               \
+  }                                                                                         \
+  template <class T>                                                                        \
+  WEFT_FN WidePack<T>& operator op##=(WidePack<T>& a, float b) {                            \
+    _Pragma("unroll") for (size_t k = 0; k < WidePack<T>::LANES; ++k) a.lanes[k] op## = b;  \
+    return a;                                                                               \
+  }
+WEFT_WIDE_OP(+)
+WEFT_WIDE_OP(-)
+WEFT_WIDE_OP(*)
+WEFT_WIDE_OP(/)
+#undef WEFT_WIDE_OP
+
+template <class T>
+WEFT_FN WidePack<T> sqrt(WidePack<T> a) {
+#pragma unroll
+  for (size_t k = 0; k < WidePack<T>::LANES; ++k) a.lanes[k] = ::sqrtf(a.lanes[k]);
+  return a;
+}
+template <class T>
+WEFT_FN WidePack<T> rsqrt(WidePack<T> a) {
+#pragma unroll
+  for (size_t k = 0; k < WidePack<T>::LANES; ++k) a.lanes[k] = ::rsqrtf(a.lanes[k]);
+  return a;
+}
+template <class T>
+WEFT_FN WidePack<T> mul_add(WidePack<T> a, WidePack<T> const& m, WidePack<T> const& b) {
+#pragma unroll
+  for (size_t k = 0; k < WidePack<T>::LANES; ++k) a.lanes[k] = ::fmaf(a.lanes[k], m.lanes[k], b.lanes[k]);
+  return a;
+}
+
+namespace detail {
+template <class T>
+WEFT_FN Pack<T> load_pack(const T* base, size_t pack) {
+  const T* p = base + pack * Pack<T>::LANES;
+  Pack<T> out;
+  if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    *reinterpret_cast<uint4*>(out.lanes) = *reinterpret_cast<const uint4*>(p);
+  } else {
+#pragma unroll
+    for (size_t k = 0; k < Pack<T>::LANES; ++k) out.lanes[k] = p[k];
+  }
+  return out;
+}
+template <class T>
+WEFT_FN void store_pack(T* base, size_t pack, Pack<T> const& value) {
+  T* p = base + pack * Pack<T>::LANES;
+  if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(value.lanes);
+  } else {
+#pragma unroll
+    for (size_t k = 0; k < Pack<T>::LANES; ++k) p[k] = value.lanes[k];
+  }
+}
+// A WidePack<U>'s float lanes from / to floats (mixed precision: f32 master weights next to bf16 parameters).
+template <class U>
+WEFT_FN WidePack<U> load_wide(const float* base, size_t pack) {
+  constexpr size_t L = WidePack<U>::LANES;
+  const float* p = base + pack * L;
+  WidePack<U> out;
+  if constexpr (L % 4 == 0) {
+#pragma unroll
+    for (size_t k = 0; k < L; k += 4) {
+      Pack<float> part = load_pack(p + k, 0);
+#pragma unroll
+      for (size_t j = 0; j < 4; ++j) out.lanes[k + j] = part.lanes[j];
+    }
+  } else {
+#pragma unroll
+    for (size_t k = 0; k < L; ++k) out.lanes[k] = p[k];
+  }
+  return out;
+}
+template <class U>
+WEFT_FN void store_wide(float* base, size_t pack, WidePack<U> const& value) {
+  constexpr size_t L = WidePack<U>::LANES;
+  float* p = base + pack * L;
+  if constexpr (L % 4 == 0) {
+#pragma unroll
+    for (size_t k = 0; k < L; k += 4) {
+      Pack<float> part;
+#pragma unroll
+      for (size_t j = 0; j < 4; ++j) part.lanes[j] = value.lanes[k + j];
+      store_pack(p + k, 0, part);
+    }
+  } else {
+#pragma unroll
+    for (size_t k = 0; k < L; ++k) p[k] = value.lanes[k];
+  }
+}
+}  // namespace detail
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
 // Slices and shared arrays (Rust: &[T], &mut [T], shared.rs). Layouts are the kernel ABI's:
 // Slice<T> = { const T* ptr; size_t len }, SliceMut<T> = { T* ptr; size_t len } (the length field is `count` here
 // because `len` is the method).
@@ -414,6 +579,12 @@ struct Slice {
   WEFT_FN size_t len() const { return count; }
   WEFT_FN bool is_empty() const { return count == 0; }
   WEFT_FN const T* as_ptr() const { return ptr; }
+  WEFT_FN Pack<T> load_pack(size_t pack) const { return detail::load_pack(ptr, pack); }
+  template <class U>
+  WEFT_FN WidePack<U> load_wide(size_t pack) const {
+    static_assert(std::is_same<T, float>::value, "load_wide reads an f32 slice");
+    return detail::load_wide<U>(ptr, pack);
+  }
   // `&x[start..end]`
   WEFT_FN Slice subslice(size_t start, size_t end) const { return Slice{ptr + start, end - start}; }
 };
@@ -427,6 +598,18 @@ struct SliceMut {
   WEFT_FN bool is_empty() const { return count == 0; }
   WEFT_FN T* as_ptr() const { return ptr; }
   WEFT_FN T* as_mut_ptr() const { return ptr; }
+  WEFT_FN Pack<T> load_pack(size_t pack) const { return detail::load_pack<T>(ptr, pack); }
+  WEFT_FN void store_pack(size_t pack, Pack<T> const& value) const { detail::store_pack(ptr, pack, value); }
+  template <class U>
+  WEFT_FN WidePack<U> load_wide(size_t pack) const {
+    static_assert(std::is_same<T, float>::value, "load_wide reads an f32 slice");
+    return detail::load_wide<U>(ptr, pack);
+  }
+  template <class U>
+  WEFT_FN void store_wide(size_t pack, WidePack<U> const& value) const {
+    static_assert(std::is_same<T, float>::value, "store_wide writes an f32 slice");
+    detail::store_wide(ptr, pack, value);
+  }
   // `&mut x[start..end]`
   WEFT_FN SliceMut subslice(size_t start, size_t end) const { return SliceMut{ptr + start, end - start}; }
   // `&mut [T]` coerces to `&[T]` in Rust.
@@ -662,6 +845,8 @@ struct View {
   WEFT_FN size_t len() const { return length; }
   WEFT_FN bool is_empty() const { return length == 0; }
   WEFT_FN T* as_ptr() const { return ptr; }
+  WEFT_FN Pack<T> load_pack(size_t pack) const { return detail::load_pack<T>(ptr, pack); }
+  WEFT_FN void store_pack(size_t pack, Pack<T> const& value) const { detail::store_pack(ptr, pack, value); }
 };
 
 template <class T>

@@ -105,6 +105,7 @@ pub mod ll_a2a;
 pub mod multimem;
 pub mod numeric;
 pub mod ordering;
+pub mod pack;
 pub mod reduce_copy;
 pub mod shared;
 pub mod window;
@@ -132,6 +133,7 @@ pub use numeric::{
     MultimemElement, MultimemStore, Numeric, Shuffle,
 };
 pub use ordering::{Order, Scope};
+pub use pack::{pack_lanes, LoadPack, LoadWide, Pack, StorePack, StoreWide, WidePack};
 pub use reduce_copy::{local_copy, local_reduce_sum, local_reduce_sum_copy};
 pub use shared::SharedArray;
 pub use window::{Window, WindowView};
@@ -167,13 +169,14 @@ pub mod prelude {
     pub use crate::exec::*;
     pub use crate::{
         abs, atomic_add, atomic_cas, atomic_exch, atomic_fence, atomic_load, atomic_max, atomic_min, atomic_store, exp,
-        fma, local_copy, local_reduce_sum, local_reduce_sum_copy, log, max, min, rsqrt, sqrt, tanh, threadfence,
-        threadfence_block, threadfence_system, AtomicAdd, AtomicBits, AtomicMinMax, BarrierResult, Coop, CounterInc,
-        Cta, DevComm, Element, Float, GinBarrier, GinSession, HybridBarrier, Lanes, LlA2a, LlA2aHandle, LocalAction,
-        LsaBarrier, MultimemElement, MultimemStore, MultimemView, NoAction, Numeric, Order, RemoteAction, Scope,
-        SharedArray, Shuffle, SignalAdd, SignalInc, StrongSignalAdd, StrongSignalInc, StrongVaSignalAdd,
-        StrongVaSignalInc, Team, Thread, VaSignalAdd, VaSignalInc, Warp, WarpSpan, WeakCounterInc, WeakSignalAdd,
-        WeakSignalInc, WeakVaSignalAdd, WeakVaSignalInc, Window, WindowView,
+        fma, local_copy, local_reduce_sum, local_reduce_sum_copy, log, max, min, pack_lanes, rsqrt, sqrt, tanh,
+        threadfence, threadfence_block, threadfence_system, AtomicAdd, AtomicBits, AtomicMinMax, BarrierResult, Coop,
+        CounterInc, Cta, DevComm, Element, Float, GinBarrier, GinSession, HybridBarrier, Lanes, LlA2a, LlA2aHandle,
+        LoadPack, LoadWide, LocalAction, LsaBarrier, MultimemElement, MultimemStore, MultimemView, NoAction, Numeric,
+        Order, Pack, RemoteAction, Scope, SharedArray, Shuffle, SignalAdd, SignalInc, StorePack, StoreWide,
+        StrongSignalAdd, StrongSignalInc, StrongVaSignalAdd, StrongVaSignalInc, Team, Thread, VaSignalAdd, VaSignalInc,
+        Warp, WarpSpan, WeakCounterInc, WeakSignalAdd, WeakSignalInc, WeakVaSignalAdd, WeakVaSignalInc, WidePack,
+        Window, WindowView,
     };
     pub use half::{bf16, f16};
 }

@@ -21,12 +21,12 @@
 //! (on one rank a copy: read `N`, write `N`), and the epilogue reads `tmp` and `residual` and writes `out` again
 //! (`3N`). On one rank that is `5N` against the fused one-shot's `3N`.
 //!
-//! Both kernels accumulate in `f32` (`to_f32` / `T::from_f32`), add in the same order on every rank (so every
-//! rank's result is bitwise the same), and work on any `rows x hidden`: the column of element `i` is tracked
-//! incrementally, never divided out per element. Each thread handles four elements one grid stride apart per
-//! trip, loads first, stores last: four independent loads per peer in flight per thread. The vocabulary has no
-//! vector (16-byte) loads, so this is how these kernels keep enough bytes in flight; see the example
-//! `03_allreduce_bias_residual.rs` for the figures.
+//! Both kernels move 16 bytes per load and store ([`Pack`]s: 4 `f32` or 8 `bf16` lanes) when a row is a whole
+//! number of packs (`hidden % pack_lanes::<T>() == 0`, every transformer width), and one element at a time
+//! otherwise. They accumulate in `f32` (`widen` / `narrow`, `to_f32` / `T::from_f32`), add in the same order on
+//! every rank (so every rank's result is bitwise the same), and track the column of a pack or element
+//! incrementally, never dividing it out per element. See the example `03_allreduce_bias_residual.rs` for the
+//! figures.
 //!
 //! Launch either kernel with the same grid on every rank (`LaunchConfig::one_wave` on identical GPUs): LSA
 //! barrier `b` pairs block `b` of every rank.
@@ -64,43 +64,35 @@ pub fn allreduce_bias_residual_one_shot<T: Float>(
     bar.sync(Cta, Order::Acquire);
     let peers = dev.lsa_size();
     let stride = grid_size_1d();
-    let step = stride % hidden;
-    let mut i0 = index_1d();
-    let mut c0 = i0 % hidden;
-    // Four elements per trip, one stride apart: i0, i1, i2, i3.
-    while i0 + 3 * stride < n {
-        let i1 = i0 + stride;
-        let i2 = i1 + stride;
-        let i3 = i2 + stride;
-        let c1 = epilogue_next_column(c0, step, hidden);
-        let c2 = epilogue_next_column(c1, step, hidden);
-        let c3 = epilogue_next_column(c2, step, hidden);
-        let mut a0: f32 = residual[i0].to_f32() + bias[c0].to_f32();
-        let mut a1: f32 = residual[i1].to_f32() + bias[c1].to_f32();
-        let mut a2: f32 = residual[i2].to_f32() + bias[c2].to_f32();
-        let mut a3: f32 = residual[i3].to_f32() + bias[c3].to_f32();
-        for peer in 0..peers {
-            let v = x.lsa(peer);
-            a0 += v[i0].to_f32();
-            a1 += v[i1].to_f32();
-            a2 += v[i2].to_f32();
-            a3 += v[i3].to_f32();
+    let lanes = pack_lanes::<T>();
+    if hidden % lanes == 0 {
+        // Pack p holds elements p·lanes.. of one row: its bias is pack `p mod (hidden / lanes)`.
+        let row_packs = hidden / lanes;
+        let step = stride % row_packs;
+        let mut p = index_1d();
+        let mut c = p % row_packs;
+        while p < n / lanes {
+            let mut acc = residual.load_pack(p).widen() + bias.load_pack(c).widen();
+            for peer in 0..peers {
+                acc += x.lsa(peer).load_pack(p).widen();
+            }
+            out.store_pack(p, acc.narrow());
+            p += stride;
+            c = epilogue_next_column(c, step, row_packs);
         }
-        out[i0] = T::from_f32(a0);
-        out[i1] = T::from_f32(a1);
-        out[i2] = T::from_f32(a2);
-        out[i3] = T::from_f32(a3);
-        i0 = i3 + stride;
-        c0 = epilogue_next_column(c3, step, hidden);
-    }
-    while i0 < n {
-        let mut a: f32 = residual[i0].to_f32() + bias[c0].to_f32();
-        for peer in 0..peers {
-            a += x.lsa(peer)[i0].to_f32();
+    } else {
+        let step = stride % hidden;
+        let mut i = index_1d();
+        let mut c = i % hidden;
+        while i < n {
+            let mut acc: f32 = residual[i].to_f32() + bias[c].to_f32();
+            for peer in 0..peers {
+                acc += x.lsa(peer)[i].to_f32();
+            }
+            out[i] = T::from_f32(acc);
+            i += stride;
+            c = epilogue_next_column(c, step, hidden);
         }
-        out[i0] = T::from_f32(a);
-        i0 += stride;
-        c0 = epilogue_next_column(c0, step, hidden);
     }
     bar.sync(Cta, Order::Release);
 }
@@ -109,7 +101,9 @@ pub fn allreduce_bias_residual_one_shot<T: Float>(
 /// all-gather of `y` into `out`.
 ///
 /// Arguments as [`allreduce_bias_residual_one_shot`], plus `y`: a scratch window of `n` elements (only this
-/// rank's slice of it is written, only by this kernel). Slice `q` is `[n * q / lsa_size, n * (q + 1) / lsa_size)`.
+/// rank's slice of it is written, only by this kernel). With `u` the unit of work (a pack of
+/// `pack_lanes::<T>()` elements when rows are whole packs, else an element) and `U = n / u` units, slice `q` is
+/// units `[U * q / lsa_size, U * (q + 1) / lsa_size)`.
 ///
 /// Block `b` handles the same offsets within every slice in both phases, so the middle barrier (which pairs block
 /// `b` of every rank) orders each `y` element's write before its remote reads. No closing barrier: once every
@@ -132,57 +126,42 @@ pub fn allreduce_bias_residual_two_shot<T: Float>(
     let peers = dev.lsa_size();
     let me = dev.lsa_rank();
     let stride = grid_size_1d();
-    let step = stride % hidden;
-    let lo = n * (me as usize) / (peers as usize);
-    let hi = n * (me as usize + 1) / (peers as usize);
+    let lanes = pack_lanes::<T>();
+    let packed = hidden % lanes == 0;
+    let units = if packed { n / lanes } else { n };
+    let row_units = if packed { hidden / lanes } else { hidden };
+    let step = stride % row_units;
+    let lo = units * (me as usize) / (peers as usize);
+    let hi = units * (me as usize + 1) / (peers as usize);
     let mut mine = y.local();
 
     // Phase 1: reduce this rank's slice from every peer, add bias and residual, keep it in y and out.
-    let mut i0 = lo + index_1d();
-    let mut c0 = i0 % hidden;
-    while i0 + 3 * stride < hi {
-        let i1 = i0 + stride;
-        let i2 = i1 + stride;
-        let i3 = i2 + stride;
-        let c1 = epilogue_next_column(c0, step, hidden);
-        let c2 = epilogue_next_column(c1, step, hidden);
-        let c3 = epilogue_next_column(c2, step, hidden);
-        let mut a0: f32 = residual[i0].to_f32() + bias[c0].to_f32();
-        let mut a1: f32 = residual[i1].to_f32() + bias[c1].to_f32();
-        let mut a2: f32 = residual[i2].to_f32() + bias[c2].to_f32();
-        let mut a3: f32 = residual[i3].to_f32() + bias[c3].to_f32();
-        for peer in 0..peers {
-            let v = x.lsa(peer);
-            a0 += v[i0].to_f32();
-            a1 += v[i1].to_f32();
-            a2 += v[i2].to_f32();
-            a3 += v[i3].to_f32();
+    let mut u = lo + index_1d();
+    let mut c = u % row_units;
+    if packed {
+        while u < hi {
+            let mut acc = residual.load_pack(u).widen() + bias.load_pack(c).widen();
+            for peer in 0..peers {
+                acc += x.lsa(peer).load_pack(u).widen();
+            }
+            let r = acc.narrow();
+            mine.store_pack(u, r);
+            out.store_pack(u, r);
+            u += stride;
+            c = epilogue_next_column(c, step, row_units);
         }
-        let r0 = T::from_f32(a0);
-        let r1 = T::from_f32(a1);
-        let r2 = T::from_f32(a2);
-        let r3 = T::from_f32(a3);
-        mine[i0] = r0;
-        mine[i1] = r1;
-        mine[i2] = r2;
-        mine[i3] = r3;
-        out[i0] = r0;
-        out[i1] = r1;
-        out[i2] = r2;
-        out[i3] = r3;
-        i0 = i3 + stride;
-        c0 = epilogue_next_column(c3, step, hidden);
-    }
-    while i0 < hi {
-        let mut a: f32 = residual[i0].to_f32() + bias[c0].to_f32();
-        for peer in 0..peers {
-            a += x.lsa(peer)[i0].to_f32();
+    } else {
+        while u < hi {
+            let mut acc: f32 = residual[u].to_f32() + bias[c].to_f32();
+            for peer in 0..peers {
+                acc += x.lsa(peer)[u].to_f32();
+            }
+            let r = T::from_f32(acc);
+            mine[u] = r;
+            out[u] = r;
+            u += stride;
+            c = epilogue_next_column(c, step, row_units);
         }
-        let r = T::from_f32(a);
-        mine[i0] = r;
-        out[i0] = r;
-        i0 += stride;
-        c0 = epilogue_next_column(c0, step, hidden);
     }
 
     // Every rank's slice of y is complete (for this block's offsets) and no peer reads x any more.
@@ -191,27 +170,19 @@ pub fn allreduce_bias_residual_two_shot<T: Float>(
     // Phase 2: gather the other slices from their owners' y, with the offsets phase 1 used.
     for owner in 0..peers {
         if owner != me {
-            let start = n * (owner as usize) / (peers as usize);
-            let end = n * (owner as usize + 1) / (peers as usize);
+            let end = units * (owner as usize + 1) / (peers as usize);
             let theirs = y.lsa(owner);
-            let mut j0 = start + index_1d();
-            while j0 + 3 * stride < end {
-                let j1 = j0 + stride;
-                let j2 = j1 + stride;
-                let j3 = j2 + stride;
-                let v0 = theirs[j0];
-                let v1 = theirs[j1];
-                let v2 = theirs[j2];
-                let v3 = theirs[j3];
-                out[j0] = v0;
-                out[j1] = v1;
-                out[j2] = v2;
-                out[j3] = v3;
-                j0 = j3 + stride;
-            }
-            while j0 < end {
-                out[j0] = theirs[j0];
-                j0 += stride;
+            let mut v = units * (owner as usize) / (peers as usize) + index_1d();
+            if packed {
+                while v < end {
+                    out.store_pack(v, theirs.load_pack(v));
+                    v += stride;
+                }
+            } else {
+                while v < end {
+                    out[v] = theirs[v];
+                    v += stride;
+                }
             }
         }
     }

@@ -9,11 +9,14 @@
 //! out on every rank = all rows                                                 (all-gather)
 //! ```
 //!
-//! One block per row (blocks loop over this rank's rows when there are more rows than blocks): the block's
-//! threads sum the row's partial activations from every peer's window, add the residual, keep `h` in shared
-//! memory (f32, up to 8192 columns; wider rows are re-read from `residual_out`), reduce the sum of squares with
-//! `block_reduce_sum`, and write the normalized row straight into every peer's `out` window: the all-gather is
-//! the RMSNorm's own store, no separate pass.
+//! One block per row (blocks loop over this rank's rows when there are more rows than blocks). Pass 1: the block's
+//! threads sum the row's partial activations from every peer's window, add the residual, store `h` into
+//! `residual_out` and accumulate the sum of squares, 16 bytes per load ([`Pack`]s) when the row is a whole number
+//! of packs and one element at a time otherwise; `block_reduce_sum` gives the row's total. Pass 2: each thread
+//! re-reads the `h` it stored itself (so no barrier is needed between the passes; the row was just written, so
+//! the reads hit L2), and stores the normalized row straight into every peer's `out` window: the all-gather is
+//! the RMSNorm's own store, no separate pass. Normalizing the stored `h` (rounded to `T`) is what PyTorch does
+//! with a `bf16` residual stream.
 //!
 //! Bytes per rank for `N = rows x hidden` elements, `S = N / R` of them this rank's: reads `R·S` of `x` (`S`
 //! local) + `S` of residual, writes `S` of `residual_out` + `R·S` of `out` (`S` local): `4N` on one rank. The
@@ -45,77 +48,70 @@ pub fn rmsnorm_residual_tp<T: Float>(
     hidden: usize,
     eps: f32,
 ) {
-    let mut cache = SharedArray::<f32, 8192>::new();
     let bar = dev.lsa_barrier(Cta, block_idx_x());
     bar.sync(Cta, Order::Acquire);
     let peers = dev.lsa_size();
     let me = dev.lsa_rank() as usize;
     let per_rank = rows / (peers as usize);
     let threads = block_dim_x() as usize;
-    let cached = hidden <= 8192;
+    let lanes = pack_lanes::<T>();
+    let packed = hidden % lanes == 0;
+    let row_packs = hidden / lanes;
     let mut local_row = block_idx_x() as usize;
     while local_row < per_rank {
-        let base = (me * per_rank + local_row) * hidden;
-        let local_base = local_row * hidden;
+        let row = me * per_rank + local_row;
 
-        // h = sum of the peers' partial rows + residual; four columns per thread per trip, loads first.
+        // Pass 1: h = sum of the peers' partial rows + residual, into residual_out; sum of squares.
         let mut squares: f32 = 0.0;
-        let mut c0 = thread_idx_x() as usize;
-        while c0 + 3 * threads < hidden {
-            let c1 = c0 + threads;
-            let c2 = c1 + threads;
-            let c3 = c2 + threads;
-            let mut h0: f32 = residual[local_base + c0].to_f32();
-            let mut h1: f32 = residual[local_base + c1].to_f32();
-            let mut h2: f32 = residual[local_base + c2].to_f32();
-            let mut h3: f32 = residual[local_base + c3].to_f32();
-            for peer in 0..peers {
-                let v = x.lsa(peer);
-                h0 += v[base + c0].to_f32();
-                h1 += v[base + c1].to_f32();
-                h2 += v[base + c2].to_f32();
-                h3 += v[base + c3].to_f32();
+        if packed {
+            let mut c = thread_idx_x() as usize;
+            while c < row_packs {
+                let mut h = residual.load_pack(local_row * row_packs + c).widen();
+                for peer in 0..peers {
+                    h += x.lsa(peer).load_pack(row * row_packs + c).widen();
+                }
+                let stored = h.narrow();
+                residual_out.store_pack(local_row * row_packs + c, stored);
+                let back = stored.widen();
+                squares += (back * back).lane_sum();
+                c += threads;
             }
-            residual_out[local_base + c0] = T::from_f32(h0);
-            residual_out[local_base + c1] = T::from_f32(h1);
-            residual_out[local_base + c2] = T::from_f32(h2);
-            residual_out[local_base + c3] = T::from_f32(h3);
-            if cached {
-                cache[c0] = h0;
-                cache[c1] = h1;
-                cache[c2] = h2;
-                cache[c3] = h3;
+        } else {
+            let mut c = thread_idx_x() as usize;
+            while c < hidden {
+                let mut h: f32 = residual[local_row * hidden + c].to_f32();
+                for peer in 0..peers {
+                    h += x.lsa(peer)[row * hidden + c].to_f32();
+                }
+                let stored = T::from_f32(h);
+                residual_out[local_row * hidden + c] = stored;
+                squares += stored.to_f32() * stored.to_f32();
+                c += threads;
             }
-            squares += h0 * h0 + h1 * h1 + h2 * h2 + h3 * h3;
-            c0 = c3 + threads;
         }
-        while c0 < hidden {
-            let mut h: f32 = residual[local_base + c0].to_f32();
-            for peer in 0..peers {
-                h += x.lsa(peer)[base + c0].to_f32();
-            }
-            residual_out[local_base + c0] = T::from_f32(h);
-            if cached {
-                cache[c0] = h;
-            }
-            squares += h * h;
-            c0 += threads;
-        }
+        let scale = (block_reduce_sum(squares) / (hidden as f32) + eps).rsqrt();
 
-        // Each thread reads back only the columns it wrote (here and in the next row), so the cache needs no
-        // barrier of its own.
-        let total = block_reduce_sum(squares);
-        let scale = (total / (hidden as f32) + eps).rsqrt();
-
-        // The normalized row, stored into every rank's out (the all-gather).
-        let mut c = thread_idx_x() as usize;
-        while c < hidden {
-            let h: f32 = if cached { cache[c] } else { residual_out[local_base + c].to_f32() };
-            let v = T::from_f32(h * scale * weight[c].to_f32());
-            for peer in 0..peers {
-                out.lsa(peer)[base + c] = v;
+        // Pass 2: the normalized row, stored into every rank's out (the all-gather).
+        if packed {
+            let mut c = thread_idx_x() as usize;
+            while c < row_packs {
+                let h = residual_out.load_pack(local_row * row_packs + c).widen();
+                let v = (h * weight.load_pack(c).widen() * scale).narrow();
+                for peer in 0..peers {
+                    out.lsa(peer).store_pack(row * row_packs + c, v);
+                }
+                c += threads;
             }
-            c += threads;
+        } else {
+            let mut c = thread_idx_x() as usize;
+            while c < hidden {
+                let h: f32 = residual_out[local_row * hidden + c].to_f32();
+                let v = T::from_f32(h * scale * weight[c].to_f32());
+                for peer in 0..peers {
+                    out.lsa(peer)[row * hidden + c] = v;
+                }
+                c += threads;
+            }
         }
         local_row += grid_dim_x() as usize;
     }

@@ -56,24 +56,50 @@ pub fn zero_adam_step<T: Float>(
     let me = dev.lsa_rank() as usize;
     let lo = n * me / (peers as usize);
     let hi = n * (me + 1) / (peers as usize);
-    for o in grid_stride(hi - lo) {
-        let i = lo + o;
-        let mut g: f32 = 0.0;
-        for peer in 0..peers {
-            g += grads.lsa(peer)[i].to_f32();
+    let lanes = pack_lanes::<T>();
+    if n % (lanes * peers as usize) == 0 {
+        // Every shard is whole packs: 16 bytes of gradients and parameters per load and store, the f32 master
+        // weights and moments in the same lanes (`load_wide`: one 16-byte load per four lanes).
+        let first_pack = lo / lanes;
+        for q in grid_stride((hi - lo) / lanes) {
+            let mut g = WidePack::<T>::splat(0.0);
+            for peer in 0..peers {
+                g += grads.lsa(peer).load_pack(first_pack + q).widen();
+            }
+            g *= grad_scale;
+            let first = m.load_wide::<T>(q) * beta1 + g * (1.0 - beta1);
+            let second = v.load_wide::<T>(q) * beta2 + g * g * (1.0 - beta2);
+            m.store_wide(q, first);
+            v.store_wide(q, second);
+            let weight = master.load_wide::<T>(q);
+            let step = (first / bias_correction1) / ((second / bias_correction2).sqrt() + eps);
+            let updated = weight - (step + weight * weight_decay) * lr;
+            master.store_wide(q, updated);
+            let rounded = updated.narrow();
+            for peer in 0..peers {
+                params.lsa(peer).store_pack(first_pack + q, rounded);
+            }
         }
-        g *= grad_scale;
-        let first = beta1 * m[o] + (1.0 - beta1) * g;
-        let second = beta2 * v[o] + (1.0 - beta2) * g * g;
-        m[o] = first;
-        v[o] = second;
-        let weight = master[o];
-        let step = (first / bias_correction1) / ((second / bias_correction2).sqrt() + eps);
-        let updated = weight - lr * (step + weight_decay * weight);
-        master[o] = updated;
-        let rounded = T::from_f32(updated);
-        for peer in 0..peers {
-            params.lsa(peer)[i] = rounded;
+    } else {
+        for o in grid_stride(hi - lo) {
+            let i = lo + o;
+            let mut g: f32 = 0.0;
+            for peer in 0..peers {
+                g += grads.lsa(peer)[i].to_f32();
+            }
+            g *= grad_scale;
+            let first = beta1 * m[o] + (1.0 - beta1) * g;
+            let second = beta2 * v[o] + (1.0 - beta2) * g * g;
+            m[o] = first;
+            v[o] = second;
+            let weight = master[o];
+            let step = (first / bias_correction1) / ((second / bias_correction2).sqrt() + eps);
+            let updated = weight - lr * (step + weight_decay * weight);
+            master[o] = updated;
+            let rounded = T::from_f32(updated);
+            for peer in 0..peers {
+                params.lsa(peer)[i] = rounded;
+            }
         }
     }
     bar.sync(Cta, Order::AcqRel);

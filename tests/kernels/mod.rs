@@ -65,6 +65,25 @@ pub fn gin_ring_put(dev: &DevComm<LsaGin>, src: &Window<f32>, dst: &Window<f32>,
     }
 }
 
+/// `out[i] = a * x[offset + i] + y[i]` for `i < n`, 16 bytes per load and store, then the elements that do not fill
+/// a pack; `squares[p]` is the sum of squares of out's pack `p` (in f32, before rounding). Through a sub-slice of
+/// `x` that starts `offset` elements in, so an offset that is not a multiple of the pack takes the unaligned path.
+#[weft::kernel(types(f32, bf16))]
+#[allow(clippy::too_many_arguments)]
+pub fn pack_axpy<T: Float>(a: f32, x: &[T], offset: usize, y: &[T], out: &mut [T], squares: &mut [f32], n: usize) {
+    let xs = &x[offset..offset + n];
+    let lanes = pack_lanes::<T>();
+    for p in grid_stride(n / lanes) {
+        let v = xs.load_pack(p).widen() * a + y.load_pack(p).widen();
+        out.store_pack(p, v.narrow());
+        squares[p] = (v * v).lane_sum();
+    }
+    let done = n / lanes * lanes;
+    for i in grid_stride(n - done) {
+        out[done + i] = T::from_f32(a * xs[done + i].to_f32() + y[done + i].to_f32());
+    }
+}
+
 /// Every kernel's name and generated CUDA C++, for the codegen test.
 #[allow(dead_code)] // used by tests/codegen.rs, not by every test that includes this module
 pub const ALL: &[(&str, &str)] = &[
@@ -73,4 +92,5 @@ pub const ALL: &[(&str, &str)] = &[
     (fill_window::NAME, fill_window::SOURCE),
     (barrier_wait_with_deadline::NAME, barrier_wait_with_deadline::SOURCE),
     (gin_ring_put::NAME, gin_ring_put::SOURCE),
+    (pack_axpy::NAME, pack_axpy::SOURCE),
 ];

@@ -28,8 +28,6 @@ const EPILOGUE_NAME: &str = "allreduce_epilogue";
 /// The hidden dimension (columns): a typical transformer width; smaller messages are one row of all elements.
 const HIDDEN: usize = 4096;
 const BLOCK: u32 = 512;
-/// Elements a thread of the fused kernels handles per trip (four loads in flight).
-const FUSED_ELEMENTS_PER_THREAD: usize = 4;
 
 /// Input streams of a draw (see [`crate::stats::seed`]).
 const X: u64 = 0;
@@ -150,8 +148,9 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             )
         };
         let spec = KernelSpec { name, source, entry_point: entry_point(name, entry_points, T::DTYPE)? };
-        let (fused_cfg, wave) =
-            grid_for(&jit::function(comm.context(), &spec)?, &stream, BLOCK, n.div_ceil(FUSED_ELEMENTS_PER_THREAD))?;
+        // Both sides handle one 16-byte pack per thread per trip.
+        let vector = weft::device::pack_lanes::<T>();
+        let (fused_cfg, wave) = grid_for(&jit::function(comm.context(), &spec)?, &stream, BLOCK, n.div_ceil(vector))?;
         let requirements = if two_shot {
             allreduce_bias_residual_two_shot::requirements(&wave)
         } else {
@@ -168,8 +167,6 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             },
         };
         let epilogue = jit::function(comm.context(), &epilogue_spec)?;
-        // The epilogue handles 16 bytes per thread per trip when it can.
-        let vector = 16 / std::mem::size_of::<T>();
         let (epilogue_cfg, _) = grid_for(&epilogue, &stream, BLOCK, n.div_ceil(vector))?;
 
         let bias = DeviceBuffer::new(&stream, hidden)?;

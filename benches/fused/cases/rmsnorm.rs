@@ -126,8 +126,9 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             source: rmsnorm_residual_tp::SOURCE,
             entry_point: entry_point(rmsnorm_residual_tp::NAME, rmsnorm_residual_tp::ENTRY_POINTS, T::DTYPE)?,
         };
-        // One block per row, at most one full wave (blocks loop over the rows).
-        let (fused_cfg, wave) = grid_for(&jit::function(comm.context(), &spec)?, &stream, BLOCK, my_rows)?;
+        // One block per row, at most one full wave (blocks loop over the rows): as many threads as rows x BLOCK.
+        let threads = my_rows * BLOCK as usize;
+        let (fused_cfg, wave) = grid_for(&jit::function(comm.context(), &spec)?, &stream, BLOCK, threads)?;
         let dev = comm.dev_comm(&rmsnorm_residual_tp::requirements(&wave))?;
         let epilogue_spec = KernelSpec {
             name: EPILOGUE_NAME,
@@ -138,7 +139,7 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             },
         };
         let epilogue = jit::function(comm.context(), &epilogue_spec)?;
-        let (epilogue_cfg, _) = grid_for(&epilogue, &stream, BLOCK, my_rows)?;
+        let (epilogue_cfg, _) = grid_for(&epilogue, &stream, BLOCK, threads)?;
 
         let (n, shard) = (rows * hidden, my_rows * hidden);
         let weight = DeviceBuffer::new(&stream, hidden)?;

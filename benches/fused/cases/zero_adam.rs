@@ -143,7 +143,9 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             source: zero_adam_step::SOURCE,
             entry_point: entry_point(zero_adam_step::NAME, zero_adam_step::ENTRY_POINTS, T::DTYPE)?,
         };
-        let (fused_cfg, wave) = grid_for(&jit::function(comm.context(), &spec)?, &stream, BLOCK, shard)?;
+        // One 16-byte pack of parameters per thread per trip.
+        let packs = shard.div_ceil(weft::device::pack_lanes::<T>());
+        let (fused_cfg, wave) = grid_for(&jit::function(comm.context(), &spec)?, &stream, BLOCK, packs)?;
         let dev = comm.dev_comm(&zero_adam_step::requirements(&wave))?;
         let epilogue_spec = KernelSpec {
             name: EPILOGUE_NAME,

@@ -440,3 +440,40 @@ extern "C" __global__ void multimem_half_copy(ncclDevComm dev__raw, weft::Window
   dev.multimem_reduce_sum_copy(weft::Cta{}, x, x, 64);
 }
 #endif
+
+// 16-byte packs: loads and stores on slices and window views, arithmetic in float.
+template <class T>
+__global__ void packs(ncclDevComm dev__raw, weft::Window<T> w, weft::Slice<T> x, weft::SliceMut<T> y) {
+  weft::DevComm dev{dev__raw};
+  size_t lanes = weft::pack_lanes<T>();
+  static_assert(sizeof(weft::Pack<T>) == 16, "a pack is 16 bytes");
+  auto a = x.load_pack(0).widen();
+  auto b = w.lsa(dev.lsa_rank()).load_pack(1).widen();
+  a += b;
+  a *= 2.0f;
+  auto c = weft::sqrt((a - b) / b) * 0.5f + weft::WidePack<T>::splat(1.0f);
+  c = weft::mul_add(weft::rsqrt(c), a, b);
+  y.store_pack(0, c.narrow());
+  w.local().store_pack(1, weft::Pack<T>::splat(x.load_pack(2).lane(0)));
+  y[lanes] = weft::from_f32<T>(c.lane_sum() + c.lane(1));
+  y.store_pack(3, y.load_pack(2));
+}
+template __global__ void packs<float>(ncclDevComm, weft::Window<float>, weft::Slice<float>, weft::SliceMut<float>);
+template __global__ void packs<double>(ncclDevComm, weft::Window<double>, weft::Slice<double>,
+                                       weft::SliceMut<double>);
+template __global__ void packs<__half>(ncclDevComm, weft::Window<__half>, weft::Slice<__half>,
+                                       weft::SliceMut<__half>);
+template __global__ void packs<__nv_bfloat16>(ncclDevComm, weft::Window<__nv_bfloat16>, weft::Slice<__nv_bfloat16>,
+                                              weft::SliceMut<__nv_bfloat16>);
+
+// f32 lanes of another type's pack (mixed precision).
+template <class T>
+__global__ void wide_lanes(weft::Slice<float> master, weft::SliceMut<float> moments, weft::SliceMut<T> params) {
+  auto w = master.template load_wide<T>(1) + moments.template load_wide<T>(0);
+  moments.store_wide(1, w);
+  params.store_pack(0, w.narrow());
+}
+template __global__ void wide_lanes<float>(weft::Slice<float>, weft::SliceMut<float>, weft::SliceMut<float>);
+template __global__ void wide_lanes<__nv_bfloat16>(weft::Slice<float>, weft::SliceMut<float>,
+                                                   weft::SliceMut<__nv_bfloat16>);
+template __global__ void wide_lanes<double>(weft::Slice<float>, weft::SliceMut<float>, weft::SliceMut<double>);

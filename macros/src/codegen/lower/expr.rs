@@ -559,6 +559,9 @@ fn binop(op: &BinOp) -> Op {
 /// The more informative of two operand types.
 fn known_of(a: &Ty, b: &Ty) -> Ty {
     match (a, b) {
+        // Vocabulary values with operators (`WidePack<T> * f32`) keep their type.
+        (Ty::Cpp(_), _) => a.clone(),
+        (_, Ty::Cpp(_)) => b.clone(),
         (Ty::Scalar(_) | Ty::Param(_), _) => a.clone(),
         (_, Ty::Scalar(_) | Ty::Param(_)) => b.clone(),
         (Ty::Var(_), _) => a.clone(),

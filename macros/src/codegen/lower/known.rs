@@ -24,6 +24,7 @@ pub(crate) fn free_fn(name: &str) -> Option<FreeFn> {
         | "warp_id" => FreeFn::Returns(Ty::Scalar(U32), &[]),
         "index_1d" | "grid_size_1d" => FreeFn::Returns(Ty::Scalar(Usize), &[]),
         "global_timer_ns" => FreeFn::Returns(Ty::Scalar(U64), &[]),
+        "pack_lanes" => FreeFn::Returns(Ty::Scalar(Usize), &[]),
         "sync_threads" | "sync_warp" | "threadfence" | "threadfence_block" | "threadfence_system" | "atomic_fence" => {
             FreeFn::Returns(Ty::Unit, &[])
         }
@@ -74,9 +75,13 @@ pub(crate) const VOCABULARY_METHODS: &[&str] = &[
     "is_empty",
     "is_ok",
     "is_timed_out",
+    "lane",
+    "lane_sum",
     "len",
     "ll_a2a",
+    "load_pack",
     "load_reduce_sum",
+    "load_wide",
     "local",
     "lsa",
     "lsa_barrier",
@@ -93,6 +98,7 @@ pub(crate) const VOCABULARY_METHODS: &[&str] = &[
     "multimem_copy",
     "multimem_reduce_sum",
     "multimem_reduce_sum_copy",
+    "narrow",
     "nranks",
     "of",
     "offset",
@@ -115,11 +121,15 @@ pub(crate) const VOCABULARY_METHODS: &[&str] = &[
     "send",
     "signal",
     "signal_shadow",
+    "size",
     "store",
+    "store_pack",
+    "store_wide",
     "sync",
     "sync_timeout",
     "team_rank_to_lsa",
     "team_rank_to_world",
+    "thread_rank",
     "union",
     "wait",
     "wait_counter",
@@ -130,6 +140,7 @@ pub(crate) const VOCABULARY_METHODS: &[&str] = &[
     "wait_timeout",
     "wait_va_signal",
     "warp_count",
+    "widen",
     "world",
     "world_barrier",
 ];
@@ -154,8 +165,29 @@ pub(crate) fn method(receiver: &Ty, name: &str) -> Option<(Ty, &'static [(usize,
         (Ty::DevComm, "lsa_barrier" | "lsa_multimem_barrier") => (Ty::Unknown, &[(1, U32)]),
         (Ty::DevComm, "gin") => (Ty::Unknown, &[(0, U32)]),
         (Ty::DevComm, "ll_a2a") => (Ty::Unknown, &[(2, U32), (3, U32)]),
+        (Ty::Indexable(_), "load_pack") => (Ty::Cpp(PACK.into()), &[(0, Usize)]),
+        (Ty::Indexable(_), "store_pack" | "store_wide") => (Ty::Unit, &[(0, Usize)]),
+        (Ty::Indexable(_), "load_wide") => (Ty::Cpp(WIDE_PACK.into()), &[(0, Usize)]),
+        (Ty::Cpp(p), "widen") if is_pack(p) => (Ty::Cpp(WIDE_PACK.into()), &[]),
+        (Ty::Cpp(p), "lane") if is_pack(p) => (Ty::Unknown, &[(0, Usize)]),
+        (Ty::Cpp(p), "narrow") if is_wide_pack(p) => (Ty::Cpp(PACK.into()), &[]),
+        (Ty::Cpp(p), "lane") if is_wide_pack(p) => (Ty::Scalar(F32), &[(0, Usize)]),
+        (Ty::Cpp(p), "lane_sum") if is_wide_pack(p) => (Ty::Scalar(F32), &[]),
         _ => return None,
     })
+}
+
+/// The C++ spellings of pack values' types (`Ty::Cpp`), as `x.load_pack(p)` and `Pack::<T>::splat(v)` produce them;
+/// an annotated `let p: Pack<T>` spells `weft::Pack<T>`.
+const PACK: &str = "weft::Pack";
+const WIDE_PACK: &str = "weft::WidePack";
+
+fn is_pack(cpp: &str) -> bool {
+    cpp == PACK || cpp.starts_with("weft::Pack<")
+}
+
+fn is_wide_pack(cpp: &str) -> bool {
+    cpp == WIDE_PACK || cpp.starts_with("weft::WidePack<")
 }
 
 /// Fixed argument types of methods whose receiver type is not tracked (GIN sessions, barriers): resource indices
@@ -213,6 +245,7 @@ const VOCABULARY_FUNCTIONS: &[&str] = &[
     "threadfence_system",
     "atomic_fence",
     "global_timer_ns",
+    "pack_lanes",
     "atomic_add",
     "atomic_max",
     "atomic_min",
