@@ -150,6 +150,7 @@ pub fn moe_dispatch<T: Float>(
         recv_total[0] = total.min(capacity) as u32;
     }
     let threads = block_dim_x() as usize;
+    let lanes = pack_lanes::<T>();
     let mut j = block_idx_x() as usize;
     while j < total && j < capacity {
         // The source of received token j: the first whose running count passes j.
@@ -165,25 +166,21 @@ pub fn moe_dispatch<T: Float>(
             recv_expert[j] = experts.lsa(source)[t];
         }
         let row = x.lsa(source);
-        let (from, to) = (t * hidden, j * hidden);
-        let mut c0 = thread_idx_x() as usize;
-        while c0 + 3 * threads < hidden {
-            let c1 = c0 + threads;
-            let c2 = c1 + threads;
-            let c3 = c2 + threads;
-            let v0 = row[from + c0];
-            let v1 = row[from + c1];
-            let v2 = row[from + c2];
-            let v3 = row[from + c3];
-            recv[to + c0] = v0;
-            recv[to + c1] = v1;
-            recv[to + c2] = v2;
-            recv[to + c3] = v3;
-            c0 = c3 + threads;
-        }
-        while c0 < hidden {
-            recv[to + c0] = row[from + c0];
-            c0 += threads;
+        if hidden % lanes == 0 {
+            // Rows are whole packs: 16 bytes per load and store.
+            let (from, to) = (t * (hidden / lanes), j * (hidden / lanes));
+            let mut c = thread_idx_x() as usize;
+            while c < hidden / lanes {
+                recv.store_pack(to + c, row.load_pack(from + c));
+                c += threads;
+            }
+        } else {
+            let (from, to) = (t * hidden, j * hidden);
+            let mut c = thread_idx_x() as usize;
+            while c < hidden {
+                recv[to + c] = row[from + c];
+                c += threads;
+            }
         }
         j += grid_dim_x() as usize;
     }
@@ -196,14 +193,24 @@ pub fn moe_dispatch<T: Float>(
 pub fn moe_toy_expert<T: Float>(recv: &[T], recv_expert: &[u32], recv_total: &[u32], y: &mut [T], hidden: usize) {
     let total = recv_total[0] as usize;
     let threads = block_dim_x() as usize;
+    let lanes = pack_lanes::<T>();
     let mut j = block_idx_x() as usize;
     while j < total {
         let scale = (recv_expert[j] + 1) as f32;
-        let base = j * hidden;
-        let mut c = thread_idx_x() as usize;
-        while c < hidden {
-            y[base + c] = T::from_f32(recv[base + c].to_f32() * scale);
-            c += threads;
+        if hidden % lanes == 0 {
+            let base = j * (hidden / lanes);
+            let mut c = thread_idx_x() as usize;
+            while c < hidden / lanes {
+                y.store_pack(base + c, (recv.load_pack(base + c).widen() * scale).narrow());
+                c += threads;
+            }
+        } else {
+            let base = j * hidden;
+            let mut c = thread_idx_x() as usize;
+            while c < hidden {
+                y[base + c] = T::from_f32(recv[base + c].to_f32() * scale);
+                c += threads;
+            }
         }
         j += grid_dim_x() as usize;
     }
@@ -232,6 +239,7 @@ pub fn moe_combine<T: Float>(
     bar.sync(Cta, Order::Acquire);
     let me = dev.lsa_rank();
     let threads = block_dim_x() as usize;
+    let lanes = pack_lanes::<T>();
     let mut t = block_idx_x() as usize;
     while t < tokens {
         let d = experts[t] / experts_per_rank;
@@ -243,25 +251,20 @@ pub fn moe_combine<T: Float>(
         }
         let weight = gate[t];
         let row = y.lsa(d);
-        let (from, to) = (j * hidden, t * hidden);
-        let mut c0 = thread_idx_x() as usize;
-        while c0 + 3 * threads < hidden {
-            let c1 = c0 + threads;
-            let c2 = c1 + threads;
-            let c3 = c2 + threads;
-            let v0 = row[from + c0].to_f32();
-            let v1 = row[from + c1].to_f32();
-            let v2 = row[from + c2].to_f32();
-            let v3 = row[from + c3].to_f32();
-            out[to + c0] = T::from_f32(weight * v0);
-            out[to + c1] = T::from_f32(weight * v1);
-            out[to + c2] = T::from_f32(weight * v2);
-            out[to + c3] = T::from_f32(weight * v3);
-            c0 = c3 + threads;
-        }
-        while c0 < hidden {
-            out[to + c0] = T::from_f32(weight * row[from + c0].to_f32());
-            c0 += threads;
+        if hidden % lanes == 0 {
+            let (from, to) = (j * (hidden / lanes), t * (hidden / lanes));
+            let mut c = thread_idx_x() as usize;
+            while c < hidden / lanes {
+                out.store_pack(to + c, (row.load_pack(from + c).widen() * weight).narrow());
+                c += threads;
+            }
+        } else {
+            let (from, to) = (j * hidden, t * hidden);
+            let mut c = thread_idx_x() as usize;
+            while c < hidden {
+                out[to + c] = T::from_f32(weight * row[from + c].to_f32());
+                c += threads;
+            }
         }
         t += grid_dim_x() as usize;
     }

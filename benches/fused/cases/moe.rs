@@ -156,25 +156,27 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             let entry = entry_point(name, entry_points, T::DTYPE)?;
             Ok(jit::function(comm.context(), &KernelSpec { name, source, entry_point: entry })?)
         };
-        // Grids are the same on every rank (LSA barrier `b` pairs block `b` of every rank): sized by `capacity`
-        // and `tokens`, which every rank shares, never by what a rank happens to receive.
+        // One block per token (blocks loop), so `tokens x BLOCK` threads. Grids are the same on every rank (LSA
+        // barrier `b` pairs block `b` of every rank): sized by `capacity` and `tokens`, which every rank shares,
+        // never by what a rank happens to receive.
+        let per_block = BLOCK as usize;
         let (dispatch_cfg, dispatch_wave) = grid_for(
             &function(moe_dispatch::NAME, moe_dispatch::SOURCE, moe_dispatch::ENTRY_POINTS)?,
             &stream,
             BLOCK,
-            capacity,
+            capacity * per_block,
         )?;
         let (expert_cfg, _) = grid_for(
             &function(moe_toy_expert::NAME, moe_toy_expert::SOURCE, moe_toy_expert::ENTRY_POINTS)?,
             &stream,
             BLOCK,
-            capacity,
+            capacity * per_block,
         )?;
         let (combine_cfg, combine_wave) = grid_for(
             &function(moe_combine::NAME, moe_combine::SOURCE, moe_combine::ENTRY_POINTS)?,
             &stream,
             BLOCK,
-            tokens,
+            tokens * per_block,
         )?;
         let requirements: Requirements = moe_route::requirements(&LaunchConfig::linear(1, ROUTE_BLOCK))
             .merge(&moe_dispatch::requirements(&dispatch_wave))
@@ -189,7 +191,7 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             Dtype::Bf16 => ("moe_pack_bf16", "moe_unpack_bf16"),
         };
         let pack = baseline(pack_name)?;
-        let (pack_cfg, _) = grid_for(&pack, &stream, BLOCK, tokens)?;
+        let (pack_cfg, _) = grid_for(&pack, &stream, BLOCK, tokens * per_block)?;
         let kernels = Kernels {
             route_counts: baseline("moe_route_counts")?,
             pack,
