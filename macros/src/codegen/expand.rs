@@ -44,6 +44,34 @@ fn companion_path(path: &syn::Path) -> TokenStream {
     quote!(#colon #(#segments)::*)
 }
 
+/// Each called free function imported under an alias that says what it must be, and the paths of its companion
+/// module's source and usage through the alias, spanned at the call: calling a plain Rust function from a kernel
+/// then fails at the call with rustc's "function `double_must_be_a_weft_device_fn` is not a crate or module", and
+/// calling a kernel with "cannot find value `__WEFT_SOURCE` in module `fill_must_be_a_weft_device_fn`".
+fn callee_aliases(calls: &[syn::Path]) -> (Vec<TokenStream>, Vec<TokenStream>, Vec<TokenStream>) {
+    let mut imports = Vec::new();
+    let mut sources = Vec::new();
+    let mut usages = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    for (i, path) in calls.iter().enumerate() {
+        let target = companion_path(path);
+        let last = path.segments.last().map(|s| s.ident.clone());
+        let span = last.as_ref().map(|i| i.span()).unwrap_or_else(proc_macro2::Span::call_site);
+        let name = last.map(|i| i.to_string()).unwrap_or_default();
+        // Two callees with one name in different modules (`a::helper`, `b::helper`) need two aliases.
+        let mut alias = format!("{name}_must_be_a_weft_device_fn");
+        if seen.contains(&alias) {
+            alias = format!("{alias}_{i}");
+        }
+        seen.push(alias.clone());
+        let alias = syn::Ident::new(&alias, span);
+        imports.push(quote!(use #target as #alias;));
+        sources.push(quote::quote_spanned!(span=> #alias::__WEFT_SOURCE));
+        usages.push(quote::quote_spanned!(span=> #alias::__WEFT_USAGE));
+    }
+    (imports, sources, usages)
+}
+
 fn const_helpers() -> TokenStream {
     let words = USAGE_WORDS;
     quote! {
@@ -97,8 +125,8 @@ fn const_helpers() -> TokenStream {
             }
             out
         }
-        const __WEFT_SOURCE_LEN: usize = __weft_concat_len(__WEFT_PARTS);
-        const __WEFT_SOURCE_BYTES: [u8; __WEFT_SOURCE_LEN] = __weft_concat::<__WEFT_SOURCE_LEN>(__WEFT_PARTS);
+        const __WEFT_LEN: usize = __weft_concat_len(__WEFT_PARTS);
+        const __WEFT_SOURCE_BYTES: [u8; __WEFT_LEN] = __weft_concat::<__WEFT_LEN>(__WEFT_PARTS);
     }
 }
 
@@ -111,7 +139,7 @@ fn usage_tokens(usage: &Usage) -> TokenStream {
 pub(crate) fn device_fn_module(item: &ItemFn, own_source: &str, usage: &Usage, calls: &[syn::Path]) -> TokenStream {
     let vis = &item.vis;
     let name = &item.sig.ident;
-    let callees: Vec<TokenStream> = calls.iter().map(companion_path).collect();
+    let (callee_imports, callee_sources, callee_usages) = callee_aliases(calls);
     let own_usage = usage_tokens(usage);
     let helpers = const_helpers();
     let doc = format!(" The C++ of the device fn [`{name}`](fn@{name}) for the kernels that call it (generated).");
@@ -121,8 +149,9 @@ pub(crate) fn device_fn_module(item: &ItemFn, own_source: &str, usage: &Usage, c
         #[allow(non_snake_case, dead_code, unused_imports, clippy::all)]
         #vis mod #name {
             use super::*;
+            #(#callee_imports)*
             const __WEFT_OWN: &str = #own_source;
-            const __WEFT_PARTS: &[&str] = &[#(#callees::__WEFT_SOURCE,)* __WEFT_OWN];
+            const __WEFT_PARTS: &[&str] = &[#(#callee_sources,)* __WEFT_OWN];
             #helpers
             /// This device fn's C++ definition, after those of the device fns it calls.
             pub const __WEFT_SOURCE: &str = match ::core::str::from_utf8(&__WEFT_SOURCE_BYTES) {
@@ -130,7 +159,7 @@ pub(crate) fn device_fn_module(item: &ItemFn, own_source: &str, usage: &Usage, c
                 ::core::result::Result::Err(_) => panic!("weft: generated C++ is not UTF-8"),
             };
             /// Capabilities and resources the device fn (and its callees) use.
-            pub const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[#own_usage #(, #callees::__WEFT_USAGE)*]);
+            pub const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[#own_usage #(, #callee_usages)*]);
         }
     }
 }
@@ -148,7 +177,7 @@ pub(crate) fn kernel_module(
     let vis = &item.vis;
     let name = &item.sig.ident;
     let name_str = name.to_string();
-    let callees: Vec<TokenStream> = calls.iter().map(companion_path).collect();
+    let (callee_imports, callee_sources, callee_usages) = callee_aliases(calls);
     let own_usage = usage_tokens(usage);
     let helpers = const_helpers();
     let instantiations = sig.instantiations();
@@ -211,9 +240,10 @@ pub(crate) fn kernel_module(
         #[allow(non_snake_case, dead_code, unused_imports, clippy::all)]
         #vis mod #name {
             use super::*;
+            #(#callee_imports)*
             /// The kernel's name.
             pub const NAME: &str = #name_str;
-            const __WEFT_PARTS: &[&str] = &[#header, #(#callees::__WEFT_SOURCE,)* #kernel_source];
+            const __WEFT_PARTS: &[&str] = &[#header, #(#callee_sources,)* #kernel_source];
             #helpers
             /// The complete CUDA C++ translation unit (it includes `weft.cuh`).
             pub const SOURCE: &str = match ::core::str::from_utf8(&__WEFT_SOURCE_BYTES) {
@@ -225,7 +255,7 @@ pub(crate) fn kernel_module(
             /// The `extern "C"` entry points, one per instantiated element-type list.
             pub const ENTRY_POINTS: &[&str] = &[#(#entry_points),*];
             #[doc(hidden)]
-            pub const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[#own_usage #(, #callees::__WEFT_USAGE)*]);
+            pub const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[#own_usage #(, #callee_usages)*]);
             /// The capabilities the kernel uses: declared by its `DevComm<C>` and inferred from its body and the
             /// device fns it calls.
             pub const CAPABILITIES: ::weft::device::caps::Capabilities = ::weft::device::caps::Capabilities {

@@ -100,7 +100,10 @@ pub(crate) fn expand_kernel(attr: TokenStream, item: TokenStream) -> TokenStream
         if a.attrs.debug {
             print_debug(&a, &header, &kernel);
         }
-        expand::kernel_module(&item_fn, &a.sig, &a.attrs, &header, &kernel, &a.usage, &a.lowered.calls)
+        // After an error, the module still exists (launch calls elsewhere keep type-checking) but names no callee:
+        // a closure or recursive call the error is about would only add rustc's unresolved-path noise.
+        let calls = if cx.error_count() == 0 { &a.lowered.calls[..] } else { &[] };
+        expand::kernel_module(&item_fn, &a.sig, &a.attrs, &header, &kernel, &a.usage, calls)
     });
     let errors = cx.into_errors().into_iter().map(|e| e.to_compile_error());
     quote! {
@@ -128,7 +131,8 @@ pub(crate) fn expand_device_fn(attr: TokenStream, item: TokenStream) -> TokenStr
         if a.attrs.debug {
             eprintln!("{source}");
         }
-        expand::device_fn_module(&item_fn, &source, &a.usage, &a.lowered.calls)
+        let calls = if cx.error_count() == 0 { &a.lowered.calls[..] } else { &[] };
+        expand::device_fn_module(&item_fn, &source, &a.usage, calls)
     });
     let errors = cx.into_errors().into_iter().map(|e| e.to_compile_error());
     quote! {

@@ -101,21 +101,30 @@ fn kernel_source_joins_the_device_fns_it_calls() {
         quote!(),
         quote! {
             fn k(out: &mut [f32]) {
-                out[0] = helper(1.0) + self::inner::other(2.0) + super::outer(3.0) + crate::util::far(4.0);
+                out[0] = helper(1.0) + self::inner::other(2.0) + super::outer(3.0) + crate::util::far(4.0)
+                    + crate::elsewhere::helper(5.0);
                 out[1] = sqrt(out[0]) + weft::device::max(out[0], 1.0);
                 sync_threads();
             }
         },
     ));
-    // Paths as written, one module deeper; vocabulary functions have no source to join.
+    // Paths as written, one module deeper, imported under aliases that say what a callee must be (a second
+    // `helper` gets a numbered alias); vocabulary functions have no source to join.
     assert_has(
         &out,
-        r#"helper::__WEFT_SOURCE, super::inner::other::__WEFT_SOURCE, super::super::outer::__WEFT_SOURCE, crate::util::far::__WEFT_SOURCE,"#,
+        r#"use helper as helper_must_be_a_weft_device_fn; use super::inner::other as other_must_be_a_weft_device_fn; use super::super::outer as outer_must_be_a_weft_device_fn; use crate::util::far as far_must_be_a_weft_device_fn; use crate::elsewhere::helper as helper_must_be_a_weft_device_fn_4;"#,
+    );
+    assert_has(
+        &out,
+        r#"helper_must_be_a_weft_device_fn::__WEFT_SOURCE, other_must_be_a_weft_device_fn::__WEFT_SOURCE, outer_must_be_a_weft_device_fn::__WEFT_SOURCE, far_must_be_a_weft_device_fn::__WEFT_SOURCE, helper_must_be_a_weft_device_fn_4::__WEFT_SOURCE,"#,
     );
     for vocabulary in ["sqrt::", "max::", "sync_threads::"] {
         assert!(!out.contains(vocabulary), "{vocabulary} referenced: {out}");
     }
-    assert_has(&out, r#", helper::__WEFT_USAGE, super::inner::other::__WEFT_USAGE"#);
+    assert_has(
+        &out,
+        r#", helper_must_be_a_weft_device_fn::__WEFT_USAGE, other_must_be_a_weft_device_fn::__WEFT_USAGE"#,
+    );
 }
 
 #[test]
@@ -128,9 +137,10 @@ fn device_fn_companion_module() {
     ));
     assert_has(&out, r#"#[allow(dead_code)] pub fn helper(x: f32) -> f32"#);
     assert_has(&out, r#"pub mod helper { use super::*;"#);
-    assert_has(&out, r#"const __WEFT_PARTS: &[&str] = &[other::__WEFT_SOURCE, __WEFT_OWN];"#);
+    assert_has(&out, r#"use other as other_must_be_a_weft_device_fn;"#);
+    assert_has(&out, r#"const __WEFT_PARTS: &[&str] = &[other_must_be_a_weft_device_fn::__WEFT_SOURCE, __WEFT_OWN];"#);
     assert_has(&out, r#"pub const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[&["#);
-    assert_has(&out, r#", other::__WEFT_USAGE]);"#);
+    assert_has(&out, r#", other_must_be_a_weft_device_fn::__WEFT_USAGE]);"#);
 }
 
 #[test]
