@@ -136,6 +136,18 @@ fn pack_loads_and_stores_match_the_host_reference_at_any_offset() {
     let s = stream(&comm);
     check::<f32>(&s, |v| v, |v| v, 1e-6);
     check::<half::bf16>(&s, half::bf16::from_f32, half::bf16::to_f32, 1e-2);
+
+    // Window views: alignment follows the window offset.
+    let n = 4096;
+    let x: Vec<f32> = random(n + 8, 23);
+    let mut window = comm.alloc_window::<f32>(&s, n + 8, WindowFlags::COLL_SYMMETRIC).unwrap();
+    window.buffer_mut().copy_from_host(&x).unwrap();
+    for offset in [0, 1, 3, 4] {
+        let mut out = s.clone_htod(&vec![f32::NAN; n]).unwrap();
+        kernels::pack_window_copy::launch(&s, LaunchConfig::linear(8, 128), &window, offset, &mut out, n).unwrap();
+        assert_eq!(s.clone_dtoh(&out).unwrap(), x[offset..offset + n], "window offset {offset}");
+    }
+    drop(window);
 }
 
 #[test]

@@ -84,6 +84,17 @@ pub fn pack_axpy<T: Float>(a: f32, x: &[T], offset: usize, y: &[T], out: &mut [T
     }
 }
 
+/// `out[i] = w[offset + i]` for `i < n` (n a whole number of packs), 16 bytes at a time, through the local view of
+/// the window `offset` elements in: an offset that is not a multiple of the pack takes the unaligned path.
+#[weft::kernel(types(f32, bf16))]
+pub fn pack_window_copy<T: Float>(w: &Window<T>, offset: usize, out: &mut [T], n: usize) {
+    let shifted = w.offset(offset);
+    let view = shifted.local();
+    for p in grid_stride(n / pack_lanes::<T>()) {
+        out.store_pack(p, view.load_pack(p));
+    }
+}
+
 /// Every kernel's name and generated CUDA C++, for the codegen test.
 #[allow(dead_code)] // used by tests/codegen.rs, not by every test that includes this module
 pub const ALL: &[(&str, &str)] = &[
@@ -93,4 +104,5 @@ pub const ALL: &[(&str, &str)] = &[
     (barrier_wait_with_deadline::NAME, barrier_wait_with_deadline::SOURCE),
     (gin_ring_put::NAME, gin_ring_put::SOURCE),
     (pack_axpy::NAME, pack_axpy::SOURCE),
+    (pack_window_copy::NAME, pack_window_copy::SOURCE),
 ];
