@@ -506,14 +506,11 @@ WEFT_FN WidePack<T> mul_add(WidePack<T> a, WidePack<T> const& m, WidePack<T> con
 }
 
 namespace detail {
-WEFT_FN bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
-// `aligned`: whether `base` is 16-byte aligned (packs keep the alignment of their base: a pack is 16 bytes).
 template <class T>
-WEFT_FN Pack<T> load_pack(const T* base, size_t pack, bool aligned) {
+WEFT_FN Pack<T> load_pack(const T* base, size_t pack) {
   const T* p = base + pack * Pack<T>::LANES;
   Pack<T> out;
-  if (aligned) {
+  if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
     *reinterpret_cast<uint4*>(out.lanes) = *reinterpret_cast<const uint4*>(p);
   } else {
 #pragma unroll
@@ -522,9 +519,9 @@ WEFT_FN Pack<T> load_pack(const T* base, size_t pack, bool aligned) {
   return out;
 }
 template <class T>
-WEFT_FN void store_pack(T* base, size_t pack, Pack<T> const& value, bool aligned) {
+WEFT_FN void store_pack(T* base, size_t pack, Pack<T> const& value) {
   T* p = base + pack * Pack<T>::LANES;
-  if (aligned) {
+  if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
     *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(value.lanes);
   } else {
 #pragma unroll
@@ -540,7 +537,7 @@ WEFT_FN WidePack<U> load_wide(const float* base, size_t pack) {
   if constexpr (L % 4 == 0) {
 #pragma unroll
     for (size_t k = 0; k < L; k += 4) {
-      Pack<float> part = load_pack(p + k, 0, aligned16(p));
+      Pack<float> part = load_pack(p + k, 0);
 #pragma unroll
       for (size_t j = 0; j < 4; ++j) out.lanes[k + j] = part.lanes[j];
     }
@@ -560,7 +557,7 @@ WEFT_FN void store_wide(float* base, size_t pack, WidePack<U> const& value) {
       Pack<float> part;
 #pragma unroll
       for (size_t j = 0; j < 4; ++j) part.lanes[j] = value.lanes[k + j];
-      store_pack(p + k, 0, part, aligned16(p));
+      store_pack(p + k, 0, part);
     }
   } else {
 #pragma unroll
@@ -582,7 +579,7 @@ struct Slice {
   WEFT_FN size_t len() const { return count; }
   WEFT_FN bool is_empty() const { return count == 0; }
   WEFT_FN const T* as_ptr() const { return ptr; }
-  WEFT_FN Pack<T> load_pack(size_t pack) const { return detail::load_pack(ptr, pack, detail::aligned16(ptr)); }
+  WEFT_FN Pack<T> load_pack(size_t pack) const { return detail::load_pack(ptr, pack); }
   template <class U>
   WEFT_FN WidePack<U> load_wide(size_t pack) const {
     static_assert(std::is_same<T, float>::value, "load_wide reads an f32 slice");
@@ -601,10 +598,8 @@ struct SliceMut {
   WEFT_FN bool is_empty() const { return count == 0; }
   WEFT_FN T* as_ptr() const { return ptr; }
   WEFT_FN T* as_mut_ptr() const { return ptr; }
-  WEFT_FN Pack<T> load_pack(size_t pack) const { return detail::load_pack<T>(ptr, pack, detail::aligned16(ptr)); }
-  WEFT_FN void store_pack(size_t pack, Pack<T> const& value) const {
-    detail::store_pack(ptr, pack, value, detail::aligned16(ptr));
-  }
+  WEFT_FN Pack<T> load_pack(size_t pack) const { return detail::load_pack<T>(ptr, pack); }
+  WEFT_FN void store_pack(size_t pack, Pack<T> const& value) const { detail::store_pack(ptr, pack, value); }
   template <class U>
   WEFT_FN WidePack<U> load_wide(size_t pack) const {
     static_assert(std::is_same<T, float>::value, "load_wide reads an f32 slice");
@@ -846,19 +841,12 @@ template <class T>
 struct View {
   T* ptr;
   size_t length;
-  // Whether pack accesses may use 16-byte instructions. A window's copies start on VMM-granularity boundaries
-  // (ncclCommWindowRegister takes only ncclMemAlloc / cuMem allocations, and NCCL maps peers at multiples of
-  // that), so a view's alignment is its window offset's: a kernel-parameter value, decided once per view instead
-  // of once per access.
-  bool aligned16;
   WEFT_FN T& operator[](size_t i) const { return ptr[i]; }
   WEFT_FN size_t len() const { return length; }
   WEFT_FN bool is_empty() const { return length == 0; }
   WEFT_FN T* as_ptr() const { return ptr; }
-  WEFT_FN Pack<T> load_pack(size_t pack) const { return detail::load_pack<T>(ptr, pack, aligned16); }
-  WEFT_FN void store_pack(size_t pack, Pack<T> const& value) const {
-    detail::store_pack(ptr, pack, value, aligned16);
-  }
+  WEFT_FN Pack<T> load_pack(size_t pack) const { return detail::load_pack<T>(ptr, pack); }
+  WEFT_FN void store_pack(size_t pack, Pack<T> const& value) const { detail::store_pack(ptr, pack, value); }
 };
 
 template <class T>
@@ -872,15 +860,12 @@ struct Window {
   WEFT_FN Window offset(size_t elements) const {
     return Window{win, offset_bytes + elements * sizeof(T), elements < length ? length - elements : 0};
   }
-  WEFT_FN bool aligned16() const { return (offset_bytes & 15) == 0; }
-  WEFT_FN View<T> local() const {
-    return View<T>{(T*)ncclGetLocalPointer(win, offset_bytes), length, aligned16()};
-  }
+  WEFT_FN View<T> local() const { return View<T>{(T*)ncclGetLocalPointer(win, offset_bytes), length}; }
   WEFT_FN View<T> lsa(uint32_t peer) const {
-    return View<T>{(T*)ncclGetLsaPointer(win, offset_bytes, int(peer)), length, aligned16()};
+    return View<T>{(T*)ncclGetLsaPointer(win, offset_bytes, int(peer)), length};
   }
   WEFT_FN View<T> peer(Team team, uint32_t peer) const {
-    return View<T>{(T*)ncclGetPeerPointer(win, offset_bytes, team.nccl(), int(peer)), length, aligned16()};
+    return View<T>{(T*)ncclGetPeerPointer(win, offset_bytes, team.nccl(), int(peer)), length};
   }
 };
 
