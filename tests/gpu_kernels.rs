@@ -150,6 +150,24 @@ fn pack_loads_and_stores_match_the_host_reference_at_any_offset() {
     drop(window);
 }
 
+/// `#[kernel(launch_bounds(128, 4))]`: 128-thread blocks run, 256-thread blocks are refused by weft, by name.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn launch_bounds_cap_the_block_size_with_a_typed_error() {
+    let comm = one_rank();
+    let s = stream(&comm);
+    let n = 10_000;
+    let mut out = s.clone_htod(&vec![0.0f32; n]).unwrap();
+    kernels::bounded_fill::launch(&s, LaunchConfig::linear(16, 128), &mut out, 2.5, n).unwrap();
+    assert!(s.clone_dtoh(&out).unwrap().iter().all(|&v| v == 2.5));
+    let err = kernels::bounded_fill::launch(&s, LaunchConfig::linear(16, 256), &mut out, 1.0, n).unwrap_err();
+    println!("launch bounds: {err}");
+    assert!(matches!(err, Error::InvalidArgument { argument: "cfg", .. }), "{err}");
+    assert!(err.to_string().contains("at most 128"), "{err}");
+    // Nothing ran, and the stream is still usable.
+    assert!(s.clone_dtoh(&out).unwrap().iter().all(|&v| v == 2.5));
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn barrier_round_trips_complete_on_every_block() {

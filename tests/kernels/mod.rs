@@ -95,6 +95,15 @@ pub fn pack_window_copy<T: Float>(w: &Window<T>, offset: usize, out: &mut [T], n
     }
 }
 
+/// `out[i] = value`, compiled with `__launch_bounds__(128, 4)`: launched with more than 128 threads per block it
+/// fails with weft's error, before CUDA would refuse it.
+#[weft::kernel(launch_bounds(128, 4))]
+pub fn bounded_fill(out: &mut [f32], value: f32, n: usize) {
+    for i in grid_stride(n) {
+        out[i] = value;
+    }
+}
+
 /// Every kernel's name and generated CUDA C++, for the codegen test.
 #[allow(dead_code)] // used by tests/codegen.rs, not by every test that includes this module
 pub const ALL: &[(&str, &str)] = &[
@@ -105,4 +114,5 @@ pub const ALL: &[(&str, &str)] = &[
     (gin_ring_put::NAME, gin_ring_put::SOURCE),
     (pack_axpy::NAME, pack_axpy::SOURCE),
     (pack_window_copy::NAME, pack_window_copy::SOURCE),
+    (bounded_fill::NAME, bounded_fill::SOURCE),
 ];

@@ -133,6 +133,7 @@ impl<'a> KernelArgs<'a> {
     pub fn launch(mut self, spec: &crate::jit::KernelSpec, cfg: LaunchConfig) -> Result<()> {
         cfg.validate()?;
         let function = crate::jit::function(self.stream.context(), spec)?;
+        check_block_fits(spec.name, &function, &cfg)?;
         // SAFETY: the generated launcher pushed exactly the kernel's parameters in declaration order, each laid
         // out as docs/kernel-abi.md fixes (checked by the codegen and GPU tests); every buffer, window and device
         // communicator is borrowed for 'a, beyond this call, and cudarc's guards in `args` order later frees and
@@ -153,6 +154,31 @@ impl<C: CapabilitySet, M: Mode> DevComm<'_, C, M> {
             other => other,
         })
     }
+}
+
+/// Whether `cfg`'s blocks fit the compiled kernel: its `#[kernel(launch_bounds(n, …))]`, or the registers it needs,
+/// cap the threads per block below CUDA's 1024. Checked here so that the caller gets the kernel's name and the fix
+/// rather than `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES` or `CUDA_ERROR_INVALID_VALUE` from the launch.
+pub fn check_block_fits(
+    kernel: &'static str,
+    function: &cudarc::driver::CudaFunction,
+    cfg: &LaunchConfig,
+) -> Result<()> {
+    use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
+    let most = function.get_attribute(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?;
+    let threads = cfg.block_size();
+    if threads > u64::try_from(most).unwrap_or(0) {
+        return Err(Error::InvalidArgument {
+            argument: "cfg",
+            problem: format!(
+                "`{kernel}` launched with {threads} threads per block ({:?}), but its compiled form allows at most \
+                 {most} (its `launch_bounds` or its registers per thread): launch at most {most} threads per \
+                 block, e.g. with `LaunchConfig::one_wave(&function, &stream, {most})`",
+                cfg.block_dim
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The error of a failed `#[kernel(len(...))]` check: which kernel, which rule, the values seen.

@@ -7,6 +7,8 @@
 //! #[kernel(lsa_barriers = 4)]                    a resource count the body's indices do not show
 //! #[kernel(lsa_barriers = grid)]                 … one per block of the launch grid (x)
 //! #[kernel(len(x == out, out >= n))]             launch-time checks of slice/window lengths
+//! #[kernel(launch_bounds(512, 3))]               `__launch_bounds__`: at most 512 threads per block, and
+//!                                                registers for at least 3 blocks per SM
 //! ```
 
 use proc_macro2::{Span, TokenStream};
@@ -55,6 +57,17 @@ pub(crate) struct Attributes {
     pub(crate) types: Vec<TypeList>,
     pub(crate) declared: Vec<(Resource, Declared, Span)>,
     pub(crate) len_checks: Vec<LenCheck>,
+    pub(crate) launch_bounds: Option<LaunchBounds>,
+}
+
+/// `launch_bounds(max_threads)` or `launch_bounds(max_threads, min_blocks)`: CUDA's `__launch_bounds__` on every
+/// entry point. nvcc then keeps the registers per thread low enough for `min_blocks` blocks of `max_threads`
+/// threads per SM (spilling if it must), and the kernel cannot be launched with more than `max_threads` threads
+/// per block (the launcher says so before CUDA does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LaunchBounds {
+    pub(crate) max_threads: u32,
+    pub(crate) min_blocks: Option<u32>,
 }
 
 impl Attributes {
@@ -112,6 +125,13 @@ fn parse_argument(kind: AttrKind, tokens: TokenStream, attrs: &mut Attributes, c
                 syn::parenthesized!(content in meta.input);
                 parse_types(&content, &mut attrs.types, ident.span())
             }
+            "launch_bounds" if kind == AttrKind::Kernel => {
+                let content;
+                syn::parenthesized!(content in meta.input);
+                let values = Punctuated::<syn::LitInt, Token![,]>::parse_terminated(&content)?;
+                attrs.launch_bounds = Some(parse_launch_bounds(ident, &values)?);
+                Ok(())
+            }
             "len" if kind == AttrKind::Kernel => {
                 let content;
                 syn::parenthesized!(content in meta.input);
@@ -141,7 +161,7 @@ fn parse_argument(kind: AttrKind, tokens: TokenStream, attrs: &mut Attributes, c
                 }
                 None => {
                     let known = match kind {
-                        AttrKind::Kernel => "`types(…)`, `debug`, `len(…)`",
+                        AttrKind::Kernel => "`types(…)`, `debug`, `len(…)`, `launch_bounds(…)`",
                         AttrKind::DeviceFn => "`debug`",
                     };
                     Err(meta.error(format!(
@@ -154,6 +174,21 @@ fn parse_argument(kind: AttrKind, tokens: TokenStream, attrs: &mut Attributes, c
     });
     if let Err(e) = parser.parse2(tokens) {
         cx.syn_error(e);
+    }
+}
+
+fn parse_launch_bounds(ident: &Ident, values: &Punctuated<syn::LitInt, Token![,]>) -> syn::Result<LaunchBounds> {
+    const HOW: &str = "write `launch_bounds(max_threads)` or `launch_bounds(max_threads, min_blocks_per_sm)`, e.g. \
+                       `launch_bounds(512, 3)`";
+    let numbers: Vec<u32> = values.iter().map(|v| v.base10_parse::<u32>()).collect::<syn::Result<_>>()?;
+    match numbers[..] {
+        [max_threads, ..] if max_threads == 0 || max_threads > 1024 => {
+            Err(syn::Error::new_spanned(&values[0], format!("{max_threads} threads per block: CUDA allows 1 to 1024")))
+        }
+        [_, 0] => Err(syn::Error::new_spanned(&values[1], "at least 1 block per SM")),
+        [max_threads] => Ok(LaunchBounds { max_threads, min_blocks: None }),
+        [max_threads, min_blocks] => Ok(LaunchBounds { max_threads, min_blocks: Some(min_blocks) }),
+        _ => Err(syn::Error::new(ident.span(), HOW)),
     }
 }
 

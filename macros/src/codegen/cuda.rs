@@ -7,6 +7,7 @@
 use std::fmt::Write as _;
 
 use super::ast::{FnKind, ParamKind, Signature};
+use super::attr::LaunchBounds;
 use super::ctxt::Ctxt;
 use super::lower::LoweredBody;
 use super::types::{GenericNames, Position, Scalar, TypeMapper, MAX_TUPLE};
@@ -91,7 +92,13 @@ fn location(item: &syn::ItemFn) -> String {
 }
 
 /// The kernel's own part: `k__body` and one `extern "C" __global__` entry point per instantiation.
-pub(crate) fn kernel(sig: &Signature, item: &syn::ItemFn, body: &LoweredBody, cx: &Ctxt) -> String {
+pub(crate) fn kernel(
+    sig: &Signature,
+    item: &syn::ItemFn,
+    body: &LoweredBody,
+    launch_bounds: Option<LaunchBounds>,
+    cx: &Ctxt,
+) -> String {
     let name = sig.ident.to_string();
     let mut out = String::new();
     let _ = writeln!(out, "// kernel `{name}`{}", location(item));
@@ -111,9 +118,16 @@ pub(crate) fn kernel(sig: &Signature, item: &syn::ItemFn, body: &LoweredBody, cx
         } else {
             format!("<{}>", types.iter().map(|t| t.cpp()).collect::<Vec<_>>().join(", "))
         };
+        let bounds = match launch_bounds {
+            Some(LaunchBounds { max_threads, min_blocks: Some(blocks) }) => {
+                format!("__launch_bounds__({max_threads}, {blocks}) ")
+            }
+            Some(LaunchBounds { max_threads, min_blocks: None }) => format!("__launch_bounds__({max_threads}) "),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "\nextern \"C\" __global__ void {entry}({}) {{\n    {name}__body{template_args}({});\n}}",
+            "\nextern \"C\" __global__ void {bounds}{entry}({}) {{\n    {name}__body{template_args}({});\n}}",
             params(sig, &body.param_names, true, &substitute, cx).join(", "),
             body.param_names.join(", ")
         );

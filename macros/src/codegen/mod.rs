@@ -96,7 +96,7 @@ pub(crate) fn expand_kernel(attr: TokenStream, item: TokenStream) -> TokenStream
     let user = expand::user_fn(&item_fn);
     let module = analysis.map(|a| {
         let header = cuda::header(&a.sig.ident.to_string());
-        let kernel = cuda::kernel(&a.sig, &item_fn, &a.lowered, &cx);
+        let kernel = cuda::kernel(&a.sig, &item_fn, &a.lowered, a.attrs.launch_bounds, &cx);
         if a.attrs.debug {
             print_debug(&a, &header, &kernel);
         }
@@ -166,7 +166,7 @@ pub(crate) fn generate_cuda_with(
         for s in device_fn_sources {
             source.push_str(s);
         }
-        source.push_str(&cuda::kernel(&a.sig, item, &a.lowered, &cx));
+        source.push_str(&cuda::kernel(&a.sig, item, &a.lowered, a.attrs.launch_bounds, &cx));
         source
     });
     let errors = cx.into_errors();

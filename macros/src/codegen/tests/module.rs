@@ -173,3 +173,17 @@ fn default_instantiations_follow_the_bounds() {
         ]
     );
 }
+
+#[test]
+fn launch_bounds_go_on_every_entry_point() {
+    let two = squeeze(expand_kernel(
+        quote!(types(f32, bf16), launch_bounds(512, 3)),
+        quote! { fn k<T: Float>(out: &mut [T]) { out[0] = T::zero(); } },
+    ));
+    assert_has(&two, r#"extern \"C\" __global__ void __launch_bounds__(512, 3) k__f32("#);
+    assert_has(&two, r#"extern \"C\" __global__ void __launch_bounds__(512, 3) k__bf16("#);
+    let one = squeeze(expand_kernel(quote!(launch_bounds(128)), quote! { fn k(out: &mut [f32]) { out[0] = 1.0; } }));
+    assert_has(&one, r#"extern \"C\" __global__ void __launch_bounds__(128) k("#);
+    let none = squeeze(expand_kernel(quote!(), quote! { fn k(out: &mut [f32]) { out[0] = 1.0; } }));
+    assert!(!none.contains("__launch_bounds__"), "{none}");
+}

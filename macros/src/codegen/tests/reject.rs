@@ -233,6 +233,16 @@ fn attribute_errors() {
     assert_one_error(&e, "`a` has no length");
     let e = device_fn_errors(quote!(types(f32)), quote! { fn h(x: f32) -> f32 { x } });
     assert_one_error(&e, "unknown argument `types`");
+    let e = kernel_errors(quote!(launch_bounds(2048)), quote! { fn k(x: &mut [f32]) {} });
+    assert_one_error(&e, "2048 threads per block: CUDA allows 1 to 1024");
+    let e = kernel_errors(quote!(launch_bounds(0)), quote! { fn k(x: &mut [f32]) {} });
+    assert_one_error(&e, "0 threads per block");
+    let e = kernel_errors(quote!(launch_bounds(256, 0)), quote! { fn k(x: &mut [f32]) {} });
+    assert_one_error(&e, "at least 1 block per SM");
+    let e = kernel_errors(quote!(launch_bounds(256, 2, 1)), quote! { fn k(x: &mut [f32]) {} });
+    assert_one_error(&e, "write `launch_bounds(max_threads)` or `launch_bounds(max_threads, min_blocks_per_sm)`");
+    let e = device_fn_errors(quote!(launch_bounds(256)), quote! { fn h(x: f32) -> f32 { x } });
+    assert_one_error(&e, "unknown argument `launch_bounds`");
     let e = kernel_errors(
         quote!(fast, types(f32, f32), lsa_barriers = x, debug),
         quote! { fn k<T: Float>(x: &mut [T]) {} },
