@@ -133,12 +133,17 @@ impl<'a> KernelArgs<'a> {
     pub fn launch(mut self, spec: &crate::jit::KernelSpec, cfg: LaunchConfig) -> Result<()> {
         cfg.validate()?;
         let function = crate::jit::function(self.stream.context(), spec)?;
-        check_block_fits(spec.name, &function, &cfg)?;
         // SAFETY: the generated launcher pushed exactly the kernel's parameters in declaration order, each laid
         // out as docs/kernel-abi.md fixes (checked by the codegen and GPU tests); every buffer, window and device
         // communicator is borrowed for 'a, beyond this call, and cudarc's guards in `args` order later frees and
         // writes after the kernel; the function was loaded into the stream's own context just above.
-        unsafe { launch_raw(&function, self.stream, &cfg, &mut self.args) }
+        let launched = unsafe { launch_raw(&function, self.stream, &cfg, &mut self.args) };
+        // A block larger than the compiled kernel allows fails the launch synchronously (nothing runs, the context
+        // stays usable); only then is the limit looked up, so the happy path pays nothing for the better error.
+        if launched.is_err() {
+            check_block_fits(spec.name, &function, &cfg)?;
+        }
+        launched
     }
 }
 
@@ -157,8 +162,8 @@ impl<C: CapabilitySet, M: Mode> DevComm<'_, C, M> {
 }
 
 /// Whether `cfg`'s blocks fit the compiled kernel: its `#[kernel(launch_bounds(n, …))]`, or the registers it needs,
-/// cap the threads per block below CUDA's 1024. Checked here so that the caller gets the kernel's name and the fix
-/// rather than `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES` or `CUDA_ERROR_INVALID_VALUE` from the launch.
+/// cap the threads per block below CUDA's 1024. `KernelArgs::launch` asks after a failed launch, so that the caller
+/// gets the kernel's name and the fix rather than `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES` or `CUDA_ERROR_INVALID_VALUE`.
 pub fn check_block_fits(
     kernel: &'static str,
     function: &cudarc::driver::CudaFunction,
