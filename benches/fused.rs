@@ -204,15 +204,22 @@ fn measure(gpus: usize, options: &Options, cases: &[&dyn Case]) -> AnyResult<Exi
     bar.finish_and_clear();
     let rows = report::merge_ranks(per_rank?);
 
-    println!("\n{}", report::table(&rows, options.limit_gbps));
+    let limit_gbps = options.limit_for(gpus);
+    println!("\n{}", report::table(&rows, limit_gbps));
     println!(
         "speedup = baseline / weft (median µs, slowest rank); GB/s = the fused pass's minimal bytes per rank / weft \
-         time; % limit of {} GB/s",
-        options.limit_gbps
+         time; % limit of {limit_gbps} GB/s ({}); bus GB/s = all-reduce bus bandwidth, size / time x 2(n-1)/n",
+        if options.limit_gbps.is_some() {
+            "WEFT_BENCH_LIMIT_GBPS"
+        } else if gpus == 1 {
+            "the H200's copy rate"
+        } else {
+            "NVLink per direction per GPU"
+        }
     );
     std::fs::create_dir_all(&options.out_dir)?;
     let csv_path = options.out_dir.join("fused.csv");
-    std::fs::write(&csv_path, report::csv(&rows, options.limit_gbps, &gpu, &nccl))?;
+    std::fs::write(&csv_path, report::csv(&rows, limit_gbps, &gpu, &nccl))?;
     println!("wrote {}", csv_path.display());
     let svg_path = options.out_dir.join("fused.svg");
     match plot::write_speedup_svg(&svg_path, &rows, &machine) {

@@ -31,7 +31,9 @@ mod options_tests {
         let shown: Vec<String> = defaults.sizes.iter().map(|&b| format_size(b)).collect();
         assert_eq!(shown, ["4 KB", "16 KB", "64 KB", "256 KB", "1 MB", "4 MB", "16 MB", "64 MB", "256 MB"]);
         assert_eq!(defaults.out_dir, PathBuf::from("target/bench"));
-        assert_eq!(defaults.limit_gbps, 4300.0);
+        assert_eq!(defaults.limit_gbps, None);
+        assert_eq!(defaults.limit_for(1), 4300.0, "one rank: the GPU's copy rate");
+        assert_eq!(defaults.limit_for(8), 450.0, "several ranks: NVLink per direction per GPU");
     }
 
     #[test]
@@ -58,7 +60,8 @@ mod options_tests {
         assert_eq!(o.dtypes, vec![Dtype::Bf16]);
         assert_eq!(o.sizes, vec![4096, 1 << 20, 2 << 30]);
         assert_eq!(o.out_dir, PathBuf::from("/tmp/x"));
-        assert_eq!(o.limit_gbps, 900.0);
+        assert_eq!(o.limit_gbps, Some(900.0));
+        assert_eq!((o.limit_for(1), o.limit_for(8)), (900.0, 900.0));
         assert!(o.selects("rmsnorm") && !o.selects("moe_dispatch"));
         assert_eq!(o.unknown_cases(&["allreduce"]), vec!["rmsnorm"]);
         assert!(options(&[]).unwrap().selects("anything"));
@@ -183,7 +186,24 @@ mod report_tests {
             weft_error: error,
             baseline_error: 0.0,
             tolerance: 1e-5,
+            bus_factor: None,
         }
+    }
+
+    #[test]
+    fn bus_bandwidth_follows_nccl_tests() {
+        // 1 GiB per rank in 1 ms on 8 ranks: algbw 1073.7 GB/s, busbw × 2·7/8.
+        let mut r = row("allreduce", 1 << 30, 1000.0, 2000.0, 0.0);
+        assert_eq!(r.weft_busbw(), None);
+        r.bus_factor = Some(2.0 * 7.0 / 8.0);
+        let bus = r.weft_busbw().unwrap();
+        assert!((bus - 1073.741824 * 1.75).abs() < 1e-6, "{bus}");
+        assert!((r.baseline_busbw().unwrap() - bus / 2.0).abs() < 1e-6);
+        let text = csv(&[r], 450.0, "NVIDIA H200", "2.28.9");
+        let fields: Vec<&str> = text.lines().nth(1).unwrap().split(',').collect();
+        let column = |name: &str| CSV_COLUMNS.iter().position(|c| *c == name).unwrap();
+        assert!(fields[column("weft_busbw_gbps")].starts_with("1879.0"), "{text}");
+        assert!(table(&[row("x", 4096, 1.0, 1.0, 0.0)], 4300.0).contains(" - "), "no bus bandwidth: a dash");
     }
 
     #[test]
@@ -268,6 +288,7 @@ mod plot_tests {
             weft_error: 0.0,
             baseline_error: 0.0,
             tolerance: 1e-5,
+            bus_factor: None,
         }
     }
 

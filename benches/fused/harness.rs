@@ -122,6 +122,12 @@ pub trait Case: Sync {
     fn tolerance(&self, dtype: Dtype) -> f64 {
         dtype.default_tolerance()
     }
+    /// nccl-tests' bus-bandwidth factor for this case on `nranks` ranks, where the case is a collective that
+    /// bus bandwidth describes (all-reduce: `2(n − 1)/n`); `None` otherwise.
+    fn bus_factor(&self, nranks: usize) -> Option<f64> {
+        let _ = nranks;
+        None
+    }
     /// The hand-written CUDA C++ the baseline launches, as `(name, source)`: compiled for sm_90 on machines
     /// without a GPU too, so a broken baseline shows before the GPU run.
     fn cuda_sources(&self) -> &'static [(&'static str, &'static str)] {
@@ -416,6 +422,7 @@ fn measure_all(
                     weft_error,
                     baseline_error,
                     tolerance: case.tolerance(dtype),
+                    bus_factor: case.bus_factor(comm.nranks()),
                 };
                 done(comm.rank(), &row);
                 rows.push(row);

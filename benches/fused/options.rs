@@ -4,8 +4,13 @@
 
 use std::path::PathBuf;
 
-/// The copy ceiling measured on the H200 (device-to-device copy, bytes read + bytes written), in GB/s.
+/// The copy ceiling measured on the H200 (device-to-device copy, bytes read + bytes written), in GB/s: the limit of
+/// a one-rank run, where every byte stays in the GPU's memory.
 pub const DEFAULT_LIMIT_GBPS: f64 = 4300.0;
+
+/// NVLink 4 on the H200, per direction per GPU, in GB/s: the limit of a run with several ranks, whose traffic
+/// crosses NVLink.
+pub const NVLINK_LIMIT_GBPS: f64 = 450.0;
 
 /// Where the CSV and SVG go unless `WEFT_BENCH_OUT` says otherwise (relative to the working directory, which
 /// `cargo bench` sets to the workspace root).
@@ -63,11 +68,18 @@ pub struct Options {
     pub sizes: Vec<usize>,
     /// `WEFT_BENCH_OUT`: directory for `fused.csv` and `fused.svg`.
     pub out_dir: PathBuf,
-    /// `WEFT_BENCH_LIMIT_GBPS`: the bandwidth the "% of limit" column divides by.
-    pub limit_gbps: f64,
+    /// `WEFT_BENCH_LIMIT_GBPS`: the bandwidth the "% of limit" column divides by; `None`: by rank count (see
+    /// [`Options::limit_for`]).
+    pub limit_gbps: Option<f64>,
 }
 
 impl Options {
+    /// The "% of limit" denominator for a run on `nranks` ranks: `WEFT_BENCH_LIMIT_GBPS` if set, else the memory
+    /// copy rate on one rank and the NVLink rate on several.
+    pub fn limit_for(&self, nranks: usize) -> f64 {
+        self.limit_gbps.unwrap_or(if nranks <= 1 { DEFAULT_LIMIT_GBPS } else { NVLINK_LIMIT_GBPS })
+    }
+
     /// Reads the `WEFT_BENCH_*` variables.
     pub fn from_env() -> Result<Options, String> {
         Options::from_lookup(|name| std::env::var(name).ok())
@@ -96,10 +108,10 @@ impl Options {
         }
         let limit_gbps = match set("WEFT_BENCH_LIMIT_GBPS") {
             Some(text) => match text.parse::<f64>() {
-                Ok(value) if value > 0.0 && value.is_finite() => value,
+                Ok(value) if value > 0.0 && value.is_finite() => Some(value),
                 _ => return Err(format!("WEFT_BENCH_LIMIT_GBPS={text:?}: give a positive number of GB/s")),
             },
-            None => DEFAULT_LIMIT_GBPS,
+            None => None,
         };
         let out_dir = PathBuf::from(set("WEFT_BENCH_OUT").unwrap_or_else(|| DEFAULT_OUT_DIR.to_string()));
         Ok(Options { quick, cases, dtypes, sizes, out_dir, limit_gbps })

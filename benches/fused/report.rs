@@ -33,6 +33,9 @@ pub struct Row {
     pub baseline_error: f64,
     /// The largest error that passes.
     pub tolerance: f64,
+    /// For all-reduce-like cases on several ranks, nccl-tests' bus-bandwidth factor (`2(n − 1)/n`): bus bandwidth
+    /// is message size / time × factor, comparable across rank counts and with the link rate.
+    pub bus_factor: Option<f64>,
 }
 
 impl Row {
@@ -50,6 +53,16 @@ impl Row {
     /// kernel's minimal traffic (its real traffic is larger; that is the point of fusing).
     pub fn baseline_gbps(&self) -> f64 {
         gbps(self.bytes_moved, self.baseline.median)
+    }
+
+    /// The fused kernel's bus bandwidth (message bytes per rank / time × `bus_factor`), in GB/s.
+    pub fn weft_busbw(&self) -> Option<f64> {
+        self.bus_factor.map(|factor| gbps(self.bytes as u64, self.weft.median) * factor)
+    }
+
+    /// The baseline's bus bandwidth.
+    pub fn baseline_busbw(&self) -> Option<f64> {
+        self.bus_factor.map(|factor| gbps(self.bytes as u64, self.baseline.median) * factor)
     }
 
     /// The fused kernel's GB/s as a percentage of `limit_gbps`.
@@ -71,8 +84,8 @@ fn gbps(bytes: u64, micros: f64) -> f64 {
 pub fn table(rows: &[Row], limit_gbps: f64) -> String {
     let width = rows.iter().map(|row| row.case.chars().count()).max().unwrap_or(0).max(4);
     let mut out = format!(
-        "{:<width$} {:>9} {:>5} {:>11} {:>12} {:>8} {:>9} {:>8}  {}\n",
-        "case", "size", "dtype", "weft µs", "baseline µs", "speedup", "GB/s", "% limit", "check"
+        "{:<width$} {:>9} {:>5} {:>11} {:>12} {:>8} {:>9} {:>8} {:>10}  {}\n",
+        "case", "size", "dtype", "weft µs", "baseline µs", "speedup", "GB/s", "% limit", "bus GB/s", "check"
     );
     let mut previous: Option<(&str, Dtype)> = None;
     for row in rows {
@@ -81,7 +94,7 @@ pub fn table(rows: &[Row], limit_gbps: f64) -> String {
         }
         previous = Some((row.case.as_str(), row.dtype));
         out.push_str(&format!(
-            "{:<width$} {:>9} {:>5} {:>11.2} {:>12.2} {:>7.2}x {:>9.1} {:>7.1}%  {}\n",
+            "{:<width$} {:>9} {:>5} {:>11.2} {:>12.2} {:>7.2}x {:>9.1} {:>7.1}% {:>10}  {}\n",
             row.case,
             format_size(row.bytes),
             row.dtype.name(),
@@ -90,6 +103,7 @@ pub fn table(rows: &[Row], limit_gbps: f64) -> String {
             row.speedup(),
             row.weft_gbps(),
             row.percent_of_limit(limit_gbps),
+            row.weft_busbw().map_or_else(|| "-".to_string(), |bus| format!("{bus:.1}")),
             check_text(row),
         ));
     }
@@ -118,6 +132,8 @@ pub const CSV_COLUMNS: &[&str] = &[
     "bytes_moved",
     "weft_gbps",
     "baseline_gbps",
+    "weft_busbw_gbps",
+    "baseline_busbw_gbps",
     "percent_of_limit",
     "limit_gbps",
     "input_sets",
@@ -151,6 +167,8 @@ pub fn csv(rows: &[Row], limit_gbps: f64, gpu: &str, nccl: &str) -> String {
             row.bytes_moved.to_string(),
             number(row.weft_gbps()),
             number(row.baseline_gbps()),
+            row.weft_busbw().map(number).unwrap_or_default(),
+            row.baseline_busbw().map(number).unwrap_or_default(),
             number(row.percent_of_limit(limit_gbps)),
             number(limit_gbps),
             row.input_sets.to_string(),

@@ -40,6 +40,10 @@ impl Case for AllReduce {
         (nranks as u64 + 1) * bytes as u64
     }
 
+    fn bus_factor(&self, nranks: usize) -> Option<f64> {
+        (nranks > 1).then(|| 2.0 * (nranks - 1) as f64 / nranks as f64)
+    }
+
     fn setup<'comm>(
         &self,
         rank: &Rank<'comm>,
