@@ -486,6 +486,19 @@ WEFT_WIDE_OP(*)
 WEFT_WIDE_OP(/)
 #undef WEFT_WIDE_OP
 
+// The scalar on the left (`2.0f * w`, `1.0f - w`).
+#define WEFT_WIDE_LEFT_OP(op)                                                                  \
+  template <class T>                                                                           \
+  WEFT_FN WidePack<T> operator op(float a, WidePack<T> b) {                                    \
+    _Pragma("unroll") for (size_t k = 0; k < WidePack<T>::LANES; ++k) b.lanes[k] = a op b.lanes[k]; \
+    return b;                                                                                  \
+  }
+WEFT_WIDE_LEFT_OP(+)
+WEFT_WIDE_LEFT_OP(-)
+WEFT_WIDE_LEFT_OP(*)
+WEFT_WIDE_LEFT_OP(/)
+#undef WEFT_WIDE_LEFT_OP
+
 template <class T>
 WEFT_FN WidePack<T> sqrt(WidePack<T> a) {
 #pragma unroll

@@ -50,7 +50,7 @@ pub struct Pack<T> {
 }
 
 /// The lanes of a [`Pack<T>`] widened to `f32`: where a kernel computes on packs. Arithmetic is lane by lane,
-/// with another `WidePack<T>` or with an `f32` (applied to every lane). C++ `weft::WidePack<T>`
+/// with another `WidePack<T>` or with an `f32` on either side (applied to every lane). C++ `weft::WidePack<T>`
 /// (`float lanes[16 / sizeof(T)]`).
 #[derive(Debug, Clone, Copy)]
 pub struct WidePack<T> {
@@ -209,6 +209,25 @@ wide_ops! {
     Sub sub SubAssign sub_assign;
     Mul mul MulAssign mul_assign;
     Div div DivAssign div_assign;
+}
+
+// `2.0 * w`, `1.0 - w`: the scalar on the left, applied to every lane.
+macro_rules! scalar_left_ops {
+    ($($op:ident $method:ident;)*) => {$(
+        impl<T: Float> $op<WidePack<T>> for f32 {
+            type Output = WidePack<T>;
+            fn $method(self, rhs: WidePack<T>) -> WidePack<T> {
+                device_only(stringify!(f32::$method))
+            }
+        }
+    )*};
+}
+
+scalar_left_ops! {
+    Add add;
+    Sub sub;
+    Mul mul;
+    Div div;
 }
 
 #[cfg(test)]

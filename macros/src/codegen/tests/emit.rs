@@ -359,3 +359,30 @@ fn sub_slices() {
         ],
     );
 }
+
+#[test]
+fn packs_lower_to_member_calls_and_operators() {
+    let b = body(quote! {
+        fn k<T: Float>(x: &[T], out: &mut [T], w: &Window<T>, scale: f32) {
+            let lanes = pack_lanes::<T>();
+            let mut acc = WidePack::<T>::splat(0.0);
+            acc += x.load_pack(0).widen() * scale;
+            acc += w.lsa(0).load_pack(1).widen();
+            let v = 2.0 * acc + 1.0;
+            out.store_pack(lanes, v.sqrt().narrow());
+            out[0] = T::from_f32(v.lane_sum() + v.lane(1));
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "auto lanes = weft::pack_lanes<T>();",
+            "auto acc = weft::WidePack<T>::splat(0.0);",
+            "acc += x.load_pack(size_t(0)).widen() * scale;",
+            "acc += w.lsa(0u).load_pack(size_t(1)).widen();",
+            "auto v = (2.0 * acc) + 1.0;",
+            "out.store_pack(lanes, weft::sqrt(v).narrow());",
+            "out[size_t(0)] = weft::from_f32<T>(v.lane_sum() + v.lane(size_t(1)));",
+        ],
+    );
+}
