@@ -443,8 +443,8 @@ pub fn entry_point(kernel: &str, entry_points: &'static [&'static str], dtype: D
 }
 
 /// A launch of at most one full wave of `block`-thread blocks for `function`, and no more blocks than `n` threads
-/// fill (`n` = the work items, one per thread: elements, packs, or rows × `block` for one block per row); the wave
-/// is what a device communicator's barriers must be sized for, so it is returned too.
+/// fill (`n` work items, one per thread: elements or packs; kernels that run one block per row take
+/// [`grid_for_rows`]); the wave is what a device communicator's barriers must be sized for, so it is returned too.
 pub fn grid_for(
     function: &CudaFunction,
     stream: &CudaStream,
@@ -454,4 +454,15 @@ pub fn grid_for(
     let wave = LaunchConfig::one_wave(function, stream, block)?;
     let needed = u32::try_from(n.div_ceil(block as usize)).unwrap_or(u32::MAX).max(1);
     Ok((LaunchConfig::linear(wave.grid_dim.0.min(needed), block), wave))
+}
+
+/// [`grid_for`] for kernels that run one `block`-thread block per row (blocks loop over the rows): no more blocks
+/// than `rows`, at most one wave.
+pub fn grid_for_rows(
+    function: &CudaFunction,
+    stream: &CudaStream,
+    block: u32,
+    rows: usize,
+) -> Result<(LaunchConfig, LaunchConfig)> {
+    grid_for(function, stream, block, rows.saturating_mul(block as usize))
 }

@@ -407,9 +407,6 @@ WEFT_FN void threadfence_system() { __threadfence_system(); }
 // slice that starts mid-pack), so an odd offset is slower, never a misaligned-address fault.
 
 template <class T>
-WEFT_FN constexpr size_t pack_lanes() { return 16 / sizeof(T); }
-
-template <class T>
 struct alignas(16) Pack {
   static constexpr size_t LANES = 16 / sizeof(T);
   static_assert(LANES * sizeof(T) == 16, "weft::Pack<T> needs a T whose size divides 16");
@@ -424,6 +421,9 @@ struct alignas(16) Pack {
   WEFT_FN T lane(size_t k) const { return lanes[k]; }
   WEFT_FN auto widen() const;
 };
+
+template <class T>
+WEFT_FN constexpr size_t pack_lanes() { return Pack<T>::LANES; }
 
 template <class T>
 struct WidePack {
@@ -459,27 +459,22 @@ WEFT_FN auto Pack<T>::widen() const {
   return w;
 }
 
-#define WEFT_WIDE_OP(op)                                                                    \
-  template <class T>                                                                        \
-  WEFT_FN WidePack<T> operator op(WidePack<T> a, WidePack<T> const& b) {                    \
-    _Pragma("unroll") for (size_t k = 0; k < WidePack<T>::LANES; ++k) a.lanes[k] op## = b.lanes[k]; \
-    return a;                                                                               \
-  }                                                                                         \
-  template <class T>                                                                        \
-  WEFT_FN WidePack<T> operator op(WidePack<T> a, float b) {                                 \
-    _Pragma("unroll") for (size_t k = 0; k < WidePack<T>::LANES; ++k) a.lanes[k] op## = b;  \
-    return a;                                                                               \
-  }                                                                                         \
-  template <class T>                                                                        \
-  WEFT_FN WidePack<T>& operator op##=(WidePack<T>& a, WidePack<T> const& b) {               \
-    _Pragma("unroll") for (size_t k = 0; k < WidePack<T>::LANES; ++k) a.lanes[k] op## = b.lanes[k]; \
-    return a;                                                                               \
-  }                                                                                         \
-  template <class T>                                                                        \
-  WEFT_FN WidePack<T>& operator op##=(WidePack<T>& a, float b) {                            \
-    _Pragma("unroll") for (size_t k = 0; k < WidePack<T>::LANES; ++k) a.lanes[k] op## = b;  \
-    return a;                                                                               \
-  }
+// The compound forms do the work; the plain ones copy their left operand (taken by value) and apply them.
+#define WEFT_WIDE_OP(op)                                                                                   \
+  template <class T>                                                                                       \
+  WEFT_FN WidePack<T>& operator op##=(WidePack<T>& a, WidePack<T> const& b) {                              \
+    _Pragma("unroll") for (size_t k = 0; k < WidePack<T>::LANES; ++k) a.lanes[k] op## = b.lanes[k];         \
+    return a;                                                                                              \
+  }                                                                                                        \
+  template <class T>                                                                                       \
+  WEFT_FN WidePack<T>& operator op##=(WidePack<T>& a, float b) {                                           \
+    _Pragma("unroll") for (size_t k = 0; k < WidePack<T>::LANES; ++k) a.lanes[k] op## = b;                  \
+    return a;                                                                                              \
+  }                                                                                                        \
+  template <class T>                                                                                       \
+  WEFT_FN WidePack<T> operator op(WidePack<T> a, WidePack<T> const& b) { return a op## = b; }              \
+  template <class T>                                                                                       \
+  WEFT_FN WidePack<T> operator op(WidePack<T> a, float b) { return a op## = b; }
 WEFT_WIDE_OP(+)
 WEFT_WIDE_OP(-)
 WEFT_WIDE_OP(*)

@@ -18,7 +18,7 @@ use weft::host::jit::{self, KernelSpec};
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Active, Communicator, DevComm, DeviceBuffer, LaunchConfig, Requirements, Window, WindowFlags};
 
-use crate::harness::{entry_point, grid_for, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
+use crate::harness::{entry_point, grid_for_rows, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
 use crate::kernels::moe::{moe_combine, moe_dispatch, moe_route, moe_toy_expert};
 use crate::options::Dtype;
 use crate::stats::seed;
@@ -156,27 +156,26 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             let entry = entry_point(name, entry_points, T::DTYPE)?;
             Ok(jit::function(comm.context(), &KernelSpec { name, source, entry_point: entry })?)
         };
-        // One block per token (blocks loop), so `tokens x BLOCK` threads. Grids are the same on every rank (LSA
-        // barrier `b` pairs block `b` of every rank): sized by `capacity` and `tokens`, which every rank shares,
-        // never by what a rank happens to receive.
-        let per_block = BLOCK as usize;
-        let (dispatch_cfg, dispatch_wave) = grid_for(
+        // One block per token (blocks loop). Grids are the same on every rank (LSA barrier `b` pairs block `b` of
+        // every rank): sized by `capacity` and `tokens`, which every rank shares, never by what a rank happens to
+        // receive.
+        let (dispatch_cfg, dispatch_wave) = grid_for_rows(
             &function(moe_dispatch::NAME, moe_dispatch::SOURCE, moe_dispatch::ENTRY_POINTS)?,
             &stream,
             BLOCK,
-            capacity * per_block,
+            capacity,
         )?;
-        let (expert_cfg, _) = grid_for(
+        let (expert_cfg, _) = grid_for_rows(
             &function(moe_toy_expert::NAME, moe_toy_expert::SOURCE, moe_toy_expert::ENTRY_POINTS)?,
             &stream,
             BLOCK,
-            capacity * per_block,
+            capacity,
         )?;
-        let (combine_cfg, combine_wave) = grid_for(
+        let (combine_cfg, combine_wave) = grid_for_rows(
             &function(moe_combine::NAME, moe_combine::SOURCE, moe_combine::ENTRY_POINTS)?,
             &stream,
             BLOCK,
-            tokens * per_block,
+            tokens,
         )?;
         let requirements: Requirements = moe_route::requirements(&LaunchConfig::linear(1, ROUTE_BLOCK))
             .merge(&moe_dispatch::requirements(&dispatch_wave))
@@ -191,7 +190,7 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             Dtype::Bf16 => ("moe_pack_bf16", "moe_unpack_bf16"),
         };
         let pack = baseline(pack_name)?;
-        let (pack_cfg, _) = grid_for(&pack, &stream, BLOCK, tokens * per_block)?;
+        let (pack_cfg, _) = grid_for_rows(&pack, &stream, BLOCK, tokens)?;
         let kernels = Kernels {
             route_counts: baseline("moe_route_counts")?,
             pack,

@@ -18,7 +18,9 @@ use weft::host::jit::{self, KernelSpec};
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Active, Communicator, DevComm, DeviceBuffer, LaunchConfig, ReduceOp, Window, WindowFlags};
 
-use crate::harness::{entry_point, grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
+use crate::harness::{
+    entry_point, grid_for_rows, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result,
+};
 use crate::kernels::rmsnorm::rmsnorm_residual_tp;
 use crate::options::Dtype;
 use crate::stats::seed;
@@ -126,9 +128,8 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             source: rmsnorm_residual_tp::SOURCE,
             entry_point: entry_point(rmsnorm_residual_tp::NAME, rmsnorm_residual_tp::ENTRY_POINTS, T::DTYPE)?,
         };
-        // One block per row, at most one full wave (blocks loop over the rows): as many threads as rows x BLOCK.
-        let threads = my_rows * BLOCK as usize;
-        let (fused_cfg, wave) = grid_for(&jit::function(comm.context(), &spec)?, &stream, BLOCK, threads)?;
+        // One block per row, at most one full wave (blocks loop over the rows).
+        let (fused_cfg, wave) = grid_for_rows(&jit::function(comm.context(), &spec)?, &stream, BLOCK, my_rows)?;
         let dev = comm.dev_comm(&rmsnorm_residual_tp::requirements(&wave))?;
         let epilogue_spec = KernelSpec {
             name: EPILOGUE_NAME,
@@ -139,7 +140,7 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             },
         };
         let epilogue = jit::function(comm.context(), &epilogue_spec)?;
-        let (epilogue_cfg, _) = grid_for(&epilogue, &stream, BLOCK, threads)?;
+        let (epilogue_cfg, _) = grid_for_rows(&epilogue, &stream, BLOCK, my_rows)?;
 
         let (n, shard) = (rows * hidden, my_rows * hidden);
         let weight = DeviceBuffer::new(&stream, hidden)?;
