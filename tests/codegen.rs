@@ -1,12 +1,13 @@
 //! Every kernel in tests/ and examples/ is generated and compiled with nvcc to an sm_90 cubin against each
-//! NCCL release's headers in `WEFT_CODEGEN_NCCL_INCLUDES` (`cargo xtask test` sets it to 2.28.9 and 2.32.3).
+//! NCCL release's headers in `WEFT_CODEGEN_NCCL_INCLUDES` (`cargo xtask test` sets it to 2.28.9 and 2.32.3), in
+//! both forms a launch may pick (16-byte-aligned arguments, any arguments; docs/kernel-abi.md).
 
 #[path = "../examples/kernels/mod.rs"]
 mod example_kernels;
 #[path = "kernels/mod.rs"]
 mod kernels;
 
-use weft::host::jit::{CompileRequest, GpuArch, KernelCache, Toolchain};
+use weft::host::jit::{ArgAlignment, CompileRequest, GpuArch, KernelCache, Toolchain};
 
 fn include_sets() -> Vec<(String, String)> {
     let spec = std::env::var("WEFT_CODEGEN_NCCL_INCLUDES")
@@ -39,15 +40,25 @@ fn every_kernel_compiles_for_sm90_against_each_nccl_release() {
     for (version, include) in &sets {
         let toolchain = Toolchain::from_paths(&nvcc, include, None).unwrap();
         assert_eq!(toolchain.nccl_version.to_string(), *version, "{include} holds another NCCL release");
-        for (name, source) in &all {
-            let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90);
-            let kernel = cache
-                .get_or_compile(&toolchain, &request)
-                .unwrap_or_else(|e| panic!("`{name}` does not compile against NCCL {version}: {e}"));
-            assert!(kernel.cubin.len() > 1000, "`{name}`: a {}-byte cubin", kernel.cubin.len());
-            compiled += 1;
-        }
+        // One thread per form: two nvcc processes at a time.
+        compiled += std::thread::scope(|scope| {
+            let forms = [ArgAlignment::Aligned16, ArgAlignment::Any].map(|form| {
+                let (toolchain, cache, all) = (&toolchain, &cache, &all);
+                scope.spawn(move || {
+                    for (name, source) in all {
+                        let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90)
+                            .with_flags(form.flags());
+                        let kernel = cache.get_or_compile(toolchain, &request).unwrap_or_else(|e| {
+                            panic!("`{name}` ({form:?}) does not compile against NCCL {version}: {e}")
+                        });
+                        assert!(kernel.cubin.len() > 1000, "`{name}`: a {}-byte cubin", kernel.cubin.len());
+                    }
+                    all.len()
+                })
+            });
+            forms.into_iter().map(|form| form.join().unwrap()).sum::<usize>()
+        });
     }
-    println!("{compiled} kernels x NCCL releases compiled");
-    assert_eq!(compiled, all.len() * sets.len());
+    println!("{compiled} kernels x NCCL releases x argument forms compiled");
+    assert_eq!(compiled, all.len() * sets.len() * 2);
 }

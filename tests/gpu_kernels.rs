@@ -131,6 +131,25 @@ fn pack_loads_and_stores_match_the_host_reference_at_any_offset() {
             println!("pack_axpy {} offset {offset} n {n}: {err:.3e}, squares {err_squares:.3e}", T::NAME);
             assert!(err < tolerance && err_squares < 1e-5, "{err} {err_squares}");
         }
+        // Sub-slices taken on the host at odd element offsets: the launch must pick the kernel's form for any
+        // alignment (the aligned form would stop at the first 16-byte access with a misaligned-address fault).
+        for offset in [1, 3] {
+            let n = (1 << 12) + 3;
+            let x: Vec<T> = random(n + offset, 24).into_iter().map(to).collect();
+            let y: Vec<T> = random(n + offset, 25).into_iter().map(to).collect();
+            let (xd, yd) = (s.clone_htod(&x).unwrap(), s.clone_htod(&y).unwrap());
+            let mut out = s.clone_htod(&vec![to(f32::NAN); n + offset]).unwrap();
+            let mut squares = s.clone_htod(&vec![f32::NAN; n / lanes]).unwrap();
+            let (xv, yv) = (xd.slice(offset..), yd.slice(offset..));
+            kernels::pack_axpy::launch(s, cfg, 2.0, &xv, 0, &yv, &mut out.slice_mut(offset..), &mut squares, n)
+                .unwrap();
+            let want: Vec<f64> =
+                (offset..offset + n).map(|i| 2.0 * f64::from(from(x[i])) + f64::from(from(y[i]))).collect();
+            let got: Vec<f64> = s.clone_dtoh(&out).unwrap()[offset..].iter().map(|&v| f64::from(from(v))).collect();
+            let err = relative_error(&got, &want);
+            println!("pack_axpy {} host sub-slices at offset {offset}: {err:.3e}", T::NAME);
+            assert!(err < tolerance, "{err}");
+        }
     }
     let comm = one_rank();
     let s = stream(&comm);

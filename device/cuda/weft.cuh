@@ -44,6 +44,14 @@
 #define WEFT_NCCL_2_32 0
 #endif
 
+// Launch-time specialization (docs/kernel-abi.md, "Argument alignment"): the host compiles a kernel with
+// WEFT_ALIGNED_ARGS=1 for launches whose slice and window arguments all start on a 16-byte boundary (every weft and
+// cudarc allocation does), and without it for any other launch. With it, each entry point tells the compiler so,
+// and packs on those arguments are plain 16-byte accesses with no alignment test and no fallback path.
+#ifndef WEFT_ALIGNED_ARGS
+#define WEFT_ALIGNED_ARGS 0
+#endif
+
 #define WEFT_FN __device__ __forceinline__
 
 namespace weft {
@@ -404,7 +412,9 @@ WEFT_FN void threadfence_system() { __threadfence_system(); }
 ////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
 // 16-byte packs (Rust: pack.rs). Pack<T> is 16 bytes of T; WidePack<T> the same lanes in float, where arithmetic
 // happens. Loads and stores are one 16-byte instruction on an aligned address and lane by lane on any other (a
-// slice that starts mid-pack), so an odd offset is slower, never a misaligned-address fault.
+// slice that starts mid-pack), so an odd offset is slower, never a misaligned-address fault. Where the compiler
+// knows the address is aligned (kernel arguments under WEFT_ALIGNED_ARGS, shared arrays, and offsets from them in
+// whole packs) the test folds away.
 
 template <class T>
 struct alignas(16) Pack {
@@ -627,7 +637,7 @@ struct SliceMut {
 // Declared by the macro as `__shared__ weft::SharedArray<T, N> name;` (rule R12): trivially constructible, so
 // shared memory accepts it.
 template <class T, size_t N>
-struct SharedArray {
+struct alignas(16) SharedArray {
   T data[N];
   WEFT_FN T& operator[](size_t i) { return data[i]; }
   WEFT_FN const T& operator[](size_t i) const { return data[i]; }
@@ -876,6 +886,36 @@ struct Window {
     return View<T>{(T*)ncclGetPeerPointer(win, offset_bytes, team.nccl(), int(peer)), length};
   }
 };
+
+namespace detail {
+// Called by every generated entry point on each slice and window parameter (docs/kernel-abi.md): under
+// WEFT_ALIGNED_ARGS the host has checked that the argument starts on a 16-byte boundary, and says so to the compiler.
+// A window's memory is NCCL's (granularity-aligned), so its view is aligned when its byte offset is.
+template <class T>
+WEFT_FN void assume_aligned_arg(Slice<T>& s) {
+#if WEFT_ALIGNED_ARGS
+  s.ptr = static_cast<const T*>(__builtin_assume_aligned(s.ptr, 16));
+#else
+  (void)s;
+#endif
+}
+template <class T>
+WEFT_FN void assume_aligned_arg(SliceMut<T>& s) {
+#if WEFT_ALIGNED_ARGS
+  s.ptr = static_cast<T*>(__builtin_assume_aligned(s.ptr, 16));
+#else
+  (void)s;
+#endif
+}
+template <class T>
+WEFT_FN void assume_aligned_arg(Window<T>& w) {
+#if WEFT_ALIGNED_ARGS
+  __builtin_assume((w.offset_bytes & 15) == 0);
+#else
+  (void)w;
+#endif
+}
+}  // namespace detail
 
 ////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
 // LSA barrier sessions (Rust: barrier.rs)

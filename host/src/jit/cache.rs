@@ -157,7 +157,7 @@ impl KernelCache {
             return Ok(kernel);
         }
 
-        tracing::info!("compiling kernel `{}` for {} (cache miss)…", req.name, req.arch);
+        tracing::info!("compiling kernel `{}` for {} {:?} (cache miss)…", req.name, req.arch, req.extra_flags);
         let header_dir = self.write_header(req.weft_header)?;
         write_atomically(&source_path, req.source.as_bytes())?;
         let output = unique_temp_path(&self.dir, &format!("{stem}.nvcc.cubin"));

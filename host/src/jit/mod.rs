@@ -31,14 +31,26 @@ mod tests;
 pub use cache::{CacheKey, KernelCache};
 pub use compile::{CacheOrigin, CompileRequest, CompiledKernel, GpuArch};
 pub use error::JitError;
-pub use registry::{KernelRegistry, KernelSpec};
+pub use registry::{ArgAlignment, KernelRegistry, KernelSpec};
 pub use toolchain::{LoadedNccl, Toolchain};
 
-/// The launch function of `spec` in `ctx`, compiled and loaded on first use (process-wide registry).
+/// The launch function of `spec` in `ctx` compiled for 16-byte-aligned slice and window arguments (the form every
+/// launch on weft or cudarc allocations runs), compiled and loaded on first use (process-wide registry). Its
+/// attributes (registers, occupancy) are those of that form.
 ///
-/// This is what `#[weft::kernel]` launchers call; after the first call per context it is two map lookups.
+/// A raw launch of it must pass aligned arguments; [`function_for`] with [`ArgAlignment::Any`] takes any.
 pub fn function(ctx: &Arc<CudaContext>, spec: &KernelSpec) -> Result<CudaFunction, JitError> {
     KernelRegistry::global().function(ctx, spec)
+}
+
+/// The launch function of `spec` in `ctx` compiled in form `alignment`; this is what `#[weft::kernel]` launchers
+/// call, with the form their arguments allow. After the first call per context and form it is two map lookups.
+pub fn function_for(
+    ctx: &Arc<CudaContext>,
+    spec: &KernelSpec,
+    alignment: ArgAlignment,
+) -> Result<CudaFunction, JitError> {
+    KernelRegistry::global().function_for(ctx, spec, alignment)
 }
 
 /// The process-wide toolchain: discovered once, with the NCCL headers checked against the libnccl this process

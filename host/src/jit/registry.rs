@@ -19,12 +19,48 @@ pub struct KernelSpec {
     pub entry_point: &'static str,
 }
 
-/// Identifies one module: a source (by address and length; see [`KernelSpec::source`]) in one CUDA context.
-/// Entries keep their context alive, so a context's address cannot be reused by another while in the table.
+/// Which compiled form of a kernel to run: one where every slice and window argument is known to start on a
+/// 16-byte boundary, or one for any alignment (docs/kernel-abi.md, "Argument alignment").
+///
+/// In the `Aligned16` form a pack access on an argument is one 16-byte instruction with nothing around it; in the
+/// `Any` form it tests the address and falls back to lane-by-lane accesses. Generated launchers pick the form from
+/// the arguments of each launch; the `Any` form is compiled only when a launch needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ArgAlignment {
+    /// Every slice pointer and window byte offset is a multiple of 16 (every weft and cudarc allocation is).
+    #[default]
+    Aligned16,
+    /// No promise: some argument may start mid-pack (a sub-slice at an odd element offset).
+    Any,
+}
+
+impl ArgAlignment {
+    /// This form, narrowed by one more argument address (a slice's pointer, a window's byte offset).
+    pub fn and(self, address: u64) -> ArgAlignment {
+        if address % 16 == 0 {
+            self
+        } else {
+            ArgAlignment::Any
+        }
+    }
+
+    /// The nvcc flags that select this form in `weft.cuh` (part of the cache key).
+    pub fn flags(self) -> &'static [&'static str] {
+        match self {
+            ArgAlignment::Aligned16 => &["-DWEFT_ALIGNED_ARGS=1"],
+            ArgAlignment::Any => &[],
+        }
+    }
+}
+
+/// Identifies one module: a source (by address and length; see [`KernelSpec::source`]) compiled in one form for
+/// one CUDA context. Entries keep their context alive, so a context's address cannot be reused by another while in
+/// the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct ModuleKey {
     source: usize,
     source_len: usize,
+    alignment: ArgAlignment,
     device: usize,
     context: usize,
 }
@@ -70,10 +106,21 @@ impl KernelRegistry {
         })
     }
 
-    /// The function `spec.entry_point` of `spec`'s module in `ctx`, compiling (or reading the cubin from the
-    /// disk cache) and loading the module the first time.
+    /// The function `spec.entry_point` of `spec`'s module in `ctx`, compiled for 16-byte-aligned arguments
+    /// ([`ArgAlignment::Aligned16`]), compiling (or reading the cubin from the disk cache) and loading the module
+    /// the first time.
     pub fn function(&self, ctx: &Arc<CudaContext>, spec: &KernelSpec) -> Result<CudaFunction, JitError> {
-        let loaded = self.module(ctx, spec)?;
+        self.function_for(ctx, spec, ArgAlignment::Aligned16)
+    }
+
+    /// The function `spec.entry_point` of `spec`'s module compiled in form `alignment`, as [`Self::function`].
+    pub fn function_for(
+        &self,
+        ctx: &Arc<CudaContext>,
+        spec: &KernelSpec,
+        alignment: ArgAlignment,
+    ) -> Result<CudaFunction, JitError> {
+        let loaded = self.module(ctx, spec, alignment)?;
         let mut functions = loaded.functions.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(function) = functions.get(spec.entry_point) {
             return Ok(function.clone());
@@ -88,10 +135,16 @@ impl KernelRegistry {
         self.modules.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }
 
-    fn module(&self, ctx: &Arc<CudaContext>, spec: &KernelSpec) -> Result<Arc<LoadedModule>, JitError> {
+    fn module(
+        &self,
+        ctx: &Arc<CudaContext>,
+        spec: &KernelSpec,
+        alignment: ArgAlignment,
+    ) -> Result<Arc<LoadedModule>, JitError> {
         let key = ModuleKey {
             source: spec.source.as_ptr() as usize,
             source_len: spec.source.len(),
+            alignment,
             device: ctx.ordinal(),
             context: ctx.cu_ctx() as usize,
         };
@@ -112,7 +165,8 @@ impl KernelRegistry {
             .compute_capability()
             .map_err(|source| JitError::Driver { action: "reading the device's compute capability", source })?;
         let request =
-            CompileRequest::new(spec.name, spec.source, self.weft_header, GpuArch::from_compute_capability(capability));
+            CompileRequest::new(spec.name, spec.source, self.weft_header, GpuArch::from_compute_capability(capability))
+                .with_flags(alignment.flags());
         let compiled = cache.get_or_compile(toolchain, &request)?;
         let loaded = Arc::new(LoadedModule { module: load(ctx, &compiled)?, functions: Mutex::default() });
         *slot = Some(loaded.clone());

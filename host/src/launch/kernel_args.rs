@@ -11,6 +11,7 @@ use super::{launch_raw, ArgBuffer, LaunchConfig, SliceArg, WindowArg};
 use crate::comm::Mode;
 use crate::devcomm::{DevComm, Requirements};
 use crate::error::{Error, Result};
+use crate::jit::ArgAlignment;
 use crate::resources::Window;
 
 /// A buffer a kernel reads through a `&[T]` parameter: anything cudarc can hand out for reading.
@@ -43,6 +44,8 @@ pub struct KernelArgs<'a> {
     kernel: &'static str,
     stream: &'a Arc<CudaStream>,
     args: ArgBuffer<'a>,
+    /// Whether every slice and window pushed so far starts on a 16-byte boundary: picks the compiled form.
+    alignment: ArgAlignment,
 }
 
 impl std::fmt::Debug for KernelArgs<'_> {
@@ -54,7 +57,7 @@ impl std::fmt::Debug for KernelArgs<'_> {
 impl<'a> KernelArgs<'a> {
     /// Starts the argument list of `kernel`, to be launched on `stream`.
     pub fn new(kernel: &'static str, stream: &'a Arc<CudaStream>) -> KernelArgs<'a> {
-        KernelArgs { kernel, stream, args: ArgBuffer::new() }
+        KernelArgs { kernel, stream, args: ArgBuffer::new(), alignment: ArgAlignment::Aligned16 }
     }
 
     fn wrong_device(&self, parameter: &'static str, device: usize) -> Error {
@@ -87,6 +90,7 @@ impl<'a> KernelArgs<'a> {
             return Err(self.wrong_device(parameter, window.cuda_device()));
         }
         let arg = window.window_arg()?;
+        self.alignment = self.alignment.and(arg.offset_bytes as u64);
         self.args.push(arg);
         Ok(arg.len)
     }
@@ -98,6 +102,7 @@ impl<'a> KernelArgs<'a> {
             return Err(self.wrong_device(parameter, device));
         }
         let arg: SliceArg = self.args.slice_arg(buffer, self.stream)?;
+        self.alignment = self.alignment.and(arg.ptr);
         self.args.push(arg);
         Ok(arg.len)
     }
@@ -113,6 +118,7 @@ impl<'a> KernelArgs<'a> {
             return Err(self.wrong_device(parameter, device));
         }
         let arg: SliceArg = self.args.slice_arg_mut(buffer, self.stream)?;
+        self.alignment = self.alignment.and(arg.ptr);
         self.args.push(arg);
         Ok(arg.len)
     }
@@ -129,10 +135,17 @@ impl<'a> KernelArgs<'a> {
         self.args.push(handle);
     }
 
-    /// Compiles (or loads from the cache) `spec` for the stream's GPU and launches it with these arguments.
+    /// The compiled form these arguments allow: [`ArgAlignment::Aligned16`] unless a slice or window pushed so far
+    /// starts off a 16-byte boundary.
+    pub fn alignment(&self) -> ArgAlignment {
+        self.alignment
+    }
+
+    /// Compiles (or loads from the cache) `spec` for the stream's GPU, in the form these arguments allow, and
+    /// launches it with them.
     pub fn launch(mut self, spec: &crate::jit::KernelSpec, cfg: LaunchConfig) -> Result<()> {
         cfg.validate()?;
-        let function = crate::jit::function(self.stream.context(), spec)?;
+        let function = crate::jit::function_for(self.stream.context(), spec, self.alignment)?;
         // SAFETY: the generated launcher pushed exactly the kernel's parameters in declaration order, each laid
         // out as docs/kernel-abi.md fixes (checked by the codegen and GPU tests); every buffer, window and device
         // communicator is borrowed for 'a, beyond this call, and cudarc's guards in `args` order later frees and

@@ -352,6 +352,8 @@ fn check_same_context(buffer_stream: &CudaStream, stream: &CudaStream) -> Result
 ///   `ncclDevComm`, the mapped scalar otherwise). The driver copies `size` bytes per parameter from `args`
 ///   whatever they hold.
 /// - `func` was loaded into the CUDA context that `stream` belongs to.
+/// - If `func` is a weft kernel's [`ArgAlignment::Aligned16`](crate::jit::ArgAlignment) form (what
+///   [`crate::jit::function`] returns), every slice pointer and window byte offset is a multiple of 16.
 /// - Every device address passed (slices, windows, the device communicator's internals) stays allocated and
 ///   registered until the kernel has finished: no window is deregistered, no device communicator destroyed and
 ///   no buffer freed before `stream` passes this launch. Buffers added through [`ArgBuffer::slice_arg`] meet this

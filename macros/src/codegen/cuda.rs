@@ -109,6 +109,14 @@ pub(crate) fn kernel(
         writeln!(out, "__device__ void {name}__body({}) {{", params(sig, &body.param_names, false, &[], cx).join(", "));
     out.push_str(&body.text);
     out.push_str("}\n");
+    // Slices and windows get the alignment the host checked, when compiled for aligned arguments (kernel-abi.md).
+    let assumptions: String = sig
+        .params
+        .iter()
+        .zip(&body.param_names)
+        .filter(|(p, _)| matches!(p.kind, ParamKind::Slice { .. } | ParamKind::Window { .. }))
+        .map(|(_, name)| format!("    weft::detail::assume_aligned_arg({name});\n"))
+        .collect();
     for types in sig.instantiations() {
         let substitute: Vec<(String, Scalar)> =
             sig.elements.iter().zip(&types).map(|(e, s)| (e.ident.to_string(), *s)).collect();
@@ -127,7 +135,7 @@ pub(crate) fn kernel(
         };
         let _ = writeln!(
             out,
-            "\nextern \"C\" __global__ void {bounds}{entry}({}) {{\n    {name}__body{template_args}({});\n}}",
+            "\nextern \"C\" __global__ void {bounds}{entry}({}) {{\n{assumptions}    {name}__body{template_args}({});\n}}",
             params(sig, &body.param_names, true, &substitute, cx).join(", "),
             body.param_names.join(", ")
         );

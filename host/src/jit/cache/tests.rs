@@ -126,6 +126,30 @@ fn a_miss_compiles_then_memory_and_disk_hit() {
     assert_eq!(fake_compiles(&root.path().join("cuda")), 1, "nvcc ran once");
 }
 
+/// A launch on aligned arguments and one on an odd sub-slice run two compiled forms of one source: two entries,
+/// each compiled once, the aligned one with the define `weft.cuh` reads.
+#[test]
+fn the_two_argument_forms_are_two_entries_compiled_once_each() {
+    use crate::jit::ArgAlignment::{Aligned16, Any};
+    assert_eq!(Aligned16.and(0x7f00_0000_0100), Aligned16);
+    assert_eq!(Aligned16.and(0x7f00_0000_0104), Any, "an f32 sub-slice starting one element in");
+    assert_eq!(Any.and(0x7f00_0000_0100), Any, "one unaligned argument decides");
+    assert_eq!(crate::jit::ArgAlignment::default(), Aligned16);
+
+    let root = tempfile::tempdir().unwrap();
+    let tc = fake_toolchain(root.path());
+    let cache = KernelCache::new(root.path().join("cache"));
+    let aligned = request(SOURCE).with_flags(Aligned16.flags());
+    let any = request(SOURCE).with_flags(Any.flags());
+    assert!(aligned.flags().iter().any(|f| f == "-DWEFT_ALIGNED_ARGS=1"));
+    assert!(!any.flags().iter().any(|f| f.contains("WEFT_ALIGNED_ARGS")));
+    let (a, b) = (cache.get_or_compile(&tc, &aligned).unwrap(), cache.get_or_compile(&tc, &any).unwrap());
+    assert_ne!(a.key, b.key);
+    assert_eq!((a.origin, b.origin), (CacheOrigin::Compiled, CacheOrigin::Compiled));
+    assert_eq!(cache.get_or_compile(&tc, &aligned).unwrap().origin, CacheOrigin::Memory);
+    assert_eq!(fake_compiles(&root.path().join("cuda")), 2);
+}
+
 #[test]
 fn the_weft_header_is_on_the_include_path() {
     let root = tempfile::tempdir().unwrap();
