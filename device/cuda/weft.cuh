@@ -878,25 +878,21 @@ struct Window {
   WEFT_FN Window offset(size_t elements) const {
     return Window{win, offset_bytes + elements * sizeof(T), elements < length ? length - elements : 0};
   }
-  // A window's memory starts on a VMM allocation granule in every mapping (weft registers whole DeviceBuffers), so
-  // the views are computed from the aligned base plus the byte offset: the compiler then sees exactly the offset's
-  // alignment (known under WEFT_ALIGNED_ARGS, tested at run time after `offset(elements)`).
-  WEFT_FN View<T> local() const { return view(ncclGetLocalPointer(win, 0)); }
-  WEFT_FN View<T> lsa(uint32_t peer) const { return view(ncclGetLsaPointer(win, 0, int(peer))); }
-  WEFT_FN View<T> peer(Team team, uint32_t peer) const {
-    return view(ncclGetPeerPointer(win, 0, team.nccl(), int(peer)));
+  WEFT_FN View<T> local() const { return View<T>{(T*)ncclGetLocalPointer(win, offset_bytes), length}; }
+  WEFT_FN View<T> lsa(uint32_t peer) const {
+    return View<T>{(T*)ncclGetLsaPointer(win, offset_bytes, int(peer)), length};
   }
-
- private:
-  WEFT_FN View<T> view(void* base) const {
-    return View<T>{reinterpret_cast<T*>(static_cast<char*>(__builtin_assume_aligned(base, 16)) + offset_bytes), length};
+  WEFT_FN View<T> peer(Team team, uint32_t peer) const {
+    return View<T>{(T*)ncclGetPeerPointer(win, offset_bytes, team.nccl(), int(peer)), length};
   }
 };
 
 namespace detail {
 // Called by every generated entry point on each slice and window parameter (docs/kernel-abi.md): under
 // WEFT_ALIGNED_ARGS the host has checked that the argument starts on a 16-byte boundary, and says so to the compiler.
-// A window's memory is NCCL's (granularity-aligned), so its view is aligned when its byte offset is.
+// For a window that is its byte offset; its views' base addresses are read from NCCL's window descriptor in the
+// kernel, so pack accesses through them keep an inline, predicated test. (Also asserting the bases aligned made
+// the all-reduce kernels 8-12% slower at 16-256 MB on the H200: bench/RESULTS.md, "Argument alignment".)
 template <class T>
 WEFT_FN void assume_aligned_arg(Slice<T>& s) {
 #if WEFT_ALIGNED_ARGS
