@@ -12,16 +12,20 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream};
+use cudarc::driver::{CudaSlice, CudaStream};
 use weft::host::caps::Lsa;
 use weft::host::jit::{self, KernelSpec};
-use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Active, Communicator, DevComm, DeviceBuffer, LaunchConfig, Requirements, Window, WindowFlags};
 
 use crate::harness::{entry_point, grid_for_rows, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
 use crate::kernels::moe::{moe_combine, moe_dispatch, moe_route, moe_toy_expert};
 use crate::options::Dtype;
 use crate::stats::seed;
+
+/// The baseline's run, the same code as `examples/06_moe_dispatch.rs` runs.
+#[path = "../../../examples/moe/unfused_run.rs"]
+mod unfused_run;
+use unfused_run::{Outputs, Problem, Scratch, UnfusedKernels};
 
 /// The baseline's route, pack and unpack kernels.
 const BASELINE: &str = include_str!("../../cuda/moe_dispatch_epilogue.cu");
@@ -96,14 +100,11 @@ fn routing(draw: u64, rank: usize, nranks: usize, tokens: usize) -> (Vec<u32>, V
 
 /// The kernels of both sides, loaded once per instance.
 struct Kernels {
-    route_counts: CudaFunction,
-    pack: CudaFunction,
-    unpack: CudaFunction,
-    /// Fused dispatch, expert (both sides), fused combine; baseline pack/unpack.
+    /// Fused dispatch, expert (both sides), fused combine.
     dispatch_cfg: LaunchConfig,
     expert_cfg: LaunchConfig,
     combine_cfg: LaunchConfig,
-    pack_cfg: LaunchConfig,
+    baseline: UnfusedKernels,
 }
 
 /// One input/output set. The outputs (`recv`, `recv_expert`, `recv_total`, `out`) are shared by both sides.
@@ -117,14 +118,7 @@ struct Set<'comm, T: BenchFloat> {
     y: Window<'comm, T>,
     position: CudaSlice<u32>,
     // Baseline.
-    counts: CudaSlice<u32>,
-    offsets: CudaSlice<u32>,
-    slot: CudaSlice<u32>,
-    recv_counts: CudaSlice<u32>,
-    send: CudaSlice<T>,
-    send_expert: CudaSlice<u32>,
-    baseline_y: CudaSlice<T>,
-    back: CudaSlice<T>,
+    scratch: Scratch<T>,
     // Both.
     recv: CudaSlice<T>,
     recv_expert: CudaSlice<u32>,
@@ -192,14 +186,19 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
         let pack = baseline(pack_name)?;
         let (pack_cfg, _) = grid_for_rows(&pack, &stream, BLOCK, tokens)?;
         let kernels = Kernels {
-            route_counts: baseline("moe_route_counts")?,
-            pack,
-            unpack: baseline(unpack_name)?,
             dispatch_cfg,
             expert_cfg,
             combine_cfg,
-            pack_cfg,
+            baseline: UnfusedKernels {
+                route_counts: baseline("moe_route_counts")?,
+                route_block: ROUTE_BLOCK,
+                pack,
+                unpack: baseline(unpack_name)?,
+                pack_cfg,
+                expert_cfg,
+            },
         };
+        let problem = Problem { tokens, hidden, experts_per_rank: EXPERTS_PER_RANK };
 
         let window = |len| comm.alloc_window::<T>(&stream, len, WindowFlags::COLL_SYMMETRIC);
         let ids = |len| comm.alloc_window::<u32>(&stream, len, WindowFlags::COLL_SYMMETRIC);
@@ -213,14 +212,7 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
                     meta: ids(2 * nranks)?,
                     y: window(capacity * hidden)?,
                     position: stream.alloc_zeros(tokens)?,
-                    counts: stream.alloc_zeros(nranks)?,
-                    offsets: stream.alloc_zeros(nranks)?,
-                    slot: stream.alloc_zeros(tokens)?,
-                    recv_counts: stream.alloc_zeros(nranks)?,
-                    send: stream.alloc_zeros(tokens * hidden)?,
-                    send_expert: stream.alloc_zeros(tokens)?,
-                    baseline_y: stream.alloc_zeros(capacity * hidden)?,
-                    back: stream.alloc_zeros(tokens * hidden)?,
+                    scratch: Scratch::new(&stream, nranks, problem, capacity)?,
                     recv: stream.alloc_zeros(capacity * hidden)?,
                     recv_expert: stream.alloc_zeros(capacity)?,
                     recv_total: stream.alloc_zeros(1)?,
@@ -300,104 +292,25 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
     }
 
     fn run_unfused(&mut self, set: usize) -> Result<()> {
-        let (comm, stream, k, s) = (self.comm, &self.stream, &self.kernels, &mut self.sets[set]);
-        let (nranks, tokens, hidden) = (comm.nranks(), self.tokens, self.hidden);
-        {
-            let mut args = ArgBuffer::new();
-            let pointers = [
-                args.slice_arg(s.experts.buffer(), stream)?.ptr,
-                args.slice_arg_mut(&mut s.counts, stream)?.ptr,
-                args.slice_arg_mut(&mut s.offsets, stream)?.ptr,
-                args.slice_arg_mut(&mut s.slot, stream)?.ptr,
-            ];
-            pointers.into_iter().for_each(|p| args.push(p));
-            args.push(tokens);
-            args.push(EXPERTS_PER_RANK);
-            args.push(nranks as u32);
-            // SAFETY: moe_route_counts(const uint32_t* experts, uint32_t* counts, uint32_t* offsets,
-            // uint32_t* slot, size_t tokens, uint32_t experts_per_rank, uint32_t nranks): experts and slot hold
-            // `tokens` entries, counts and offsets `nranks` (≤ 64); `args` borrows every buffer until after the
-            // launch.
-            unsafe { launch_raw(&k.route_counts, stream, &LaunchConfig::linear(1, ROUTE_BLOCK), &mut args)? };
-        }
-        comm.all_to_all(&s.counts, &mut s.recv_counts, stream)?;
-        // NCCL's point-to-point sizes are host values: the round trip the fused path does not have.
-        let counts = stream.clone_dtoh(&s.counts)?;
-        let offsets = stream.clone_dtoh(&s.offsets)?;
-        let recv_counts = stream.clone_dtoh(&s.recv_counts)?;
-        let recv_offsets: Vec<usize> =
-            recv_counts.iter().scan(0usize, |acc, &c| Some(std::mem::replace(acc, *acc + c as usize))).collect();
-        let total: usize = recv_counts.iter().map(|&c| c as usize).sum();
-        {
-            let mut args = ArgBuffer::new();
-            let pointers = [
-                args.slice_arg(s.x.buffer(), stream)?.ptr,
-                args.slice_arg(s.experts.buffer(), stream)?.ptr,
-                args.slice_arg(&s.slot, stream)?.ptr,
-                args.slice_arg_mut(&mut s.send, stream)?.ptr,
-                args.slice_arg_mut(&mut s.send_expert, stream)?.ptr,
-            ];
-            pointers.into_iter().for_each(|p| args.push(p));
-            args.push(tokens);
-            args.push(hidden);
-            // SAFETY: moe_pack_<T>(const T* x, const uint32_t* experts, const uint32_t* slot, T* send,
-            // uint32_t* send_expert, size_t tokens, size_t hidden) for this T: x and send hold tokens x hidden
-            // elements, the others `tokens`; slot is a permutation of 0..tokens; `args` borrows every buffer.
-            unsafe { launch_raw(&k.pack, stream, &k.pack_cfg, &mut args)? };
-        }
-        weft::host::group(|| {
-            for peer in 0..nranks {
-                let (start, count) = (offsets[peer] as usize, counts[peer] as usize);
-                if count > 0 {
-                    comm.send(&s.send.slice(start * hidden..(start + count) * hidden), peer, stream)?;
-                    comm.send(&s.send_expert.slice(start..start + count), peer, stream)?;
-                }
-                let (start, count) = (recv_offsets[peer], recv_counts[peer] as usize);
-                if count > 0 {
-                    comm.recv(&mut s.recv.slice_mut(start * hidden..(start + count) * hidden), peer, stream)?;
-                    comm.recv(&mut s.recv_expert.slice_mut(start..start + count), peer, stream)?;
-                }
-            }
-            Ok(())
-        })?;
-        stream.memcpy_htod(&[total as u32], &mut s.recv_total)?;
-        moe_toy_expert::launch(
+        let (stream, s) = (&self.stream, &mut self.sets[set]);
+        let problem = Problem { tokens: self.tokens, hidden: self.hidden, experts_per_rank: EXPERTS_PER_RANK };
+        let outputs = Outputs {
+            recv: &mut s.recv,
+            recv_expert: &mut s.recv_expert,
+            recv_total: &mut s.recv_total,
+            out: &mut s.out,
+        };
+        unfused_run::run(
+            self.comm,
             stream,
-            k.expert_cfg,
-            &s.recv,
-            &s.recv_expert,
-            &s.recv_total,
-            &mut s.baseline_y,
-            hidden,
-        )?;
-        weft::host::group(|| {
-            for peer in 0..nranks {
-                let (start, count) = (recv_offsets[peer], recv_counts[peer] as usize);
-                if count > 0 {
-                    comm.send(&s.baseline_y.slice(start * hidden..(start + count) * hidden), peer, stream)?;
-                }
-                let (start, count) = (offsets[peer] as usize, counts[peer] as usize);
-                if count > 0 {
-                    comm.recv(&mut s.back.slice_mut(start * hidden..(start + count) * hidden), peer, stream)?;
-                }
-            }
-            Ok(())
-        })?;
-        let mut args = ArgBuffer::new();
-        let pointers = [
-            args.slice_arg(&s.back, stream)?.ptr,
-            args.slice_arg(&s.slot, stream)?.ptr,
-            args.slice_arg(&s.gate, stream)?.ptr,
-            args.slice_arg_mut(&mut s.out, stream)?.ptr,
-        ];
-        pointers.into_iter().for_each(|p| args.push(p));
-        args.push(tokens);
-        args.push(hidden);
-        // SAFETY: moe_unpack_<T>(const T* back, const uint32_t* slot, const float* gate, T* out, size_t tokens,
-        // size_t hidden) for this T: back and out hold tokens x hidden elements, slot and gate `tokens`; `args`
-        // borrows every buffer until after the launch.
-        unsafe { launch_raw(&k.unpack, stream, &k.pack_cfg, &mut args)? };
-        Ok(())
+            &self.kernels.baseline,
+            problem,
+            &mut s.scratch,
+            outputs,
+            &s.x,
+            &s.experts,
+            &s.gate,
+        )
     }
 
     fn outputs(&mut self, set: usize) -> Result<Vec<Vec<f64>>> {
