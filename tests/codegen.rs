@@ -1,6 +1,7 @@
 //! Every kernel in tests/ and examples/ is generated and compiled with nvcc to an sm_90 cubin against each
 //! NCCL release's headers in `WEFT_CODEGEN_NCCL_INCLUDES` (`cargo xtask test` sets it to 2.28.9 and 2.32.3), in
-//! both forms a launch may pick (16-byte-aligned arguments, any arguments; docs/kernel-abi.md).
+//! both forms a launch may pick (16-byte-aligned arguments, any arguments; docs/kernel-abi.md); so is the
+//! hand-written CUDA of tests/cuda/.
 
 #[path = "../examples/kernels/mod.rs"]
 mod example_kernels;
@@ -8,6 +9,9 @@ mod example_kernels;
 mod kernels;
 
 use weft::host::jit::{ArgAlignment, CompileRequest, GpuArch, KernelCache, Toolchain};
+
+/// CUDA C++ written by hand against `weft.cuh` (GPU tests that need what the Rust vocabulary does not offer).
+const HAND_WRITTEN: &[(&str, &str)] = &[("phantom_peer_wait", include_str!("cuda/phantom_peer_wait.cu"))];
 
 fn include_sets() -> Vec<(String, String)> {
     let spec = std::env::var("WEFT_CODEGEN_NCCL_INCLUDES")
@@ -28,7 +32,7 @@ fn every_kernel_compiles_for_sm90_against_each_nccl_release() {
     assert!(!sets.is_empty(), "WEFT_CODEGEN_NCCL_INCLUDES names no NCCL release");
     let cache_dir = tempfile::tempdir().unwrap();
     let cache = KernelCache::new(cache_dir.path());
-    let all: Vec<&(&str, &str)> = kernels::ALL.iter().chain(example_kernels::ALL).collect();
+    let all: Vec<&(&str, &str)> = kernels::ALL.iter().chain(example_kernels::ALL).chain(HAND_WRITTEN).collect();
     if let Some(dir) = std::env::var_os("WEFT_CODEGEN_DUMP") {
         // For reading the generated C++: one .cu file per kernel.
         std::fs::create_dir_all(&dir).unwrap();

@@ -1,5 +1,6 @@
 //! GPU tests of `#[weft::kernel]` kernels on one rank: LSA kernels against host references in f32 and bf16,
-//! barrier round trips, the barrier timeout form, and a GIN kernel's clean refusal on an NVLink-only machine.
+//! barrier round trips, the barrier timeout form (all members present, and a constructed member that never
+//! arrives), and a GIN kernel's clean refusal on an NVLink-only machine.
 
 #[path = "../examples/kernels/mod.rs"]
 mod example_kernels;
@@ -9,10 +10,13 @@ mod kernels;
 use example_kernels::allreduce::lsa_allreduce;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
 use weft::host::caps::{Lsa, LsaGin};
-use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, UniqueId, WindowFlags};
+use weft::host::jit::{self, KernelSpec};
+use weft::host::launch::{launch_raw, ArgBuffer};
+use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, Requirements, UniqueId, WindowFlags};
 
 fn one_rank() -> Communicator {
     Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap()
@@ -212,6 +216,52 @@ fn barrier_timeout_form_returns_instead_of_hanging() {
     // With every member present the barrier completes well inside a generous deadline.
     kernels::barrier_wait_with_deadline::launch(&s, cfg, &dev, 1_000_000_000, &mut outcome).unwrap();
     assert_eq!(s.clone_dtoh(&outcome).unwrap(), vec![0; 4]);
+}
+
+/// The timeout form when a member never arrives, constructed on one GPU: a barrier whose team claims a second
+/// member that does not exist (`tests/cuda/phantom_peer_wait.cu` says how and why it stays in bounds). Every block
+/// must report "timed out" after its deadline instead of hanging, and the device communicator's barriers must still
+/// complete afterwards.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn barrier_timeout_when_a_constructed_member_never_arrives() {
+    const PHANTOM: KernelSpec = KernelSpec {
+        name: "phantom_peer_wait",
+        source: include_str!("cuda/phantom_peer_wait.cu"),
+        entry_point: "phantom_peer_wait",
+    };
+    let comm = one_rank();
+    let s = stream(&comm);
+    let blocks = 4u32;
+    let (cfg, round_trips) = (LaunchConfig::linear(blocks, 64), LaunchConfig::linear(blocks, 128));
+    // The phantom's inbox slot of barrier `b` is word 3·n + 2·b + 1 of n barriers' 4·n: n > 2·blocks keeps it inside.
+    let needs =
+        Requirements::new().lsa_barriers(4 * blocks).merge(&kernels::barrier_round_trips::requirements(&round_trips));
+    let dev: DevComm<'_, Lsa> = comm.dev_comm(&needs).unwrap();
+    let function = jit::function(comm.context(), &PHANTOM).unwrap();
+    let mut outcome = s.clone_htod(&vec![u32::MAX; blocks as usize]).unwrap();
+    let timeout_ns: u64 = 50_000_000;
+    let started = Instant::now();
+    {
+        let mut args = ArgBuffer::new();
+        args.push_bytes(dev.kernel_arg_bytes().unwrap(), DevComm::<Lsa>::KERNEL_ARG_ALIGN).unwrap();
+        args.push(timeout_ns);
+        args.push_slice_mut(&mut outcome, &s).unwrap();
+        // SAFETY: phantom_peer_wait(ncclDevComm, unsigned long long, uint32_t*) gets the device communicator's
+        // bytes, the deadline and `blocks` outcome words; it reads its own barrier resources within their buffer
+        // (4·blocks barriers, see above) and writes only `outcome`; `dev` and `outcome` outlive the synchronization.
+        unsafe { launch_raw(&function, &s, &cfg, &mut args).unwrap() };
+    }
+    s.synchronize().unwrap();
+    let elapsed = started.elapsed();
+    let got = s.clone_dtoh(&outcome).unwrap();
+    println!("member that never arrives: outcomes {got:?} after {elapsed:?}");
+    assert!(got.iter().all(|&o| o == 1), "every block must time out: {got:?}");
+    assert!(elapsed >= Duration::from_nanos(timeout_ns) && elapsed < Duration::from_secs(5), "{elapsed:?}");
+    // Nothing was corrupted: the same barriers still complete round trips.
+    let mut done = s.clone_htod(&vec![0u32; blocks as usize]).unwrap();
+    kernels::barrier_round_trips::launch(&s, round_trips, &dev, 100, &mut done).unwrap();
+    assert!(s.clone_dtoh(&done).unwrap().iter().all(|&c| c == 100));
 }
 
 #[test]

@@ -936,6 +936,10 @@ struct LsaBarrier {
 
   WEFT_FN LsaBarrier(ncclDevComm const& comm, Co coop, uint32_t index, bool multimem)
       : s(coop.nccl(), comm, ncclTeamTagLsa{}, index, multimem), ended(false) {}
+  // Over `team` (unicast), with the communicator's LSA barrier resources: not in the Rust vocabulary. The one-GPU
+  // test of the timeout form (tests/cuda/phantom_peer_wait.cu) builds a team with a member that never arrives.
+  WEFT_FN LsaBarrier(ncclDevComm const& comm, Co coop, ncclTeam team, uint32_t index)
+      : s(coop.nccl(), comm, team, comm.lsaBarrier, index, false, comm.lsaMultimem), ended(false) {}
   LsaBarrier(LsaBarrier const&) = delete;
   LsaBarrier& operator=(LsaBarrier const&) = delete;
   WEFT_FN ~LsaBarrier() {
