@@ -1,5 +1,5 @@
-//! GPU tests of the host runtime, one rank on one GPU. Run on a GPU machine with `--include-ignored`
-//! (`../shared/tools/gpu-pack`, then `bash .gpu/run.sh`).
+//! GPU tests of the host runtime, one rank on one GPU, and (the SPMD tests) one rank per visible GPU. Run on a GPU
+//! machine with `--include-ignored` (`../shared/tools/gpu-pack`, then `bash .gpu/run.sh`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -324,6 +324,136 @@ fn every_collective_matches_a_host_reference() {
     let err = comm.gather::<f32, CudaSlice<f32>>(&send, None, 0, &s).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { argument: "recv", .. }), "{err}");
     comm.finalize().unwrap().destroy().unwrap();
+}
+
+/// A reduction on the host, element by element.
+type Combine = fn(f32, f32) -> f32;
+
+/// The first mismatch between `got` and `want` (same tolerance as [`assert_close`]), as a message.
+fn mismatch(name: &str, got: &[f32], want: &[f32]) -> Option<String> {
+    if got.len() != want.len() {
+        return Some(format!("{name}: {} elements, want {}", got.len(), want.len()));
+    }
+    got.iter()
+        .zip(want)
+        .position(|(g, w)| g.is_nan() || (g - w).abs() > 1e-6 * w.abs().max(1.0))
+        .map(|i| format!("{name}[{i}]: got {}, want {}", got[i], want[i]))
+}
+
+/// Every collective with one rank per visible GPU (the SPMD helper), against host references built from every
+/// rank's inputs: the multi-GPU suite's collective check (on one GPU, one rank). Every rank runs the whole
+/// sequence and only then compares, so a wrong result fails the test instead of leaving peers waiting.
+#[test]
+#[ignore = "needs a CUDA GPU (one rank per visible GPU)"]
+fn every_collective_matches_a_host_reference_on_every_local_gpu() {
+    let devices = weft_host::local_devices().unwrap();
+    let nranks = devices.len();
+    let n = 4099;
+    // Rank r's data: n·nranks values; the per-rank collectives send the first n.
+    let inputs: Vec<Vec<f32>> = (0..nranks).map(|r| random(n * nranks, 100 + r as u64)).collect();
+    let first = |r: usize| inputs[r][..n].to_vec();
+    let block = |r: usize, b: usize| inputs[r][b * n..(b + 1) * n].to_vec();
+    let across = |f: Combine, range: std::ops::Range<usize>| -> Vec<f32> {
+        range.map(|i| (1..nranks).fold(inputs[0][i], |acc, r| f(acc, inputs[r][i]))).collect()
+    };
+    let sum = across(|a, b| a + b, 0..n);
+    let last = nranks - 1;
+
+    let failures = spmd(&devices, &Config::new(), |comm| {
+        let (me, s) = (comm.rank(), comm.context().new_stream()?);
+        let mut seen: Vec<(String, Vec<f32>, Vec<f32>)> = Vec::new();
+        let send = s.clone_htod(&inputs[me][..n])?;
+        let send_all = s.clone_htod(&inputs[me])?;
+        let poison = |len: usize| s.clone_htod(&vec![POISON; len]);
+
+        let ops: [(ReduceOp<'_>, &str, Combine); 4] = [
+            (ReduceOp::Sum, "sum", |a, b| a + b),
+            (ReduceOp::Max, "max", f32::max),
+            (ReduceOp::Min, "min", f32::min),
+            (ReduceOp::Prod, "prod", |a, b| a * b),
+        ];
+        for (op, name, f) in ops {
+            let mut recv = poison(n)?;
+            comm.all_reduce(&send, &mut recv, op, &s)?;
+            seen.push((format!("all_reduce {name}"), s.clone_dtoh(&recv)?, across(f, 0..n)));
+        }
+        let mut recv = poison(n)?;
+        comm.all_reduce(&send, &mut recv, ReduceOp::Avg, &s)?;
+        seen.push(("all_reduce avg".into(), s.clone_dtoh(&recv)?, sum.iter().map(|v| v / nranks as f32).collect()));
+        let mut inplace = s.clone_htod(&inputs[me][..n])?;
+        comm.all_reduce_in_place(&mut inplace, ReduceOp::Sum, &s)?;
+        seen.push(("all_reduce in place".into(), s.clone_dtoh(&inplace)?, sum.clone()));
+
+        for root in [0, last] {
+            let mut recv = poison(n)?;
+            comm.broadcast(&send, &mut recv, root, &s)?;
+            seen.push((format!("broadcast from {root}"), s.clone_dtoh(&recv)?, first(root)));
+        }
+        let mut inplace = s.clone_htod(&inputs[me][..n])?;
+        comm.broadcast_in_place(&mut inplace, last, &s)?;
+        seen.push(("broadcast in place".into(), s.clone_dtoh(&inplace)?, first(last)));
+
+        let mut recv = poison(n)?;
+        comm.reduce(&send, &mut recv, ReduceOp::Sum, last, &s)?;
+        if me == last {
+            seen.push(("reduce".into(), s.clone_dtoh(&recv)?, sum.clone()));
+        }
+
+        let gathered: Vec<f32> = (0..nranks).flat_map(first).collect();
+        let mut recv = poison(n * nranks)?;
+        comm.all_gather(&send, &mut recv, &s)?;
+        seen.push(("all_gather".into(), s.clone_dtoh(&recv)?, gathered.clone()));
+        let mut inplace = poison(n * nranks)?;
+        s.memcpy_htod(&inputs[me][..n], &mut inplace.slice_mut(me * n..(me + 1) * n))?;
+        comm.all_gather_in_place(&mut inplace, &s)?;
+        seen.push(("all_gather in place".into(), s.clone_dtoh(&inplace)?, gathered.clone()));
+
+        let mine = across(|a, b| a + b, me * n..(me + 1) * n);
+        let mut recv = poison(n)?;
+        comm.reduce_scatter(&send_all, &mut recv, ReduceOp::Sum, &s)?;
+        seen.push(("reduce_scatter".into(), s.clone_dtoh(&recv)?, mine.clone()));
+        let mut inplace = s.clone_htod(&inputs[me])?;
+        comm.reduce_scatter_in_place(&mut inplace, ReduceOp::Sum, &s)?;
+        let got = s.clone_dtoh(&inplace)?[me * n..(me + 1) * n].to_vec();
+        seen.push(("reduce_scatter in place".into(), got, mine));
+
+        let mut recv = poison(n * nranks)?;
+        comm.all_to_all(&send_all, &mut recv, &s)?;
+        seen.push(("all_to_all".into(), s.clone_dtoh(&recv)?, (0..nranks).flat_map(|r| block(r, me)).collect()));
+
+        let mut recv = poison(n * nranks)?;
+        comm.gather(&send, (me == last).then_some(&mut recv), last, &s)?;
+        if me == last {
+            seen.push(("gather".into(), s.clone_dtoh(&recv)?, gathered.clone()));
+        }
+        let mut recv = poison(n)?;
+        comm.scatter((me == 0).then_some(&send_all), &mut recv, 0, &s)?;
+        seen.push(("scatter".into(), s.clone_dtoh(&recv)?, block(0, me)));
+
+        // A ring: send to the next rank, receive from the previous one, in one group.
+        let (next, previous) = ((me + 1) % nranks, (me + nranks - 1) % nranks);
+        let mut recv = poison(n)?;
+        group(|| {
+            comm.send(&send, next, &s)?;
+            comm.recv(&mut recv, previous, &s)
+        })?;
+        seen.push(("send/recv ring".into(), s.clone_dtoh(&recv)?, first(previous)));
+
+        let half = comm.pre_mul_sum::<f32>(Scalar::Host(0.5))?;
+        let mut recv = poison(n)?;
+        comm.all_reduce(&send, &mut recv, ReduceOp::Custom(half.op()), &s)?;
+        seen.push(("pre_mul_sum".into(), s.clone_dtoh(&recv)?, sum.iter().map(|v| v * 0.5).collect()));
+        drop(half);
+
+        Ok(seen
+            .iter()
+            .filter_map(|(name, got, want)| mismatch(&format!("rank {me}: {name}"), got, want))
+            .collect::<Vec<_>>())
+    })
+    .unwrap();
+    let failures: Vec<String> = failures.into_iter().flatten().collect();
+    println!("{nranks} rank(s): every collective checked");
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 #[test]
