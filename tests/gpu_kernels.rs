@@ -104,6 +104,47 @@ fn lsa_allreduce_and_peer_copy_match_the_host_reference_in_f32_and_bf16() {
     comm.finalize().unwrap().destroy().unwrap();
 }
 
+/// The LSA kernels with one rank per visible GPU (the SPMD helper): the all-reduce sums every rank's window, the
+/// peer copy reads the next rank's, barrier round trips complete on every block of every rank. On one GPU, one
+/// rank; the multi-GPU suite's check that loads and stores really cross GPUs.
+#[test]
+#[ignore = "needs a CUDA GPU (one rank per visible GPU)"]
+fn lsa_kernels_match_the_host_reference_on_every_local_gpu() {
+    let devices = weft::host::local_devices().unwrap();
+    let nranks = devices.len();
+    let n = (1 << 20) + 3;
+    let inputs: Vec<Vec<f32>> = (0..nranks).map(|r| random(n, 40 + r as u64)).collect();
+    let sum: Vec<f64> = (0..n).map(|i| inputs.iter().map(|x| f64::from(x[i])).sum()).collect();
+    let results = weft::host::spmd(&devices, &Config::new(), |comm| {
+        let (me, s) = (comm.rank(), comm.context().new_stream()?);
+        assert_eq!(comm.nranks(), nranks);
+        let cfg = LaunchConfig::linear(132, 512);
+        let dev: DevComm<'_, Lsa> = comm.dev_comm(&lsa_allreduce::requirements(&cfg))?;
+        let mut window = comm.alloc_window::<f32>(&s, n, WindowFlags::COLL_SYMMETRIC)?;
+        window.buffer_mut().copy_from_host(&inputs[me])?;
+        let mut out = s.clone_htod(&vec![f32::NAN; n])?;
+        lsa_allreduce::launch(&s, cfg, &dev, &window, &mut out, n)?;
+        let reduced: Vec<f64> = s.clone_dtoh(&out)?.iter().map(|v| f64::from(*v)).collect();
+        let mut copy = s.clone_htod(&vec![f32::NAN; n])?;
+        kernels::copy_from_next_peer::launch(&s, cfg, &dev, &window, &mut copy, n)?;
+        let copied = s.clone_dtoh(&copy)?;
+        let mut done = s.clone_htod(&vec![0u32; 132])?;
+        kernels::barrier_round_trips::launch(&s, cfg, &dev, 100, &mut done)?;
+        let rounds = s.clone_dtoh(&done)?;
+        s.synchronize()?;
+        drop((dev, window));
+        Ok((me, reduced, copied, rounds))
+    })
+    .unwrap();
+    for (me, reduced, copied, rounds) in results {
+        let err = relative_error(&reduced, &sum);
+        println!("rank {me} of {nranks}: lsa_allreduce relative error {err:.3e}");
+        assert!(err < 1e-6, "rank {me}: {err}");
+        assert!(copied == inputs[(me + 1) % nranks], "rank {me}: the copy is not rank {}'s window", (me + 1) % nranks);
+        assert!(rounds.iter().all(|&r| r == 100), "rank {me}: {rounds:?}");
+    }
+}
+
 /// 16-byte packs: aligned and unaligned sub-slices, a tail that does not fill a pack, f32 and bf16.
 #[test]
 #[ignore = "needs a CUDA GPU"]
