@@ -15,12 +15,15 @@
 
 #[path = "../examples/kernels/mod.rs"]
 mod kernels;
+#[path = "fused/spin.rs"]
+mod spin;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{CudaFunction, CudaStream, DevicePtrMut};
 use kernels::allreduce::lsa_allreduce;
+use spin::{spin, SPIN};
 use weft::host::caps::Lsa;
 use weft::host::jit::{
     self, ArgAlignment, CompileRequest, GpuArch, KernelCache, KernelRegistry, KernelSpec, Toolchain,
@@ -29,9 +32,6 @@ use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Communicator, Config, DevComm, LaunchConfig, UniqueId, WindowFlags};
 
 const HAND: &str = include_str!("cuda/hand_allreduce.cu");
-/// The fused benchmark's spin kernel: keeps the GPU busy while the host enqueues a timed pair.
-const SPIN: KernelSpec =
-    KernelSpec { name: "weft_bench_spin", source: include_str!("fused/spin.cu"), entry_point: "weft_bench_spin" };
 /// Long enough to cover enqueuing two launches and four event records (~15 µs) many times over.
 const SPIN_NS: u64 = 100_000;
 /// Timed pairs per size: a 4 MB launch takes ~9 µs, where launch-to-launch jitter of ~0.5 µs needs many samples for
@@ -295,15 +295,6 @@ fn main() -> Result<()> {
         std::fs::write(std::path::Path::new(&dir).join("dsl.csv"), csv)?;
     }
     let _ = std::fs::remove_dir_all(warm_dir);
-    Ok(())
-}
-
-/// Keeps the GPU busy for `ns` nanoseconds.
-fn spin(function: &CudaFunction, stream: &Arc<CudaStream>, ns: u64) -> Result<()> {
-    let mut args = ArgBuffer::new();
-    args.push(ns);
-    // SAFETY: weft_bench_spin takes one `unsigned long long`, pushed above; it touches no memory.
-    unsafe { launch_raw(function, stream, &LaunchConfig::linear(1, 1), &mut args)? };
     Ok(())
 }
 

@@ -24,6 +24,8 @@ mod options;
 mod plot;
 #[path = "fused/report.rs"]
 mod report;
+#[path = "fused/spin.rs"]
+mod spin;
 #[path = "fused/stats.rs"]
 mod stats;
 
@@ -99,7 +101,7 @@ fn compile_check(cases: &[&dyn Case]) -> AnyResult<()> {
         );
         return Ok(());
     };
-    let mut sources = vec![("weft_bench_spin", harness::SPIN_SOURCE)];
+    let mut sources = vec![("weft_bench_spin", spin::SPIN_SOURCE)];
     for &(name, source) in cases.iter().flat_map(|case| case.cuda_sources()) {
         if !sources.iter().any(|&(known, _)| known == name) {
             sources.push((name, source));

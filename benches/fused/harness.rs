@@ -12,12 +12,12 @@ use std::time::Instant;
 
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream};
-use weft::host::jit::{self, KernelSpec};
-use weft::host::launch::{launch_raw, ArgBuffer};
+use weft::host::jit;
 use weft::host::{Active, Communicator, DeviceBuffer, Error, LaunchConfig};
 
 use crate::options::{Dtype, Options};
 use crate::report::Row;
+use crate::spin::{spin, SPIN};
 use crate::stats::{relative_error, Rng, Summary};
 
 /// The bench's result type: weft-host's error, which `weft::host::spmd` needs from every rank.
@@ -37,10 +37,6 @@ const FIRST_SPIN_NS: u64 = 200_000;
 const MAX_SPIN_NS: u64 = 50_000_000;
 /// Used when the driver does not report an L2 size: the H200's.
 const FALLBACK_L2_BYTES: u64 = 60 << 20;
-
-/// The spin kernel's CUDA C++ (`benches/fused/spin.cu`).
-pub const SPIN_SOURCE: &str = include_str!("spin.cu");
-const SPIN: KernelSpec = KernelSpec { name: "weft_bench_spin", source: SPIN_SOURCE, entry_point: "weft_bench_spin" };
 
 /// An element type the cases are instantiated for: what weft kernels, NCCL and the host reference all need.
 ///
@@ -315,10 +311,7 @@ impl Timer {
         let count = count.min(self.events.len());
         let slot = side as usize;
         let spin_ns = barrier.wait_max(self.spin_ns[slot])?;
-        let mut args = ArgBuffer::new();
-        args.push(spin_ns);
-        // SAFETY: weft_bench_spin takes one `unsigned long long`, pushed above; it touches no memory.
-        unsafe { launch_raw(&self.spin, &self.stream, &LaunchConfig::linear(1, 1), &mut args)? };
+        spin(&self.spin, &self.stream, spin_ns)?;
         let enqueue_started = Instant::now();
         for (k, (start, end)) in self.events.iter().take(count).enumerate() {
             start.record(&self.stream)?;

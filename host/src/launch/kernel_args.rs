@@ -135,12 +135,6 @@ impl<'a> KernelArgs<'a> {
         self.args.push(handle);
     }
 
-    /// The compiled form these arguments allow: [`ArgAlignment::Aligned16`] unless a slice or window pushed so far
-    /// starts off a 16-byte boundary.
-    pub fn alignment(&self) -> ArgAlignment {
-        self.alignment
-    }
-
     /// Compiles (or loads from the cache) `spec` for the stream's GPU, in the form these arguments allow, and
     /// launches it with them.
     pub fn launch(mut self, spec: &crate::jit::KernelSpec, cfg: LaunchConfig) -> Result<()> {
