@@ -43,7 +43,6 @@ use kernels::allreduce_epilogue::{
     allreduce_bias_residual_one_shot as one_shot, allreduce_bias_residual_two_shot as two_shot,
 };
 use weft::host::caps::Lsa;
-use weft::host::jit::{self, KernelSpec};
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, ReduceOp, Requirements, WindowFlags};
 
@@ -198,8 +197,8 @@ struct Ranks<'comm> {
     comm: &'comm Communicator,
     stream: Arc<CudaStream>,
     stopwatch: common::Stopwatch,
-    epilogue_f32: CudaFunction,
-    epilogue_bf16: CudaFunction,
+    /// The baseline's epilogue kernel, per type (f32, bf16).
+    epilogues: [CudaFunction; 2],
     /// One full wave of each kernel, per type (f32, bf16).
     one_shot_cfg: [LaunchConfig; 2],
     two_shot_cfg: [LaunchConfig; 2],
@@ -207,48 +206,15 @@ struct Ranks<'comm> {
     dev: DevComm<'comm, Lsa>,
 }
 
-fn wave(comm: &Communicator, stream: &Arc<CudaStream>, spec: &KernelSpec) -> std::result::Result<LaunchConfig, Error> {
-    LaunchConfig::one_wave(&jit::function(comm.context(), spec)?, stream, BLOCK)
-}
-
-fn spec(name: &'static str, source: &'static str, entry_point: &'static str) -> KernelSpec {
-    KernelSpec { name, source, entry_point }
-}
-
 impl<'comm> Ranks<'comm> {
     fn new(comm: &'comm Communicator) -> std::result::Result<Self, Error> {
         let stream = comm.context().new_stream()?;
         let baseline = common::Baseline::load(comm.context(), "allreduce_epilogue", BASELINE)?;
-        let epilogue_f32 = baseline.function("allreduce_epilogue_f32")?;
-        let epilogue_bf16 = baseline.function("allreduce_epilogue_bf16")?;
-        let one_shot_cfg = [
-            wave(
-                comm,
-                &stream,
-                &spec(one_shot::NAME, one_shot::SOURCE, common::entry_point::<f32>(one_shot::ENTRY_POINTS)),
-            )?,
-            wave(
-                comm,
-                &stream,
-                &spec(one_shot::NAME, one_shot::SOURCE, common::entry_point::<half::bf16>(one_shot::ENTRY_POINTS)),
-            )?,
-        ];
-        let two_shot_cfg = [
-            wave(
-                comm,
-                &stream,
-                &spec(two_shot::NAME, two_shot::SOURCE, common::entry_point::<f32>(two_shot::ENTRY_POINTS)),
-            )?,
-            wave(
-                comm,
-                &stream,
-                &spec(two_shot::NAME, two_shot::SOURCE, common::entry_point::<half::bf16>(two_shot::ENTRY_POINTS)),
-            )?,
-        ];
-        let epilogue_cfg = [
-            LaunchConfig::one_wave(&epilogue_f32, &stream, BLOCK)?,
-            LaunchConfig::one_wave(&epilogue_bf16, &stream, BLOCK)?,
-        ];
+        let (epilogues, epilogue_cfg) = baseline.per_type("allreduce_epilogue", &stream, BLOCK)?;
+        let one_shot_cfg =
+            common::waves_per_type(&stream, one_shot::NAME, one_shot::SOURCE, one_shot::ENTRY_POINTS, BLOCK)?;
+        let two_shot_cfg =
+            common::waves_per_type(&stream, two_shot::NAME, two_shot::SOURCE, two_shot::ENTRY_POINTS, BLOCK)?;
         // One LSA barrier per block of the largest grid of either kernel.
         let mut requirements = Requirements::new();
         for cfg in &one_shot_cfg {
@@ -274,8 +240,7 @@ impl<'comm> Ranks<'comm> {
             comm,
             stopwatch: common::Stopwatch::new(comm.context())?,
             stream,
-            epilogue_f32,
-            epilogue_bf16,
+            epilogues,
             one_shot_cfg,
             two_shot_cfg,
             epilogue_cfg,
@@ -289,7 +254,7 @@ impl<'comm> Ranks<'comm> {
         let which = usize::from(common::type_name::<T>() == "bf16");
         let (one_cfg, two_cfg, epilogue_cfg) =
             (self.one_shot_cfg[which], self.two_shot_cfg[which], self.epilogue_cfg[which]);
-        let epilogue = if which == 0 { &self.epilogue_f32 } else { &self.epilogue_bf16 };
+        let epilogue = &self.epilogues[which];
         let dev = &self.dev;
 
         let mut x = comm.alloc_window::<T>(stream, n, WindowFlags::COLL_SYMMETRIC)?;

@@ -42,7 +42,6 @@ use common::{Real, Result};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream};
 use kernels::zero_adam::zero_adam_step as fused;
 use weft::host::caps::Lsa;
-use weft::host::jit::{self, KernelSpec};
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, ReduceOp, Window, WindowFlags};
 
@@ -277,21 +276,9 @@ impl<'comm> Rank<'comm> {
         common::require_one_lsa_team(comm)?;
         let stream = comm.context().new_stream()?;
         let baseline = common::Baseline::load(comm.context(), "zero_adam_epilogue", BASELINE)?;
-        let epilogues = [baseline.function("zero_adam_epilogue_f32")?, baseline.function("zero_adam_epilogue_bf16")?];
-        let fused_wave = |entry_point: &'static str| -> std::result::Result<LaunchConfig, Error> {
-            let spec = KernelSpec { name: fused::NAME, source: fused::SOURCE, entry_point };
-            LaunchConfig::one_wave(&jit::function(comm.context(), &spec)?, &stream, BLOCK)
-        };
-        let waves = [
-            (
-                fused_wave(common::entry_point::<f32>(fused::ENTRY_POINTS))?,
-                LaunchConfig::one_wave(&epilogues[0], &stream, BLOCK)?,
-            ),
-            (
-                fused_wave(common::entry_point::<half::bf16>(fused::ENTRY_POINTS))?,
-                LaunchConfig::one_wave(&epilogues[1], &stream, BLOCK)?,
-            ),
-        ];
+        let (epilogues, epilogue_waves) = baseline.per_type("zero_adam_epilogue", &stream, BLOCK)?;
+        let fused_waves = common::waves_per_type(&stream, fused::NAME, fused::SOURCE, fused::ENTRY_POINTS, BLOCK)?;
+        let waves = [(fused_waves[0], epilogue_waves[0]), (fused_waves[1], epilogue_waves[1])];
         let requirements = fused::requirements(&waves[0].0).merge(&fused::requirements(&waves[1].0));
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&requirements)?;
         if comm.rank() == 0 {

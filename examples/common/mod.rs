@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream};
-use weft::host::jit::{self, CompileRequest, GpuArch, KernelCache, Toolchain};
-use weft::host::Error;
+use weft::host::jit::{self, CompileRequest, GpuArch, KernelCache, KernelSpec, Toolchain};
+use weft::host::{Error, LaunchConfig};
 
 /// The examples' `main` result: any error, printed by the runtime, exits with status 1.
 pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -227,6 +227,37 @@ impl Baseline {
     pub fn function(&self, entry_point: &str) -> std::result::Result<CudaFunction, Error> {
         Ok(jit::load_function(&self.module, self.name, entry_point)?)
     }
+
+    /// Its `{stem}_f32` and `{stem}_bf16` kernels, with one full wave of `block` threads for each (f32 first).
+    pub fn per_type(
+        &self,
+        stem: &str,
+        stream: &Arc<CudaStream>,
+        block: u32,
+    ) -> std::result::Result<([CudaFunction; 2], [LaunchConfig; 2]), Error> {
+        let functions = [self.function(&format!("{stem}_f32"))?, self.function(&format!("{stem}_bf16"))?];
+        let waves = [
+            LaunchConfig::one_wave(&functions[0], stream, block)?,
+            LaunchConfig::one_wave(&functions[1], stream, block)?,
+        ];
+        Ok((functions, waves))
+    }
+}
+
+/// One full wave of `block` threads for each instantiation of a `#[weft::kernel(types(f32, bf16))]` kernel,
+/// f32 first: pass the kernel module's `NAME`, `SOURCE` and `ENTRY_POINTS`.
+pub fn waves_per_type(
+    stream: &Arc<CudaStream>,
+    name: &'static str,
+    source: &'static str,
+    entry_points: &'static [&'static str],
+    block: u32,
+) -> std::result::Result<[LaunchConfig; 2], Error> {
+    let wave = |entry_point: &'static str| {
+        let spec = KernelSpec { name, source, entry_point };
+        LaunchConfig::one_wave(&jit::function(stream.context(), &spec)?, stream, block)
+    };
+    Ok([wave(entry_point::<f32>(entry_points))?, wave(entry_point::<half::bf16>(entry_points))?])
 }
 
 /// Refuses communicators whose ranks are not all in one LSA team (NVLink-connected GPUs of one host): the
