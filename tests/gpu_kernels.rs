@@ -1,6 +1,6 @@
 //! GPU tests of `#[weft::kernel]` kernels on one rank: LSA kernels against host references in f32 and bf16,
 //! barrier round trips, the barrier timeout form (all members present, and a constructed member that never
-//! arrives), and a GIN kernel's clean refusal on an NVLink-only machine.
+//! arrives), the MoE routing step for any rank count, and a GIN kernel's clean refusal on an NVLink-only machine.
 
 #[path = "../examples/kernels/mod.rs"]
 mod example_kernels;
@@ -303,6 +303,88 @@ fn barrier_timeout_when_a_constructed_member_never_arrives() {
     let mut done = s.clone_htod(&vec![0u32; blocks as usize]).unwrap();
     kernels::barrier_round_trips::launch(&s, round_trips, &dev, 100, &mut done).unwrap();
     assert!(s.clone_dtoh(&done).unwrap().iter().all(|&c| c == 100));
+}
+
+/// The MoE examples' routing step for any rank count, on one GPU: `moe_route_counts`, the unfused baseline's kernel
+/// (`benches/cuda/moe_dispatch_epilogue.cu`), takes the rank count as an argument, so 1 to 64 destinations run here;
+/// the fused `moe_route` (examples/kernels/moe.rs) is the same algorithm over the LSA team's size. Tokens must be
+/// grouped by destination stably (token order within a group); a token whose expert is on no rank keeps its slot.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn moe_routing_groups_tokens_stably_for_any_rank_count() {
+    const ROUTE: KernelSpec = KernelSpec {
+        name: "moe_dispatch_epilogue",
+        source: include_str!("../benches/cuda/moe_dispatch_epilogue.cu"),
+        entry_point: "moe_route_counts",
+    };
+    let comm = one_rank();
+    let s = stream(&comm);
+    let function = jit::function(comm.context(), &ROUTE).unwrap();
+    let experts_per_rank = 2u32;
+    for (nranks, tokens, block) in
+        [(1u32, 40_000usize, 1024u32), (3, 1000, 1024), (8, 40_000, 1024), (8, 31, 96), (64, 5000, 1024), (5, 0, 64)]
+    {
+        // Random experts, one in 97 on no rank.
+        let experts: Vec<u32> = random(tokens, u64::from(nranks) * 7 + tokens as u64)
+            .iter()
+            .enumerate()
+            .map(|(t, v)| {
+                if t % 97 == 5 {
+                    2 * nranks + 1
+                } else {
+                    ((v + 1.0) * 0.5 * (2 * nranks) as f32) as u32 % (2 * nranks)
+                }
+            })
+            .collect();
+        let poison = u32::MAX;
+        let experts_d = s.clone_htod(if tokens == 0 { &[0u32][..] } else { &experts }).unwrap(); // no empty buffers
+        let mut counts = s.clone_htod(&vec![poison; nranks as usize]).unwrap();
+        let mut offsets = s.clone_htod(&vec![poison; nranks as usize]).unwrap();
+        let mut slot = s.clone_htod(&vec![poison; tokens.max(1)]).unwrap();
+        {
+            let mut args = ArgBuffer::new();
+            let pointers = [
+                args.slice_arg(&experts_d, &s).unwrap().ptr,
+                args.slice_arg_mut(&mut counts, &s).unwrap().ptr,
+                args.slice_arg_mut(&mut offsets, &s).unwrap().ptr,
+                args.slice_arg_mut(&mut slot, &s).unwrap().ptr,
+            ];
+            pointers.into_iter().for_each(|p| args.push(p));
+            args.push(tokens);
+            args.push(experts_per_rank);
+            args.push(nranks);
+            // SAFETY: moe_route_counts(const uint32_t* experts, uint32_t* counts, uint32_t* offsets, uint32_t* slot,
+            // size_t tokens, uint32_t experts_per_rank, uint32_t nranks), one block of a multiple of 32 threads:
+            // experts and slot hold at least `tokens` entries, counts and offsets `nranks` (≤ 64); `args` borrows
+            // every buffer until after the launch.
+            unsafe { launch_raw(&function, &s, &LaunchConfig::linear(1, block), &mut args).unwrap() };
+        }
+        let (got_counts, got_offsets, got_slot) =
+            (s.clone_dtoh(&counts).unwrap(), s.clone_dtoh(&offsets).unwrap(), s.clone_dtoh(&slot).unwrap());
+        let dest: Vec<Option<usize>> = experts
+            .iter()
+            .map(|&e| (e / experts_per_rank < nranks).then_some((e / experts_per_rank) as usize))
+            .collect();
+        let mut want_counts = vec![0u32; nranks as usize];
+        let mut want_slot = vec![poison; tokens.max(1)];
+        for (slot, d) in want_slot.iter_mut().zip(&dest) {
+            if let Some(d) = *d {
+                *slot = want_counts[d]; // place in the group; the group's offset is added below
+                want_counts[d] += 1;
+            }
+        }
+        let want_offsets: Vec<u32> =
+            want_counts.iter().scan(0u32, |acc, &c| Some(std::mem::replace(acc, *acc + c))).collect();
+        for (slot, d) in want_slot.iter_mut().zip(&dest) {
+            if let Some(d) = *d {
+                *slot += want_offsets[d];
+            }
+        }
+        let case = format!("{nranks} ranks, {tokens} tokens, {block} threads");
+        assert_eq!(got_counts, want_counts, "counts, {case}");
+        assert_eq!(got_offsets, want_offsets, "offsets, {case}");
+        assert_eq!(got_slot, want_slot, "slots, {case}");
+    }
 }
 
 #[test]

@@ -11,7 +11,7 @@
 //
 // Entry points (plain pointers and sizes; R <= 64 ranks; expert e lives on rank e / experts_per_rank):
 //   moe_route_counts(const uint32_t* experts, uint32_t* counts, uint32_t* offsets, uint32_t* slot, size_t tokens,
-//                    uint32_t experts_per_rank, uint32_t nranks)            one block, a multiple of 32 threads
+//                    uint32_t experts_per_rank, uint32_t nranks)     one block, a multiple of 32 threads, <= 1024
 //   moe_pack_f32 / moe_pack_bf16(const T* x, const uint32_t* experts, const uint32_t* slot, T* send,
 //                    uint32_t* send_expert, size_t tokens, size_t hidden)    one block per token (blocks loop)
 //   moe_unpack_f32 / moe_unpack_bf16(const T* back, const uint32_t* slot, const float* gate, T* out,
@@ -69,20 +69,39 @@ __device__ __forceinline__ void move_row(const T* __restrict__ from, T* __restri
 extern "C" __global__ void moe_route_counts(const uint32_t* experts, uint32_t* counts, uint32_t* offsets,
                                             uint32_t* slot, size_t tokens, uint32_t experts_per_rank,
                                             uint32_t nranks) {
-  __shared__ uint32_t shared_counts[moe_baseline::MAX_RANKS];
-  __shared__ uint32_t shared_offsets[moe_baseline::MAX_RANKS];
-  const uint32_t lane = threadIdx.x & 31, warps = blockDim.x / 32;
-  // One warp per destination: a ballot per 32 tokens gives each token its place in the destination's group.
-  for (uint32_t dest = threadIdx.x / 32; dest < nranks; dest += warps) {
-    uint32_t base = 0;
-    for (size_t chunk = 0; chunk < tokens; chunk += 32) {
-      const size_t t = chunk + lane;
-      const bool mine = t < tokens && experts[t] / experts_per_rank == dest;
-      const uint32_t ballot = __ballot_sync(0xffffffffu, mine);
-      if (mine) slot[t] = base + __popc(ballot & ((1u << lane) - 1));  // position in the group, for now
-      base += __popc(ballot);
+  using moe_baseline::MAX_RANKS;
+  // before[warp][dest]: the warp's tokens for dest, then (after the prefix) those of the earlier warps.
+  __shared__ uint32_t before[32][MAX_RANKS];
+  __shared__ uint32_t shared_counts[MAX_RANKS];
+  __shared__ uint32_t shared_offsets[MAX_RANKS];
+  const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const uint32_t lanes_below = (1u << lane) - 1;
+  for (uint32_t d = lane; d < nranks; d += 32) before[warp][d] = 0;
+  __syncwarp();
+  // Each warp a contiguous segment, 32 tokens at a time: __match_any_sync groups them by destination and ranks
+  // each token in its group (the same algorithm as the fused side's moe_route).
+  const size_t span = size_t(warps) * 32, segment = (tokens + span - 1) / span * 32;
+  const size_t first = warp * segment, end = first + segment < tokens ? first + segment : tokens;
+  for (size_t chunk = first; chunk < end; chunk += 32) {
+    const size_t t = chunk + lane;
+    uint32_t dest = nranks;  // none: past the end, or an expert on no rank
+    if (t < end && experts[t] / experts_per_rank < nranks) dest = experts[t] / experts_per_rank;
+    const uint32_t group = __match_any_sync(0xffffffffu, dest);
+    const uint32_t rank = __popc(group & lanes_below);
+    if (dest < nranks) slot[t] = before[warp][dest] + rank;  // place in the segment's group, for now
+    __syncwarp();
+    if (dest < nranks && rank == 0) before[warp][dest] += __popc(group);
+    __syncwarp();
+  }
+  __syncthreads();
+  for (uint32_t d = threadIdx.x; d < nranks; d += blockDim.x) {
+    uint32_t running = 0;
+    for (uint32_t w = 0; w < warps; w++) {
+      const uint32_t here = before[w][d];
+      before[w][d] = running;
+      running += here;
     }
-    if (lane == 0) shared_counts[dest] = base;
+    shared_counts[d] = running;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -93,7 +112,10 @@ extern "C" __global__ void moe_route_counts(const uint32_t* experts, uint32_t* c
     }
   }
   __syncthreads();
-  for (size_t t = threadIdx.x; t < tokens; t += blockDim.x) slot[t] += shared_offsets[experts[t] / experts_per_rank];
+  for (size_t t = first + lane; t < end; t += 32) {
+    const uint32_t d = experts[t] / experts_per_rank;
+    if (d < nranks) slot[t] += shared_offsets[d] + before[warp][d];
+  }
   for (uint32_t d = threadIdx.x; d < nranks; d += blockDim.x) {
     counts[d] = shared_counts[d];
     offsets[d] = shared_offsets[d];

@@ -171,6 +171,8 @@ template <class T>
 WEFT_FN T shfl_up(T value, uint32_t delta) {
   return __shfl_up_sync(0xffffffffu, value, delta);
 }
+WEFT_FN uint32_t ballot(bool predicate) { return __ballot_sync(0xffffffffu, predicate); }
+WEFT_FN uint32_t match_any(uint32_t value) { return __match_any_sync(0xffffffffu, value); }
 
 ////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
 // Numbers (Rust: numeric.rs). Half types compute in float and round once.
@@ -195,6 +197,18 @@ template <>
 WEFT_FN __half from_f32<__half>(float v) { return __float2half_rn(v); }
 template <>
 WEFT_FN __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Rust's `count_ones` on the integer types (R10: `x.count_ones()` → `weft::count_ones(x)`), always a u32.
+WEFT_FN uint32_t count_ones(uint32_t x) { return uint32_t(__popc(x)); }
+WEFT_FN uint32_t count_ones(int32_t x) { return uint32_t(__popc(uint32_t(x))); }
+WEFT_FN uint32_t count_ones(unsigned long long x) { return uint32_t(__popcll(x)); }
+WEFT_FN uint32_t count_ones(unsigned long x) { return uint32_t(__popcll((unsigned long long)x)); }
+WEFT_FN uint32_t count_ones(long long x) { return uint32_t(__popcll((unsigned long long)x)); }
+WEFT_FN uint32_t count_ones(long x) { return uint32_t(__popcll((unsigned long long)x)); }
+// Rust's `div_ceil` on the unsigned types (R10: `a.div_ceil(b)` → `weft::div_ceil(a, b)`), without the overflow of
+// `(a + b - 1) / b`.
+template <class T>
+WEFT_FN T div_ceil(T a, T b) { return a / b + (a % b != 0 ? T(1) : T(0)); }
 
 WEFT_FN float to_f32(float x) { return x; }
 WEFT_FN float to_f32(double x) { return float(x); }

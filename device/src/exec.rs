@@ -112,6 +112,21 @@ pub fn shfl_up<T: Shuffle>(value: T, delta: u32) -> T {
     device_only("shfl_up")
 }
 
+/// A mask of the lanes of this warp whose `predicate` is true, bit `i` for lane `i`, returned to every lane
+/// (`__ballot_sync(0xffffffff, predicate)`). All 32 lanes must call it. With [`u32::count_ones`] (`__popc`) it
+/// counts, and with `ballot(p) & ((1 << lane_id()) - 1)` it ranks, a warp's lanes in one step.
+pub fn ballot(predicate: bool) -> u32 {
+    device_only("ballot")
+}
+
+/// A mask of the lanes of this warp whose `value` equals this lane's, bit `i` for lane `i`; each lane gets the mask
+/// of its own group (`__match_any_sync(0xffffffff, value)`). All 32 lanes must call it. Groups a warp's lanes by key
+/// (a destination rank, a bucket) in one step: a lane's rank in its group is
+/// `(match_any(key) & ((1 << lane_id()) - 1)).count_ones()`.
+pub fn match_any(value: u32) -> u32 {
+    device_only("match_any")
+}
+
 /// The sum of `value` over the 32 lanes of this warp, returned to every lane. All 32 lanes must call it.
 pub fn warp_reduce_sum<T: Numeric + Shuffle>(value: T) -> T {
     device_only("warp_reduce_sum")

@@ -34,11 +34,17 @@
 
 use weft::prelude::*;
 
-/// Kernel 1 (launch one block, a multiple of 32 threads): group this rank's tokens by destination rank and push
-/// the counts and offsets into every destination's `meta` window (slots `2·me`, `2·me + 1`).
+/// Kernel 1 (launch one block, a multiple of 32 threads, at most 1024): group this rank's tokens by destination
+/// rank and push the counts and offsets into every destination's `meta` window (slots `2·me`, `2·me + 1`).
 ///
 /// `experts`: this rank's expert id per token (a window: [`moe_dispatch`] reads peers'); `order`: a window of
-/// `tokens` entries; `meta`: a window of `2·lsa_size` entries; `position`: `tokens` entries.
+/// `tokens` entries; `meta`: a window of `2·lsa_size` entries; `position`: `tokens` entries. A token whose expert
+/// lives on no rank of the LSA team is not routed.
+///
+/// Each warp takes one contiguous segment of the tokens, 32 at a time: `match_any` groups the 32 by destination and
+/// gives each token its rank in its group, so a token's place among its segment's tokens for the same destination
+/// takes one step. A prefix over the warps, per destination, then turns places in a segment into places in the
+/// destination's group (token order). Every warp works at once: the serial part is `tokens / block` steps.
 #[weft::kernel(len(experts >= tokens, order >= tokens, position >= tokens))]
 pub fn moe_route(
     dev: &DevComm<Lsa>,
@@ -49,6 +55,9 @@ pub fn moe_route(
     tokens: usize,
     experts_per_rank: u32,
 ) {
+    // Per warp and destination (`warp · 64 + dest`): how many of the warp's tokens go there; after the prefix, how
+    // many of the earlier warps' tokens do.
+    let mut before = SharedArray::<u32, 2048>::new();
     let mut counts = SharedArray::<u32, 64>::new();
     let mut offsets = SharedArray::<u32, 64>::new();
     let bar = dev.lsa_barrier(Cta, 0);
@@ -57,38 +66,52 @@ pub fn moe_route(
     let me = dev.lsa_rank();
     let mine = experts.local();
     let lane = lane_id();
+    let lanes_below = (1u32 << lane) - 1;
     let warps = block_dim_x() / 32;
+    let row = (warp_id() * 64) as usize;
+    let mut d = lane;
+    while d < peers {
+        before[row + d as usize] = 0;
+        d += 32;
+    }
+    sync_warp();
 
-    // One warp per destination: a warp-wide prefix sum over the tokens that go there gives each its position.
-    let mut dest = warp_id();
-    while dest < peers {
-        let mut base: u32 = 0;
-        let mut chunk: usize = 0;
-        while chunk < tokens {
-            let t = chunk + lane as usize;
-            let mut flag: u32 = 0;
-            if t < tokens && mine[t] / experts_per_rank == dest {
-                flag = 1;
-            }
-            let mut inclusive = flag;
-            let mut delta: u32 = 1;
-            while delta < 32 {
-                let below = shfl_up(inclusive, delta);
-                if lane >= delta {
-                    inclusive += below;
-                }
-                delta *= 2;
-            }
-            if flag == 1 {
-                position[t] = base + inclusive - 1;
-            }
-            base += shfl(inclusive, 31);
-            chunk += 32;
+    // This warp's segment: whole chunks of 32 tokens, so that every lane of the warp runs the loop together.
+    let span = warps as usize * 32;
+    let segment = tokens.div_ceil(span) * 32;
+    let first = warp_id() as usize * segment;
+    let end = (first + segment).min(tokens);
+    let mut chunk = first;
+    while chunk < end {
+        let t = chunk + lane as usize;
+        let mut dest = peers; // no destination: lanes past the end, unroutable tokens
+        if t < end && mine[t] / experts_per_rank < peers {
+            dest = mine[t] / experts_per_rank;
         }
-        if lane == 0 {
-            counts[dest as usize] = base;
+        let group = match_any(dest);
+        let rank = (group & lanes_below).count_ones();
+        if dest < peers {
+            position[t] = before[row + dest as usize] + rank;
         }
-        dest += warps;
+        sync_warp();
+        if dest < peers && rank == 0 {
+            before[row + dest as usize] += group.count_ones();
+        }
+        sync_warp();
+        chunk += 32;
+    }
+    sync_threads();
+
+    let d = thread_idx_x();
+    if d < peers {
+        let mut running: u32 = 0;
+        for w in 0..warps {
+            let k = (w * 64 + d) as usize;
+            let here = before[k];
+            before[k] = running;
+            running += here;
+        }
+        counts[d as usize] = running;
     }
     sync_threads();
     if thread_idx_x() == 0 {
@@ -100,13 +123,18 @@ pub fn moe_route(
     }
     sync_threads();
 
-    // This rank's token indices, grouped by destination, in token order within a group.
+    // This rank's token indices, grouped by destination, in token order within a group; each lane revisits the
+    // tokens it placed.
     let mut list = order.local();
-    let mut t = thread_idx_x() as usize;
-    while t < tokens {
+    let mut t = first + lane as usize;
+    while t < end {
         let d = mine[t] / experts_per_rank;
-        list[(offsets[d as usize] + position[t]) as usize] = t as u32;
-        t += block_dim_x() as usize;
+        if d < peers {
+            let place = before[row + d as usize] + position[t];
+            position[t] = place;
+            list[(offsets[d as usize] + place) as usize] = t as u32;
+        }
+        t += 32;
     }
 
     // The counts exchange: slot `me` of every destination's meta.

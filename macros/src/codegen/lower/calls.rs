@@ -207,7 +207,11 @@ impl Lowerer<'_> {
                 let t = a.ty.clone();
                 self.unify_operands(&recv_ty, &t);
             }
-            let ty = if name == "to_f32" { Ty::Scalar(Scalar::F32) } else { recv_ty };
+            let ty = match name.as_str() {
+                "to_f32" => Ty::Scalar(Scalar::F32),
+                "count_ones" => Ty::Scalar(Scalar::U32),
+                _ => recv_ty,
+            };
             let mut parts = vec![recv.code];
             parts.extend(args.into_iter().map(|a| a.code));
             let mut code = Code::text(format!("weft::{name}("));

@@ -32,6 +32,8 @@ pub(crate) fn free_fn(name: &str) -> Option<FreeFn> {
         "min" | "max" => FreeFn::SameAsArgs(2),
         "fma" => FreeFn::SameAsArgs(3),
         "shfl" | "shfl_xor" | "shfl_down" | "shfl_up" => FreeFn::FirstArg(&[(1, U32)]),
+        "ballot" => FreeFn::Returns(Ty::Scalar(U32), &[(0, Bool)]),
+        "match_any" => FreeFn::Returns(Ty::Scalar(U32), &[(0, U32)]),
         "warp_reduce_sum" | "warp_reduce_max" | "warp_reduce_min" | "block_reduce_sum" | "block_reduce_max"
         | "block_reduce_min" => FreeFn::FirstArg(&[]),
         "atomic_add" | "atomic_max" | "atomic_min" | "atomic_exch" => FreeFn::Atomic { shared: 2, returns: true },
@@ -45,7 +47,7 @@ pub(crate) fn free_fn(name: &str) -> Option<FreeFn> {
 /// Scalar methods that become free functions with the receiver first (vocabulary rule R10); the method names are
 /// reserved for this.
 pub(crate) const SCALAR_METHODS: &[&str] =
-    &["to_f32", "sqrt", "rsqrt", "exp", "ln", "tanh", "abs", "min", "max", "mul_add"];
+    &["to_f32", "count_ones", "div_ceil", "sqrt", "rsqrt", "exp", "ln", "tanh", "abs", "min", "max", "mul_add"];
 
 /// Every method a kernel body may call on a vocabulary value (the `pub fn`s of `weft-device`'s impl blocks; a test
 /// keeps the list in step), besides the scalar methods of [`SCALAR_METHODS`] and the Rust slice methods the C++
@@ -234,6 +236,8 @@ const VOCABULARY_FUNCTIONS: &[&str] = &[
     "shfl_xor",
     "shfl_down",
     "shfl_up",
+    "ballot",
+    "match_any",
     "warp_reduce_sum",
     "warp_reduce_max",
     "warp_reduce_min",

@@ -95,6 +95,32 @@ fn casts_become_static_casts_with_the_type_mapping() {
 }
 
 #[test]
+fn warp_votes_and_integer_methods() {
+    let b = body(quote! {
+        fn k(out: &mut [u32], x: &[u32], n: u64) {
+            let group = match_any(x[0]);
+            let voters = ballot(x[1] > 2);
+            let rank = (group & ((1 << lane_id()) - 1)).count_ones();
+            let bits = n.count_ones();
+            out[0] = rank + voters.count_ones() + bits + 1;
+            let chunks = n.div_ceil(32);
+        }
+    });
+    assert_lines(
+        &b,
+        &[
+            "auto group = weft::match_any(x[size_t(0)]);",
+            "auto voters = weft::ballot(x[size_t(1)] > 2u);",
+            "auto rank = weft::count_ones((group & ((1u << weft::lane_id()) - 1u)));",
+            "auto bits = weft::count_ones(n);",
+            // `1` takes the u32 of `count_ones`, not the u64 of its receiver `n`.
+            "out[size_t(0)] = ((rank + weft::count_ones(voters)) + bits) + 1u;",
+            "auto chunks = weft::div_ceil(n, 32ull);",
+        ],
+    );
+}
+
+#[test]
 fn vocabulary_names_are_copied_into_namespace_weft() {
     let b = body(quote! {
         fn k<T: Float>(dev: &DevComm<Lsa>, x: &Window<T>, out: &mut [T], handle: LlA2aHandle) {
