@@ -82,6 +82,7 @@ extern "C" __global__ void moe_route_counts(const uint32_t* experts, uint32_t* c
   // each token in its group (the same algorithm as the fused side's moe_route).
   const size_t span = size_t(warps) * 32, segment = (tokens + span - 1) / span * 32;
   const size_t first = warp * segment, end = first + segment < tokens ? first + segment : tokens;
+  const uint32_t busy = segment == 0 ? 0 : uint32_t((tokens + segment - 1) / segment);  // warps with tokens
   for (size_t chunk = first; chunk < end; chunk += 32) {
     const size_t t = chunk + lane;
     uint32_t dest = nranks;  // none: past the end, or an expert on no rank
@@ -96,7 +97,7 @@ extern "C" __global__ void moe_route_counts(const uint32_t* experts, uint32_t* c
   __syncthreads();
   for (uint32_t d = threadIdx.x; d < nranks; d += blockDim.x) {
     uint32_t running = 0;
-    for (uint32_t w = 0; w < warps; w++) {
+    for (uint32_t w = 0; w < busy; w++) {
       const uint32_t here = before[w][d];
       before[w][d] = running;
       running += here;

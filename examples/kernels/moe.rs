@@ -81,6 +81,8 @@ pub fn moe_route(
     let segment = tokens.div_ceil(span) * 32;
     let first = warp_id() as usize * segment;
     let end = (first + segment).min(tokens);
+    // Warps past `busy` have no tokens: the prefix below skips them (on small inputs most of the block).
+    let busy = if segment == 0 { 0 } else { tokens.div_ceil(segment) };
     let mut chunk = first;
     while chunk < end {
         let t = chunk + lane as usize;
@@ -105,8 +107,8 @@ pub fn moe_route(
     let d = thread_idx_x();
     if d < peers {
         let mut running: u32 = 0;
-        for w in 0..warps {
-            let k = (w * 64 + d) as usize;
+        for w in 0..busy {
+            let k = w * 64 + d as usize;
             let here = before[k];
             before[k] = running;
             running += here;
