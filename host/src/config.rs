@@ -138,6 +138,16 @@ impl Config {
         Config::default()
     }
 
+    /// Whether [`Config::max_ctas`] was set.
+    pub(crate) fn sets_max_ctas(&self) -> bool {
+        self.ints.max_ctas.is_some()
+    }
+
+    /// Whether [`Config::min_ctas`] was set.
+    pub(crate) fn sets_min_ctas(&self) -> bool {
+        self.ints.min_ctas.is_some()
+    }
+
     /// The CTA policy (`CTAPolicy`).
     pub fn cta_policy(mut self, policy: CtaPolicy) -> Self {
         self.cta_policy = Some(policy);

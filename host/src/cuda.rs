@@ -1,9 +1,11 @@
-//! Checking for the CUDA driver before cudarc needs it.
+//! Checking for the CUDA driver before cudarc needs it, and the one CUDA context per device.
 //!
 //! cudarc loads libcuda on first use and panics when it cannot; weft asks first, so a machine without a GPU
 //! driver gets [`Error::NoCudaDriver`] with the fix instead of a panic.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::error::Error;
 
@@ -32,4 +34,58 @@ pub fn device_count() -> Result<usize, Error> {
     driver()?;
     let count = cudarc::driver::CudaContext::device_count()?;
     Ok(usize::try_from(count).unwrap_or(0))
+}
+
+/// The one [`CudaContext`] of CUDA device `device` in this process (its primary context), shared by every
+/// communicator, stream and kernel weft creates on that device.
+///
+/// Why one: ranks that share a GPU share its primary context, and cudarc makes a *new* `CudaContext` value per
+/// call whose first stream synchronizes the whole context. A rank that is still on its way to a kernel launch
+/// must never wait for the whole device: a peer's kernel already on the device may be spinning at a barrier for
+/// this rank's kernel, and would wait forever (docs/multi-rank.md, "What must never wait for the device"). The
+/// shared context is put into cudarc's several-streams mode once, when it is created, and kept there by a stream
+/// held here for the life of the process.
+pub fn context(device: usize) -> Result<Arc<CudaContext>, Error> {
+    static CONTEXTS: Mutex<Vec<Option<SharedContext>>> = Mutex::new(Vec::new());
+    let count = device_count()?;
+    if device >= count {
+        return Err(Error::invalid(
+            "device",
+            format!("CUDA device {device} does not exist: this machine has {count} (valid: 0..{count})"),
+        ));
+    }
+    let mut contexts = CONTEXTS.lock().unwrap_or_else(PoisonError::into_inner);
+    if contexts.len() < count {
+        contexts.resize_with(count, || None);
+    }
+    if let Some(shared) = &contexts[device] {
+        return Ok(shared.context.clone());
+    }
+    let context = CudaContext::new(device)?;
+    // The first stream of a `CudaContext` value synchronizes the device (cudarc's switch to event tracking);
+    // paying it here, before any rank of this process launched anything, is the only time it is harmless.
+    let pinned = context.new_stream()?;
+    contexts[device] = Some(SharedContext { context: context.clone(), _pinned: pinned });
+    Ok(context)
+}
+
+/// A device's shared context and the stream that keeps cudarc in its several-streams mode.
+struct SharedContext {
+    context: Arc<CudaContext>,
+    _pinned: Arc<CudaStream>,
+}
+
+/// Loads `function`'s code onto its device now, not at its first launch.
+///
+/// Under CUDA's lazy loading (the default) a kernel's code reaches the device at its first launch, and that load
+/// may wait for the whole context. A rank sharing its GPU must not wait for the whole device on its way to a
+/// launch (see [`context`]), so weft loads each kernel when it is looked up: the first rank to need it loads it,
+/// before any peer can be waiting for it, and the others find it loaded.
+pub(crate) fn load_now(
+    function: &cudarc::driver::CudaFunction,
+    context: &CudaContext,
+) -> Result<(), cudarc::driver::DriverError> {
+    context.bind_to_thread()?;
+    // SAFETY: the handle belongs to a module `function` keeps loaded, in `context`, which is current.
+    unsafe { cudarc::driver::sys::cuFuncLoad(function.cu_function()) }.result()
 }

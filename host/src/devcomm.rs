@@ -294,6 +294,8 @@ pub struct DevComm<'comm, C: CapabilitySet, M: Mode = crate::Blocking> {
     requirements: Requirements,
     resource_buffers: Vec<u32>,
     team_multimem: Vec<[u8; 8]>,
+    /// Recorded after every launch that takes this device communicator: what its destruction waits for.
+    last_use: Option<cudarc::driver::CudaEvent>,
     capabilities: PhantomData<C>,
 }
 
@@ -375,6 +377,7 @@ impl<M: Mode> Communicator<Active, M> {
         }
         let id = self.register_resource(Native::DevComm(bytes.clone()));
         let team_multimem = multimem_handles.iter().map(|h| h._bindgen_opaque_blob.0).collect();
+        let last_use = Some(self.context().new_event(None)?);
         Ok(DevComm {
             comm: self,
             id,
@@ -382,6 +385,7 @@ impl<M: Mode> Communicator<Active, M> {
             requirements,
             resource_buffers: handles,
             team_multimem,
+            last_use,
             capabilities: PhantomData,
         })
     }
@@ -535,6 +539,12 @@ impl<'comm, C: CapabilitySet, M: Mode> DevComm<'comm, C, M> {
         }
     }
 
+    /// A guard that records, once dropped after a launch on `stream` that takes this device communicator, that
+    /// launch as its last use (what its destruction waits for).
+    pub fn use_guard<'a>(&'a self, stream: &'a cudarc::driver::CudaStream) -> cudarc::driver::SyncOnDrop<'a> {
+        cudarc::driver::SyncOnDrop::record_event(&self.last_use, stream)
+    }
+
     /// What this device communicator was created with.
     pub fn requirements(&self) -> &Requirements {
         &self.requirements
@@ -588,9 +598,10 @@ impl<C: weft_device::caps::HasGin, M: Mode> DevComm<'_, C, M> {
 
 impl<C: CapabilitySet, M: Mode> Drop for DevComm<'_, C, M> {
     fn drop(&mut self) {
-        // A kernel may still use it; wait for the device before destroying.
-        if let Err(error) = self.comm.context().synchronize() {
-            tracing::error!(%error, "synchronizing before ncclDevCommDestroy failed");
+        // A kernel this rank launched may still use it: wait for the last one before destroying. Never for the
+        // whole device: on a shared GPU a peer's kernel may be waiting for this rank (docs/multi-rank.md).
+        if let Some(Err(error)) = self.last_use.as_ref().map(cudarc::driver::CudaEvent::synchronize) {
+            tracing::error!(%error, "waiting for the last launch before ncclDevCommDestroy failed");
         }
         if let Err(error) = self.comm.release_resource(self.id) {
             tracing::error!(%error, "ncclDevCommDestroy failed");

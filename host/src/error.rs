@@ -85,6 +85,49 @@ pub enum Error {
         tried: String,
     },
 
+    /// Several ranks were placed on one GPU, which the loaded NCCL does not allow.
+    #[error(
+        "{ranks} ranks on CUDA device {device} need NCCL {needs} or later (loaded: {found}) and \
+         NCCL_MULTI_RANK_GPU_ENABLE=1 in the environment ({}); or place at most one rank per GPU (WEFT_RANKS at \
+         most the number of GPUs)",
+        if *enabled { "it is set" } else { "it is not set" }
+    )]
+    GpuSharing {
+        /// Ranks placed on the device.
+        ranks: usize,
+        /// The CUDA device they share.
+        device: usize,
+        /// The first NCCL release that allows it.
+        needs: Version,
+        /// The loaded release.
+        found: Version,
+        /// Whether `NCCL_MULTI_RANK_GPU_ENABLE` is set to a non-zero value.
+        enabled: bool,
+    },
+
+    /// A launch whose blocks could not all be resident next to the blocks of the other ranks sharing its GPU:
+    /// its blocks wait at barriers for peers' blocks that might never be scheduled, so it would hang.
+    #[error(
+        "`{kernel}` launches {blocks} blocks, but with {ranks_on_gpu} ranks sharing CUDA device {device} only {fits} \
+         blocks of it per rank are sure to be resident at once (the device holds {resident} of them); its blocks \
+         wait at barriers for the peers' blocks, so a larger grid could hang: launch at most {fits} blocks \
+         (`Communicator::one_wave` gives each rank its share of the GPU)"
+    )]
+    NotCoResident {
+        /// The kernel launched.
+        kernel: &'static str,
+        /// Blocks in the refused grid.
+        blocks: u64,
+        /// Blocks per rank that fit next to every peer's.
+        fits: u64,
+        /// Blocks of this kernel and block size the whole device holds at once.
+        resident: u64,
+        /// Ranks of the communicator on the device.
+        ranks_on_gpu: usize,
+        /// The CUDA device.
+        device: usize,
+    },
+
     /// A CUDA driver call failed.
     #[error("CUDA error: {0}")]
     Cuda(#[from] cudarc::driver::DriverError),

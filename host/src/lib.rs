@@ -28,6 +28,7 @@ pub mod cuda;
 pub mod datatype;
 pub mod devcomm;
 pub mod group;
+pub mod placement;
 pub mod resources;
 pub mod spmd;
 
@@ -35,6 +36,7 @@ pub use datatype::{Element, ReduceOp};
 pub use devcomm::{DevComm, Requirements, Team};
 pub use group::{group, Group};
 pub use launch::LaunchConfig;
+pub use placement::Placement;
 pub use resources::{CustomOp, DeviceBuffer, PreMulSum, Registration, Scalar, Window, WindowFlags};
 pub use spmd::{local_devices, spmd};
 pub use weft_device::caps;

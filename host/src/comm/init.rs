@@ -103,14 +103,7 @@ impl<'de> serde::Deserialize<'de> for UniqueId {
 }
 
 fn cuda_context(device: usize) -> Result<Arc<CudaContext>, Error> {
-    let count = crate::cuda::device_count()?;
-    if device >= count {
-        return Err(Error::invalid(
-            "device",
-            format!("CUDA device {device} does not exist: this machine has {count} (valid: 0..{count})"),
-        ));
-    }
-    Ok(CudaContext::new(device)?)
+    crate::cuda::context(device)
 }
 
 fn check_rank(nranks: usize, rank: usize) -> Result<i32, Error> {
@@ -130,6 +123,8 @@ impl Communicator<Uninit, Blocking> {
     }
 
     /// Initialises one rank of a blocking communicator on `device`: [`Communicator::uninit`] + [`init`](Communicator::init).
+    /// To run several ranks on one GPU, use [`spmd`](crate::spmd) or say how many share it with
+    /// [`Communicator::sharing_gpu`] before [`init`](Communicator::init).
     pub fn init_rank(
         device: usize,
         nranks: usize,
@@ -141,28 +136,35 @@ impl Communicator<Uninit, Blocking> {
     }
 
     /// One blocking communicator per listed device, all in this process (`ncclCommInitAll`): rank `i` runs on
-    /// `devices[i]`.
+    /// `devices[i]`. A device listed several times holds several ranks (NCCL ≥ 2.30 with
+    /// `NCCL_MULTI_RANK_GPU_ENABLE=1`, else [`Error::GpuSharing`]).
+    ///
+    /// `ncclCommInitAll` takes no configuration, so NCCL's CTAs per rank are not capped as [`spmd`](crate::spmd)
+    /// caps them for ranks sharing a GPU: set `NCCL_MAX_CTAS` (docs/multi-rank.md) when several share one.
     pub fn init_all(devices: &[usize]) -> Result<Vec<Communicator<Active>>, Error> {
         let library = crate::sys::library()?;
-        if devices.is_empty() {
-            return Err(Error::invalid("devices", "list at least one CUDA device"));
-        }
+        let placement = crate::Placement::new(devices.to_vec())?;
         let mut ordinals = Vec::with_capacity(devices.len());
         let mut contexts = Vec::with_capacity(devices.len());
-        for (i, &device) in devices.iter().enumerate() {
-            if devices[..i].contains(&device) {
-                return Err(Error::invalid("devices", format!("device {device} is listed twice")));
-            }
+        for &device in devices {
             contexts.push(cuda_context(device)?);
-            ordinals.push(device as i32);
+            ordinals.push(
+                i32::try_from(device)
+                    .map_err(|_| Error::invalid("devices", format!("device {device} is not a C int")))?,
+            );
         }
-        // SAFETY: every ordinal was checked against the device count and is listed once.
+        placement.check_supported(library.version())?;
+        // SAFETY: every ordinal was checked against the device count; repeats were allowed by the check above.
         let raws = unsafe { result::comm_init_all(library, &ordinals) }?;
         // Wrap every handle first so that a failure below aborts them all (Drop).
         let mut comms: Vec<Communicator<Active>> = raws
             .into_iter()
             .zip(contexts)
-            .map(|(raw, context)| Communicator::from_parts(raw, library, context, None))
+            .enumerate()
+            .map(|(rank, (raw, context))| {
+                Communicator::from_parts(raw, library, context, None)
+                    .with_ranks_on_gpu_unchecked(placement.ranks_on_gpu(rank))
+            })
             .collect();
         for comm in &mut comms {
             let identity = read_identity(library, comm.raw())?;
@@ -181,6 +183,27 @@ impl Communicator<Uninit, NonBlocking> {
 }
 
 impl<M: Mode> Communicator<Uninit, M> {
+    /// Records that `ranks` ranks of the communicator about to be initialised run on this GPU, this one included
+    /// (threads or processes of one job): launches then give each its share of the GPU
+    /// ([`Communicator::ranks_on_gpu`]). Without this, initialisation takes `WEFT_RANKS_PER_GPU`, else 1.
+    /// [`spmd`](crate::spmd) and [`Communicator::init_all`] set it from their device lists.
+    pub fn sharing_gpu(self, ranks: usize) -> Result<Self, Error> {
+        if ranks == 0 {
+            return Err(Error::invalid("ranks", "at least this rank runs on its GPU: pass 1 or more"));
+        }
+        Ok(self.with_ranks_on_gpu_unchecked(ranks))
+    }
+
+    /// The ranks-per-GPU count initialisation will record, checked against what the loaded NCCL allows.
+    pub(super) fn settle_ranks_on_gpu(&self) -> Result<usize, Error> {
+        let ranks = match self.ranks_on_gpu_given() {
+            0 => crate::placement::ranks_per_gpu_from_env()?,
+            given => given,
+        };
+        crate::placement::check_sharing(ranks, self.context().ordinal(), self.library().version())?;
+        Ok(ranks)
+    }
+
     /// Initialises this rank of an `nranks`-rank communicator (`ncclCommInitRankConfig`); every rank calls
     /// it with the same `id`. Blocking communicators return once all ranks joined; non-blocking ones return a
     /// [`Pending`](super::Pending) at once.
@@ -192,6 +215,7 @@ impl<M: Mode> Communicator<Uninit, M> {
         config: &Config,
     ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
         let nranks_c = check_rank(nranks, rank)?;
+        let ranks_on_gpu = self.settle_ranks_on_gpu()?;
         let mut raw_config = config.to_raw(self.library().version(), M::BLOCKING)?;
         self.context().bind_to_thread()?;
         // SAFETY: the device's context is current; the config is laid out for the loaded version and
@@ -199,7 +223,7 @@ impl<M: Mode> Communicator<Uninit, M> {
         let (raw, progress) = unsafe {
             result::comm_init_rank_config(self.library(), nranks_c, &id.to_raw(), rank as i32, raw_config.as_mut_ptr())
         }?;
-        self.finish_init(raw, progress)
+        self.finish_init(raw, progress, ranks_on_gpu)
     }
 
     /// Initialises this rank from several unique ids (`ncclCommInitRankScalable`), spreading the bootstrap
@@ -215,6 +239,7 @@ impl<M: Mode> Communicator<Uninit, M> {
         if ids.is_empty() {
             return Err(Error::invalid("ids", "pass at least one unique id"));
         }
+        let ranks_on_gpu = self.settle_ranks_on_gpu()?;
         let mut raw_ids: Vec<_> = ids.iter().map(|id| id.to_raw()).collect();
         let mut raw_config = config.to_raw(self.library().version(), M::BLOCKING)?;
         self.context().bind_to_thread()?;
@@ -228,15 +253,17 @@ impl<M: Mode> Communicator<Uninit, M> {
                 raw_config.as_mut_ptr(),
             )
         }?;
-        self.finish_init(raw, progress)
+        self.finish_init(raw, progress, ranks_on_gpu)
     }
 
     fn finish_init(
         self,
         raw: ncclComm_t,
         progress: result::Progress,
+        ranks_on_gpu: usize,
     ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
-        let comm: Communicator<Active, M> = Communicator::from_parts(raw, self.library(), self.context().clone(), None);
+        let comm: Communicator<Active, M> = Communicator::from_parts(raw, self.library(), self.context().clone(), None)
+            .with_ranks_on_gpu_unchecked(ranks_on_gpu);
         let comm = if M::BLOCKING { comm.finish()? } else { comm };
         Ok(M::wrap(comm, progress))
     }

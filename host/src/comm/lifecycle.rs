@@ -129,12 +129,14 @@ impl<M: Mode> Communicator<Active, M> {
             // outlive the call, and the slot `create_child` keeps valid until completion.
             result::comm_grow(self.library(), self.raw(), nranks, raw_id.as_ref(), -1, config_ptr, out)
         })?;
-        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow")
+        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow", self.ranks_on_gpu())
     }
 
     fn child(&self, raw: sys::ncclComm_t) -> Result<M::Wrap<Option<Communicator<Active, M>>>, Error> {
-        let child =
-            (!raw.is_null()).then(|| Communicator::from_parts(raw, self.library(), self.context().clone(), None));
+        let child = (!raw.is_null()).then(|| {
+            Communicator::from_parts(raw, self.library(), self.context().clone(), None)
+                .with_ranks_on_gpu_unchecked(self.ranks_on_gpu())
+        });
         let child = if M::BLOCKING { pending_finish(child)? } else { child };
         Ok(M::wrap(child, Progress::Done))
     }
@@ -192,6 +194,7 @@ fn new_communicator<M: Mode>(
     context: &std::sync::Arc<cudarc::driver::CudaContext>,
     raw: sys::ncclComm_t,
     call: &'static str,
+    ranks_on_gpu: usize,
 ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
     if raw.is_null() {
         return Err(Error::Nccl {
@@ -201,7 +204,8 @@ fn new_communicator<M: Mode>(
             last_error: result::last_error(library, NULL),
         });
     }
-    let comm: Communicator<Active, M> = Communicator::from_parts(raw, library, context.clone(), None);
+    let comm: Communicator<Active, M> =
+        Communicator::from_parts(raw, library, context.clone(), None).with_ranks_on_gpu_unchecked(ranks_on_gpu);
     let comm = if M::BLOCKING { pending_finish(comm)? } else { comm };
     Ok(M::wrap(comm, Progress::Done))
 }
@@ -238,7 +242,7 @@ fn shrink<S: Initialized, M: Mode>(
         // was validated, the config outlives the call, and `out` stays valid until completion.
         result::comm_shrink(comm.library(), comm.raw(), &list, config_ptr, flags, out)
     })?;
-    new_communicator::<M>(comm.library(), comm.context(), raw, "ncclCommShrink")
+    new_communicator::<M>(comm.library(), comm.context(), raw, "ncclCommShrink", comm.ranks_on_gpu())
 }
 
 impl<M: Mode> Communicator<Suspended, M> {
@@ -300,6 +304,7 @@ impl<M: Mode> Communicator<Uninit, M> {
         }
         let nranks = i32::try_from(nranks).map_err(|_| Error::invalid("nranks", "does not fit in a C int"))?;
         let raw_id = id.to_raw();
+        let ranks_on_gpu = self.settle_ranks_on_gpu()?;
         let mut raw_config = config.to_raw(self.library().version(), M::BLOCKING)?;
         self.context().bind_to_thread()?;
         // A joining rank has no parent to poll: NCCL hands out its new communicator at once, as for init. The
@@ -319,6 +324,6 @@ impl<M: Mode> Communicator<Uninit, M> {
             drop(unsafe { Box::from_raw(slot) });
         }
         let _progress = outcome?; // the new communicator's own Pending polls it
-        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow")
+        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow", ranks_on_gpu)
     }
 }

@@ -146,6 +146,9 @@ pub struct Communicator<S: State = Active, M: Mode = Blocking> {
     library: &'static Library,
     context: Arc<CudaContext>,
     identity: Option<Identity>,
+    /// Ranks of this communicator on this rank's GPU, this one included (see [`Communicator::ranks_on_gpu`]);
+    /// 0 until initialisation settles it, if nobody said.
+    ranks_on_gpu: usize,
     resources: crate::resources::RegistryCell,
     state: PhantomData<(S, M)>,
 }
@@ -162,7 +165,21 @@ impl<S: State, M: Mode> Communicator<S, M> {
         context: Arc<CudaContext>,
         identity: Option<Identity>,
     ) -> Self {
-        Communicator { raw, library, context, identity, resources: Default::default(), state: PhantomData }
+        Communicator {
+            raw,
+            library,
+            context,
+            identity,
+            ranks_on_gpu: 0,
+            resources: Default::default(),
+            state: PhantomData,
+        }
+    }
+
+    /// The same communicator, recorded as sharing its GPU with `ranks - 1` other ranks of it.
+    pub(crate) fn with_ranks_on_gpu_unchecked(mut self, ranks: usize) -> Self {
+        self.ranks_on_gpu = ranks.max(1);
+        self
     }
 
     /// Moves the handle into another state; `self`'s `Drop` does not run.
@@ -173,6 +190,7 @@ impl<S: State, M: Mode> Communicator<S, M> {
             library: self.library,
             context: self.context.clone(),
             identity: self.identity,
+            ranks_on_gpu: self.ranks_on_gpu,
             resources: std::mem::take(&mut self.resources),
             state: PhantomData,
         }
@@ -211,6 +229,25 @@ impl<S: State, M: Mode> Communicator<S, M> {
     /// The libnccl this communicator was made with.
     pub fn nccl_version(&self) -> crate::Version {
         self.library.version()
+    }
+
+    /// How many ranks of this communicator run on this rank's GPU, this one included: 1 unless several ranks
+    /// share the GPU (NCCL ≥ 2.30, `NCCL_MULTI_RANK_GPU_ENABLE=1`).
+    ///
+    /// Ranks that share a GPU share its multiprocessors, so a kernel whose blocks wait for a peer's blocks
+    /// must leave room for them: [`Communicator::one_wave`] gives each rank its part of the GPU, and a launch
+    /// of a kernel taking a device communicator is refused when its blocks could not all be resident next to
+    /// its peers' (docs/multi-rank.md). Known from the placement: [`spmd`](crate::spmd) and
+    /// [`Communicator::init_all`] count the ranks per device; a communicator initialised on its own takes
+    /// [`Communicator::sharing_gpu`]'s value, else `WEFT_RANKS_PER_GPU` (for one process per rank), else 1.
+    /// Communicators split, shrunk or grown from it inherit the count (an upper bound for them).
+    pub fn ranks_on_gpu(&self) -> usize {
+        self.ranks_on_gpu.max(1)
+    }
+
+    /// The count given before initialisation, if any (0: none).
+    pub(crate) fn ranks_on_gpu_given(&self) -> usize {
+        self.ranks_on_gpu
     }
 }
 

@@ -126,6 +126,8 @@ impl KernelRegistry {
             return Ok(function.clone());
         }
         let function = load_function(&loaded.module, spec.name, spec.entry_point)?;
+        crate::cuda::load_now(&function, ctx)
+            .map_err(|source| JitError::Driver { action: "loading the kernel onto the device", source })?;
         functions.insert(spec.entry_point, function.clone());
         Ok(function)
     }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use weft_device::caps::CapabilitySet;
 
 use super::{launch_raw, ArgBuffer, LaunchConfig, SliceArg, WindowArg};
@@ -28,6 +28,9 @@ pub trait KernelWindow<T> {
     fn window_arg(&self) -> Result<WindowArg>;
     /// The CUDA device the window's local part lives on.
     fn cuda_device(&self) -> usize;
+    /// A guard that records, once dropped after the launch, the launch as the window's last use (what freeing
+    /// the window waits for).
+    fn use_guard<'s>(&'s self, stream: &'s CudaStream) -> SyncOnDrop<'s>;
 }
 
 impl<T: crate::Element, M: Mode> KernelWindow<T> for Window<'_, T, M> {
@@ -36,6 +39,9 @@ impl<T: crate::Element, M: Mode> KernelWindow<T> for Window<'_, T, M> {
     }
     fn cuda_device(&self) -> usize {
         self.communicator().cuda_device()
+    }
+    fn use_guard<'s>(&'s self, stream: &'s CudaStream) -> SyncOnDrop<'s> {
+        self.buffer().use_guard(stream)
     }
 }
 
@@ -46,6 +52,8 @@ pub struct KernelArgs<'a> {
     args: ArgBuffer<'a>,
     /// Whether every slice and window pushed so far starts on a 16-byte boundary: picks the compiled form.
     alignment: ArgAlignment,
+    /// Ranks sharing the GPU of the device communicator pushed, if any (1 otherwise).
+    ranks_on_gpu: usize,
 }
 
 impl std::fmt::Debug for KernelArgs<'_> {
@@ -57,7 +65,7 @@ impl std::fmt::Debug for KernelArgs<'_> {
 impl<'a> KernelArgs<'a> {
     /// Starts the argument list of `kernel`, to be launched on `stream`.
     pub fn new(kernel: &'static str, stream: &'a Arc<CudaStream>) -> KernelArgs<'a> {
-        KernelArgs { kernel, stream, args: ArgBuffer::new(), alignment: ArgAlignment::Aligned16 }
+        KernelArgs { kernel, stream, args: ArgBuffer::new(), alignment: ArgAlignment::Aligned16, ranks_on_gpu: 1 }
     }
 
     fn wrong_device(&self, parameter: &'static str, device: usize) -> Error {
@@ -81,7 +89,10 @@ impl<'a> KernelArgs<'a> {
         if dev.cuda_device() != self.stream.context().ordinal() {
             return Err(self.wrong_device(parameter, dev.cuda_device()));
         }
-        self.args.push_bytes(dev.kernel_arg_bytes()?, DevComm::<C, M>::KERNEL_ARG_ALIGN)
+        self.ranks_on_gpu = self.ranks_on_gpu.max(dev.communicator().ranks_on_gpu());
+        self.args.push_bytes(dev.kernel_arg_bytes()?, DevComm::<C, M>::KERNEL_ARG_ALIGN)?;
+        self.args.keep_guard(dev.use_guard(self.stream));
+        Ok(())
     }
 
     /// A `&Window<T>` parameter; returns the window's length (for declared length checks).
@@ -92,6 +103,7 @@ impl<'a> KernelArgs<'a> {
         let arg = window.window_arg()?;
         self.alignment = self.alignment.and(arg.offset_bytes as u64);
         self.args.push(arg);
+        self.args.keep_guard(window.use_guard(self.stream));
         Ok(arg.len)
     }
 
@@ -140,6 +152,9 @@ impl<'a> KernelArgs<'a> {
     pub fn launch(mut self, spec: &crate::jit::KernelSpec, cfg: LaunchConfig) -> Result<()> {
         cfg.validate()?;
         let function = crate::jit::function_for(self.stream.context(), spec, self.alignment)?;
+        if self.ranks_on_gpu > 1 {
+            check_co_resident(spec.name, &function, self.stream, &cfg, self.ranks_on_gpu)?;
+        }
         // SAFETY: the generated launcher pushed exactly the kernel's parameters in declaration order, each laid
         // out as docs/kernel-abi.md fixes (checked by the codegen and GPU tests); every buffer, window and device
         // communicator is borrowed for 'a, beyond this call, and cudarc's guards in `args` order later frees and
@@ -166,6 +181,32 @@ impl<C: CapabilitySet, M: Mode> DevComm<'_, C, M> {
             other => other,
         })
     }
+}
+
+/// Whether every block of a launch with `cfg` can be resident next to the blocks of the same launch by each of the
+/// other `ranks_on_gpu - 1` ranks on the stream's GPU: a kernel taking a device communicator may wait at a barrier
+/// for its peers' blocks, and if those cannot be scheduled because its own blocks fill the GPU, it waits forever.
+/// Each rank gets `1 / ranks_on_gpu` of the blocks the GPU holds ([`LaunchConfig::one_wave_shared`]).
+pub fn check_co_resident(
+    kernel: &'static str,
+    function: &cudarc::driver::CudaFunction,
+    stream: &CudaStream,
+    cfg: &LaunchConfig,
+    ranks_on_gpu: usize,
+) -> Result<()> {
+    let resident = super::resident_blocks(function, stream, cfg)?;
+    let fits = resident / ranks_on_gpu.max(1) as u64;
+    if cfg.grid_size() <= fits {
+        return Ok(());
+    }
+    Err(Error::NotCoResident {
+        kernel,
+        blocks: cfg.grid_size(),
+        fits,
+        resident,
+        ranks_on_gpu,
+        device: stream.context().ordinal(),
+    })
 }
 
 /// Whether `cfg`'s blocks fit the compiled kernel: its `#[kernel(launch_bounds(n, …))]`, or the registers it needs,

@@ -79,19 +79,31 @@ impl LaunchConfig {
     /// A one-dimensional launch of `block` threads per block with exactly as many blocks as the device runs at
     /// once for `function` (multiprocessors × resident blocks per multiprocessor): one full wave, the right
     /// shape for grid-stride kernels. A grid one block larger would run a second, nearly empty wave.
+    ///
+    /// This is the whole GPU for one rank. Ranks that share a GPU each get their part with
+    /// [`Communicator::one_wave`](crate::Communicator::one_wave) (or [`LaunchConfig::one_wave_shared`]).
     pub fn one_wave(function: &CudaFunction, stream: &CudaStream, block: u32) -> Result<LaunchConfig> {
-        let context = stream.context();
-        let sms =
-            context.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        let per_sm = function.occupancy_max_active_blocks_per_multiprocessor(block, 0, None)?;
-        if per_sm == 0 {
+        LaunchConfig::one_wave_shared(function, stream, block, 1)
+    }
+
+    /// [`LaunchConfig::one_wave`] for one of `ranks_on_gpu` ranks sharing the stream's GPU: the wave divided among
+    /// them (at least one block each), so that every rank's blocks are resident at once and blocks waiting at a
+    /// barrier for a peer's blocks never wait for blocks that cannot be scheduled.
+    pub fn one_wave_shared(
+        function: &CudaFunction,
+        stream: &CudaStream,
+        block: u32,
+        ranks_on_gpu: usize,
+    ) -> Result<LaunchConfig> {
+        let resident = resident_blocks(function, stream, &LaunchConfig::linear(1, block))?;
+        if resident == 0 {
             return Err(Error::invalid(
                 "block",
                 format!("{block} threads per block do not fit on a multiprocessor for this kernel; use fewer"),
             ));
         }
-        let blocks = u32::try_from(sms).unwrap_or(1).max(1).saturating_mul(per_sm);
-        Ok(LaunchConfig::linear(blocks, block))
+        let share = (resident / ranks_on_gpu.max(1) as u64).max(1);
+        Ok(LaunchConfig::linear(u32::try_from(share).unwrap_or(u32::MAX), block))
     }
 
     /// The same launch with `bytes` of dynamic shared memory per block.
@@ -138,6 +150,15 @@ impl LaunchConfig {
             ));
         }
         Ok(())
+    }
+}
+
+impl<S: crate::comm::Initialized, M: crate::comm::Mode> crate::Communicator<S, M> {
+    /// One full wave of `function` for this rank: [`LaunchConfig::one_wave`] divided among the
+    /// [`ranks_on_gpu`](crate::Communicator::ranks_on_gpu) ranks that share this rank's GPU, so that every rank's
+    /// blocks are resident at once. With one rank per GPU it is the whole GPU.
+    pub fn one_wave(&self, function: &CudaFunction, stream: &CudaStream, block: u32) -> Result<LaunchConfig> {
+        LaunchConfig::one_wave_shared(function, stream, block, self.ranks_on_gpu())
     }
 }
 
@@ -256,6 +277,12 @@ impl<'a> ArgBuffer<'a> {
         Ok(())
     }
 
+    /// Keeps `guard` until this `ArgBuffer` is dropped (after the launch): a use of a window or device
+    /// communicator that records the launch as its last use.
+    pub fn keep_guard(&mut self, guard: SyncOnDrop<'a>) {
+        self.guards.push(guard);
+    }
+
     /// The [`SliceArg`] for reading `buffer` in a kernel launched on `stream`; `stream` first waits for pending
     /// writes to `buffer`, and the read is recorded when this `ArgBuffer` is dropped.
     ///
@@ -322,6 +349,29 @@ impl<'a> ArgBuffer<'a> {
         self.params.extend(self.offsets.iter().map(|&offset| base.wrapping_add(offset).cast::<c_void>()));
         &mut self.params
     }
+}
+
+/// How many blocks of `function` with `cfg`'s block size and dynamic shared memory the stream's GPU holds at once
+/// (multiprocessors × blocks per multiprocessor). Asked of the driver once per function and shape, then remembered.
+pub fn resident_blocks(function: &CudaFunction, stream: &CudaStream, cfg: &LaunchConfig) -> Result<u64> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, PoisonError};
+    type Shape = (usize, u64, u32, usize);
+    static KNOWN: Mutex<Option<HashMap<Shape, u64>>> = Mutex::new(None);
+    // The handle only keys the table. Loaded modules stay loaded for the process (jit's registry), so a handle is
+    // not reused by another function while remembered.
+    let handle = function.cu_function() as usize;
+    let context = stream.context();
+    let key: Shape = (handle, cfg.block_size(), cfg.shared_mem_bytes, context.ordinal());
+    if let Some(&known) = KNOWN.lock().unwrap_or_else(PoisonError::into_inner).as_ref().and_then(|m| m.get(&key)) {
+        return Ok(known);
+    }
+    let sms = context.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let block = u32::try_from(cfg.block_size()).unwrap_or(u32::MAX);
+    let per_sm = function.occupancy_max_active_blocks_per_multiprocessor(block, cfg.shared_mem_bytes as usize, None)?;
+    let resident = u64::try_from(sms).unwrap_or(0) * u64::from(per_sm);
+    KNOWN.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert_with(HashMap::new).insert(key, resident);
+    Ok(resident)
 }
 
 fn check_same_context(buffer_stream: &CudaStream, stream: &CudaStream) -> Result<()> {

@@ -3,7 +3,9 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use cudarc::driver::{sys::CUdeviceptr, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice, SyncOnDrop};
+use cudarc::driver::{
+    sys::CUdeviceptr, CudaEvent, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice, SyncOnDrop,
+};
 
 use crate::error::Error;
 use crate::result;
@@ -13,11 +15,18 @@ use crate::sys::Library;
 ///
 /// Usable wherever cudarc buffers are (it implements cudarc's `DevicePtr`/`DevicePtrMut`), and the only
 /// memory [`Communicator::window`](crate::Communicator::window) accepts. Its contents start undefined:
-/// fill it before reading it. Freed with `ncclMemFree` on drop, after synchronizing its stream.
+/// fill it before reading it.
+///
+/// Freed with `ncclMemFree` on drop, once its last use is done: every use through weft (a launch, a collective)
+/// or cudarc's `DevicePtr` traits records an event on the stream of that use, and the drop waits for that event
+/// and for the buffer's own stream. It never waits for the whole device: on a GPU shared by several ranks, a
+/// peer's kernel may be waiting for this rank (docs/multi-rank.md). Uses on several streams must be ordered
+/// among themselves (as NCCL requires of concurrent uses anyway): the event follows the last one enqueued.
 pub struct DeviceBuffer<T> {
     ptr: CUdeviceptr,
     len: usize,
     stream: Arc<CudaStream>,
+    last_use: Option<CudaEvent>,
     library: &'static Library,
     element: PhantomData<T>,
 }
@@ -39,10 +48,18 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             .checked_mul(std::mem::size_of::<T>())
             .ok_or_else(|| Error::invalid("len", format!("{len} elements overflow the address space")))?;
         let library = crate::sys::library()?;
+        let last_use = Some(stream.context().new_event(None)?);
         stream.context().bind_to_thread()?;
         // SAFETY: the stream's context is current on this thread.
         let ptr = unsafe { result::mem_alloc(library, bytes) }?;
-        Ok(DeviceBuffer { ptr: ptr as CUdeviceptr, len, stream: stream.clone(), library, element: PhantomData })
+        Ok(DeviceBuffer {
+            ptr: ptr as CUdeviceptr,
+            len,
+            stream: stream.clone(),
+            last_use,
+            library,
+            element: PhantomData,
+        })
     }
 
     /// Copies `host` into the buffer (blocking). Lengths must match.
@@ -96,6 +113,24 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     }
 }
 
+impl<T> DeviceBuffer<T> {
+    /// A guard that, dropped after work using the buffer was enqueued on `stream`, records that work as the
+    /// buffer's last use (what its drop waits for).
+    pub(crate) fn use_guard<'a>(&'a self, stream: &'a CudaStream) -> SyncOnDrop<'a> {
+        SyncOnDrop::record_event(&self.last_use, stream)
+    }
+
+    /// Waits for the buffer's last recorded use and for its own stream: after this, nothing this rank enqueued
+    /// still touches it. Never waits for the whole device.
+    pub(crate) fn wait_for_uses(&self) -> Result<(), Error> {
+        if let Some(event) = &self.last_use {
+            event.synchronize()?;
+        }
+        self.stream.synchronize()?;
+        Ok(())
+    }
+}
+
 impl<T> DeviceSlice<T> for DeviceBuffer<T> {
     fn len(&self) -> usize {
         self.len
@@ -107,29 +142,27 @@ impl<T> DeviceSlice<T> for DeviceBuffer<T> {
 
 impl<T> DevicePtr<T> for DeviceBuffer<T> {
     fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
-        // Work on other streams is ordered by the caller (as with raw NCCL); this buffer does no event tracking.
-        let _ = stream;
-        (self.ptr, SyncOnDrop::Record(None))
+        // Work on other streams is ordered by the caller (as with raw NCCL); the guard records this use.
+        (self.ptr, self.use_guard(stream))
     }
 }
 
 impl<T> DevicePtrMut<T> for DeviceBuffer<T> {
     fn device_ptr_mut<'a>(&'a mut self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
-        let _ = stream;
-        (self.ptr, SyncOnDrop::Record(None))
+        (self.ptr, self.use_guard(stream))
     }
 }
 
 impl<T> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
-        // Kernels or copies on any stream of the device may still use the memory: drain the device first.
-        if let Err(error) = self.stream.context().synchronize() {
-            tracing::error!(%error, "synchronizing before freeing an NCCL buffer failed; leaking it");
+        // Work this rank enqueued may still use the memory: wait for it (not for the device: see the type's docs).
+        if let Err(error) = self.wait_for_uses() {
+            tracing::error!(%error, "waiting for the last use of an NCCL buffer failed; leaking it");
             return;
         }
         let _ = self.stream.context().bind_to_thread();
         // SAFETY: `ptr` came from ncclMemAlloc of this library, windows over it borrow the buffer (so they are
-        // gone), and its stream is idle.
+        // gone), and the work this rank enqueued on it is done.
         if let Err(error) = unsafe { result::mem_free(self.library, self.ptr as *mut core::ffi::c_void) } {
             tracing::error!(%error, "ncclMemFree failed");
         }

@@ -164,6 +164,8 @@ impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
 
     /// Deregisters the window and returns its buffer.
     pub fn into_buffer(mut self) -> Result<DeviceBuffer<T>, Error> {
+        // Kernels and collectives this rank enqueued may still use the window: finish them before deregistering.
+        self.buffer().wait_for_uses()?;
         self.comm.release_resource(self.id)?;
         Ok(self.buffer.take().expect("a live window always holds its buffer"))
     }
@@ -237,9 +239,10 @@ impl<T: DeviceRepr, M: Mode> Drop for Window<'_, T, M> {
         if self.buffer.is_none() {
             return;
         }
-        // Kernels on any stream of the device may still use the window: drain the device before deregistering.
-        if let Err(error) = self.comm.context().synchronize() {
-            tracing::error!(%error, "synchronizing before ncclCommWindowDeregister failed");
+        // Kernels and collectives this rank enqueued may still use the window: finish them before deregistering.
+        // Never the whole device: on a shared GPU a peer's kernel may be waiting for this rank (docs/multi-rank.md).
+        if let Some(Err(error)) = self.buffer.as_ref().map(DeviceBuffer::wait_for_uses) {
+            tracing::error!(%error, "waiting for the window's last use before ncclCommWindowDeregister failed");
         }
         if let Err(error) = self.comm.release_resource(self.id) {
             tracing::error!(%error, "ncclCommWindowDeregister failed");

@@ -1,0 +1,267 @@
+//! Where the ranks of a job run, and what several ranks on one GPU need.
+//!
+//! A [`Placement`] maps rank `i` to a CUDA device. One rank per GPU is the default; more ranks than GPUs put
+//! several ranks on one GPU, which NCCL allows from 2.30 on when `NCCL_MULTI_RANK_GPU_ENABLE=1` is set. Ranks that
+//! share a GPU share its multiprocessors and its CUDA context: docs/multi-rank.md says what that asks of kernels
+//! (their blocks must fit next to their peers') and of host code (nothing may wait for the whole device).
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::version::Version;
+
+/// The environment variable that sets how many ranks the examples, benchmarks and GPU tests run
+/// ([`Placement::from_env`]).
+pub const RANKS_VARIABLE: &str = "WEFT_RANKS";
+
+/// The environment variable a process sets when it runs one rank and shares its GPU with ranks in other
+/// processes: how many ranks of each communicator run on its GPU ([`Communicator::ranks_on_gpu`]).
+///
+/// [`Communicator::ranks_on_gpu`]: crate::Communicator::ranks_on_gpu
+pub const RANKS_PER_GPU_VARIABLE: &str = "WEFT_RANKS_PER_GPU";
+
+/// NCCL's switch for several ranks of one communicator on one GPU (NCCL ≥ 2.30, experimental).
+pub const NCCL_MULTI_RANK_VARIABLE: &str = "NCCL_MULTI_RANK_GPU_ENABLE";
+
+/// The first NCCL release that lets several ranks of one communicator share a GPU.
+pub const MULTI_RANK_GPU_NCCL: Version = Version::new(2, 30, 0);
+
+/// Most CTAs each NCCL kernel may use when ranks share a GPU, unless the configuration says otherwise. Every rank
+/// on a GPU runs its own NCCL channels; with NCCL's default (up to 32 and more per rank) eight ranks' collectives
+/// would ask for more blocks than a GPU holds next to each other. 4 per rank ran 1 to 8 ranks on an H200 with NCCL
+/// 2.30.7 (docs/multi-rank.md).
+pub const SHARED_GPU_MAX_CTAS: i32 = 4;
+
+/// Rank `i` of a job runs on CUDA device `devices()[i]`.
+///
+/// ```
+/// # use weft_host::placement::Placement;
+/// let placement = Placement::new(vec![0, 0, 1, 1]).unwrap();
+/// assert_eq!((placement.nranks(), placement.ranks_on_gpu(2), placement.max_ranks_per_gpu()), (4, 2, 2));
+/// assert!(placement.shares_gpus());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    devices: Vec<usize>,
+}
+
+impl Placement {
+    /// Rank `i` on `devices[i]`; a device may appear several times (ranks sharing that GPU). Fails on an empty
+    /// list. Devices are checked against the machine when a communicator is made on them.
+    pub fn new(devices: Vec<usize>) -> Result<Placement, Error> {
+        if devices.is_empty() {
+            return Err(Error::invalid("devices", "place at least one rank (list at least one CUDA device)"));
+        }
+        Ok(Placement { devices })
+    }
+
+    /// One rank per visible GPU.
+    pub fn one_per_gpu() -> Result<Placement, Error> {
+        Placement::ranks(crate::cuda::device_count()?)
+    }
+
+    /// `nranks` ranks over the visible GPUs: one per GPU on the first `nranks` GPUs when there are enough, else
+    /// consecutive ranks share a GPU and the GPUs hold as even a share as possible (8 ranks on 1 GPU: all on
+    /// device 0; 6 ranks on 4 GPUs: 2, 1, 2, 1).
+    pub fn ranks(nranks: usize) -> Result<Placement, Error> {
+        Placement::spread(nranks, crate::cuda::device_count()?)
+    }
+
+    /// [`Placement::ranks`] on a machine with `gpus` GPUs.
+    pub fn spread(nranks: usize, gpus: usize) -> Result<Placement, Error> {
+        if nranks == 0 {
+            return Err(Error::invalid("nranks", "place at least one rank"));
+        }
+        if gpus == 0 {
+            return Err(Error::invalid("gpus", "no CUDA device is visible to this process: ranks need a GPU"));
+        }
+        let devices =
+            if nranks <= gpus { (0..nranks).collect() } else { (0..nranks).map(|r| r * gpus / nranks).collect() };
+        Placement::new(devices)
+    }
+
+    /// The placement the examples, benchmarks and GPU tests use: `WEFT_RANKS=n` ranks spread over the visible
+    /// GPUs ([`Placement::ranks`]), or one rank per GPU when it is unset. A value that is not a positive integer
+    /// is an error naming it.
+    pub fn from_env() -> Result<Placement, Error> {
+        match ranks_from_env(std::env::var(RANKS_VARIABLE).ok().as_deref())? {
+            Some(nranks) => Placement::ranks(nranks),
+            None => Placement::one_per_gpu(),
+        }
+    }
+
+    /// The device of each rank, in rank order (what [`spmd`](crate::spmd) takes).
+    pub fn devices(&self) -> &[usize] {
+        &self.devices
+    }
+
+    /// The number of ranks.
+    pub fn nranks(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// The CUDA device of `rank`.
+    pub fn device(&self, rank: usize) -> Option<usize> {
+        self.devices.get(rank).copied()
+    }
+
+    /// How many ranks run on `rank`'s GPU, `rank` included (0 for a rank that does not exist).
+    pub fn ranks_on_gpu(&self, rank: usize) -> usize {
+        self.device(rank).map_or(0, |device| self.devices.iter().filter(|&&d| d == device).count())
+    }
+
+    /// The most ranks on any one GPU.
+    pub fn max_ranks_per_gpu(&self) -> usize {
+        (0..self.nranks()).map(|rank| self.ranks_on_gpu(rank)).max().unwrap_or(0)
+    }
+
+    /// Whether some GPU holds more than one rank.
+    pub fn shares_gpus(&self) -> bool {
+        self.max_ranks_per_gpu() > 1
+    }
+
+    /// Whether the loaded NCCL runs this placement: several ranks on one GPU need NCCL ≥ 2.30 and
+    /// `NCCL_MULTI_RANK_GPU_ENABLE=1`. Checked before NCCL is asked, whose own refusal does not say why.
+    pub fn check_supported(&self, found: Version) -> Result<(), Error> {
+        match (0..self.nranks()).max_by_key(|&rank| self.ranks_on_gpu(rank)) {
+            Some(rank) => check_sharing(self.ranks_on_gpu(rank), self.devices[rank], found),
+            None => Ok(()),
+        }
+    }
+
+    /// Describes the placement for logs: `8 ranks on 1 GPU (8 per GPU)`.
+    pub fn describe(&self) -> String {
+        let mut gpus = self.devices.clone();
+        gpus.sort_unstable();
+        gpus.dedup();
+        let per_gpu = self.max_ranks_per_gpu();
+        let ranks = if self.nranks() == 1 { "rank" } else { "ranks" };
+        let on = if gpus.len() == 1 { "GPU" } else { "GPUs" };
+        if per_gpu > 1 {
+            format!("{} {ranks} on {} {on} (up to {per_gpu} per GPU, sharing its SMs)", self.nranks(), gpus.len())
+        } else {
+            format!("{} {ranks} on {} {on} (one per GPU)", self.nranks(), gpus.len())
+        }
+    }
+}
+
+/// `WEFT_RANKS`'s value: `None` when unset or empty, the number when it is a positive integer.
+pub(crate) fn ranks_from_env(value: Option<&str>) -> Result<Option<usize>, Error> {
+    positive_from_env(RANKS_VARIABLE, value, "the number of ranks to run, e.g. WEFT_RANKS=4")
+}
+
+fn positive_from_env(variable: &'static str, value: Option<&str>, meaning: &str) -> Result<Option<usize>, Error> {
+    let Some(text) = value.map(str::trim).filter(|t| !t.is_empty()) else { return Ok(None) };
+    match text.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => Err(Error::invalid(variable, format!("is `{text}`; it must be a positive integer: {meaning}"))),
+    }
+}
+
+/// The ranks-per-GPU count a communicator initialised on its own assumes: `WEFT_RANKS_PER_GPU`, else 1.
+pub(crate) fn ranks_per_gpu_from_env() -> Result<usize, Error> {
+    let value = std::env::var(RANKS_PER_GPU_VARIABLE).ok();
+    Ok(positive_from_env(
+        RANKS_PER_GPU_VARIABLE,
+        value.as_deref(),
+        "how many ranks of the communicator share this process's GPU, e.g. WEFT_RANKS_PER_GPU=2",
+    )?
+    .unwrap_or(1))
+}
+
+/// Whether NCCL's multi-rank-per-GPU switch is on in this process's environment.
+pub fn multi_rank_gpu_enabled() -> bool {
+    std::env::var(NCCL_MULTI_RANK_VARIABLE).is_ok_and(|v| v.trim().parse::<i64>().is_ok_and(|n| n != 0))
+}
+
+/// Refuses `ranks` ranks on `device` when the loaded NCCL cannot run them there.
+pub(crate) fn check_sharing(ranks: usize, device: usize, found: Version) -> Result<(), Error> {
+    check_sharing_with(ranks, device, found, multi_rank_gpu_enabled())
+}
+
+fn check_sharing_with(ranks: usize, device: usize, found: Version, enabled: bool) -> Result<(), Error> {
+    if ranks <= 1 || (found.at_least(MULTI_RANK_GPU_NCCL) && enabled) {
+        return Ok(());
+    }
+    Err(Error::GpuSharing { ranks, device, needs: MULTI_RANK_GPU_NCCL, found, enabled })
+}
+
+/// `config` for a rank that shares its GPU with `ranks_on_gpu - 1` others: NCCL's CTAs per kernel capped at
+/// [`SHARED_GPU_MAX_CTAS`] (and the minimum at 1) where the configuration leaves them to NCCL. One rank per GPU
+/// keeps `config` as it is.
+pub fn shared_gpu_config(config: &Config, ranks_on_gpu: usize) -> Config {
+    if ranks_on_gpu <= 1 {
+        return config.clone();
+    }
+    let mut config = config.clone();
+    if !config.sets_max_ctas() {
+        config = config.max_ctas(SHARED_GPU_MAX_CTAS);
+    }
+    if !config.sets_min_ctas() {
+        config = config.min_ctas(1);
+    }
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_spread_evenly_and_consecutively() {
+        let devices = |n, g| Placement::spread(n, g).unwrap().devices().to_vec();
+        assert_eq!(devices(1, 1), [0]);
+        assert_eq!(devices(8, 1), [0; 8]);
+        assert_eq!(devices(2, 8), [0, 1]);
+        assert_eq!(devices(8, 8), [0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(devices(4, 2), [0, 0, 1, 1]);
+        assert_eq!(devices(6, 4), [0, 0, 1, 2, 2, 3]);
+        let p = Placement::spread(6, 4).unwrap();
+        assert_eq!((p.ranks_on_gpu(0), p.ranks_on_gpu(2), p.max_ranks_per_gpu()), (2, 1, 2));
+        assert!(Placement::spread(0, 1).is_err());
+        assert!(Placement::spread(2, 0).is_err());
+        assert!(Placement::new(Vec::new()).is_err());
+        assert!(!Placement::spread(4, 8).unwrap().shares_gpus());
+        assert_eq!(Placement::spread(8, 1).unwrap().describe(), "8 ranks on 1 GPU (up to 8 per GPU, sharing its SMs)");
+        assert_eq!(Placement::spread(2, 2).unwrap().describe(), "2 ranks on 2 GPUs (one per GPU)");
+        assert_eq!(Placement::spread(4, 2).unwrap().ranks_on_gpu(9), 0);
+    }
+
+    #[test]
+    fn the_ranks_variable_takes_positive_integers_only() {
+        assert_eq!(ranks_from_env(None).unwrap(), None);
+        assert_eq!(ranks_from_env(Some("")).unwrap(), None);
+        assert_eq!(ranks_from_env(Some(" 8 ")).unwrap(), Some(8));
+        for bad in ["0", "-2", "four", "2.5"] {
+            let error = ranks_from_env(Some(bad)).unwrap_err().to_string();
+            assert!(
+                error.contains("WEFT_RANKS") && error.contains(bad) && error.contains("positive integer"),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn sharing_a_gpu_needs_nccl_2_30_and_the_switch_and_the_error_names_both() {
+        let old = Version::new(2, 28, 9);
+        let new = Version::new(2, 30, 7);
+        assert!(check_sharing_with(1, 0, old, false).is_ok(), "one rank per GPU always runs");
+        assert!(check_sharing_with(8, 0, new, true).is_ok());
+        for (found, enabled) in [(old, false), (old, true), (new, false)] {
+            let error = check_sharing_with(4, 0, found, enabled).unwrap_err();
+            assert!(matches!(error, Error::GpuSharing { ranks: 4, device: 0, .. }), "{error:?}");
+            let text = error.to_string();
+            assert!(text.contains("2.30") && text.contains("NCCL_MULTI_RANK_GPU_ENABLE=1"), "{text}");
+            assert!(text.contains(&found.to_string()), "{text}");
+        }
+    }
+
+    #[test]
+    fn shared_gpus_cap_nccl_ctas_unless_the_config_sets_them() {
+        let base = Config::new().comm_name("t");
+        assert_eq!(shared_gpu_config(&base, 1), base);
+        let shared = shared_gpu_config(&base, 4);
+        assert_eq!(shared, base.clone().max_ctas(SHARED_GPU_MAX_CTAS).min_ctas(1));
+        let chosen = base.clone().max_ctas(16);
+        assert_eq!(shared_gpu_config(&chosen, 4), chosen.clone().min_ctas(1));
+    }
+}

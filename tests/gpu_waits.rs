@@ -1,0 +1,206 @@
+//! What never waits for the whole device, checked on a GPU.
+//!
+//! Ranks that share a GPU share its CUDA context. A rank on its way to a launch must not make a host call that waits
+//! for every kernel of the context: a peer's kernel may already be spinning at a barrier for this rank's kernel, and
+//! would spin forever (docs/multi-rank.md). This test runs each host call weft makes on that way (streams, buffers,
+//! windows, device communicators, kernel lookup and launch, frees) while a kernel of the same context spins on
+//! another stream until the host releases it: a call that has not returned after a grace period waits for the
+//! device. The watchdog then releases the spinner, so nothing hangs. A positive control (`cuCtxSynchronize`) must
+//! be seen waiting, which proves the probe can see it; calls outside weft's control are printed as facts.
+
+#[path = "kernels/mod.rs"]
+mod kernels;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{CudaContext, CudaStream, PinnedHostSlice};
+use weft::host::caps::Lsa;
+use weft::host::jit::{self, KernelSpec};
+
+use weft::host::launch::{launch_raw, ArgBuffer};
+use weft::host::{Communicator, Config, DevComm, DeviceBuffer, LaunchConfig, UniqueId, WindowFlags};
+
+/// Spins until the word at `release` (host memory mapped into the device) is non-zero.
+const SPIN: KernelSpec = KernelSpec {
+    name: "spin_until_released",
+    source: r#"
+extern "C" __global__ void spin_until_released(const volatile unsigned int* release) {
+    while (*release == 0) {
+        __nanosleep(2000);
+    }
+}
+"#,
+    entry_point: "spin_until_released",
+};
+
+/// How long a call may take, while the spinner runs, before it counts as waiting for the device.
+const GRACE: Duration = Duration::from_secs(2);
+
+struct Spinner {
+    release: Mutex<PinnedHostSlice<u32>>,
+    address: u64,
+    stream: Arc<CudaStream>,
+    function: cudarc::driver::CudaFunction,
+}
+
+impl Spinner {
+    fn new(ctx: &Arc<CudaContext>) -> Spinner {
+        // SAFETY: the word is written below before any kernel reads it.
+        let mut release =
+            unsafe { ctx.alloc_pinned_with_flags::<u32>(1, cudarc::driver::sys::CU_MEMHOSTALLOC_DEVICEMAP) }.unwrap();
+        // Unified addressing: page-locked host memory has the same address on the device.
+        let address = release.as_mut_ptr().unwrap() as u64;
+        let function = jit::function(ctx, &SPIN).unwrap();
+        Spinner { release: Mutex::new(release), address, stream: ctx.new_stream().unwrap(), function }
+    }
+
+    fn set(&self, value: u32) {
+        let mut release = self.release.lock().unwrap();
+        let word = release.as_mut_ptr().unwrap();
+        // SAFETY: one live, page-locked u32; the spinning kernel only reads it, and a volatile store is what it polls.
+        unsafe { std::ptr::write_volatile(word, value) };
+    }
+
+    /// Runs `call` while the spinner spins; whether it was still running after [`GRACE`] (it then waited for the
+    /// device, or at least for the spinner).
+    fn waits(&self, what: &str, call: impl FnOnce()) -> bool {
+        self.set(0);
+        let mut args = ArgBuffer::new();
+        args.push(self.address);
+        // SAFETY: spin_until_released(const volatile unsigned*) gets the device address of a live page-locked word,
+        // which outlives the kernel (the stream is synchronized below before this function returns).
+        unsafe { launch_raw(&self.function, &self.stream, &LaunchConfig::linear(1, 32), &mut args).unwrap() };
+        drop(args);
+        std::thread::sleep(Duration::from_millis(20)); // let the spinner start
+        let done = AtomicBool::new(false);
+        let waited = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let started = Instant::now();
+                while !done.load(Ordering::Acquire) {
+                    if started.elapsed() > GRACE {
+                        waited.store(true, Ordering::Release);
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                self.set(1);
+            });
+            let started = Instant::now();
+            call();
+            done.store(true, Ordering::Release);
+            let took = started.elapsed();
+            println!(
+                "{what:<58} {}",
+                if waited.load(Ordering::Acquire) {
+                    format!("WAITS for the device ({took:.2?})")
+                } else {
+                    format!("returns ({took:.2?})")
+                }
+            );
+        });
+        self.stream.synchronize().unwrap();
+        waited.into_inner()
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn calls_on_a_ranks_way_to_a_launch_never_wait_for_the_whole_device() {
+    let comm = Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap();
+    let ctx = comm.context().clone();
+    let spinner = Spinner::new(&ctx);
+    let s = ctx.new_stream().unwrap();
+    let n = 16 << 20;
+    let mut must_not_wait = Vec::new();
+    let mut check = |what: &'static str, waited: bool| {
+        if waited {
+            must_not_wait.push(what);
+        }
+    };
+
+    // The probe sees a call that waits for the device.
+    assert!(spinner.waits("control: cuCtxSynchronize", || ctx.synchronize().unwrap()), "the probe cannot see a wait");
+
+    // weft's own calls.
+    check(
+        "new stream on weft's shared context",
+        spinner.waits("weft: new stream on the shared context", || {
+            drop(weft::host::cuda::context(0).unwrap().new_stream().unwrap())
+        }),
+    );
+    let mut staged = None;
+    check(
+        "cudarc clone_htod 64 MB",
+        spinner.waits("cudarc: clone_htod 64 MB (pool alloc + pageable copy)", || {
+            staged = Some(s.clone_htod(&vec![1.0f32; n]).unwrap())
+        }),
+    );
+    check("cudarc free", spinner.waits("cudarc: drop a CudaSlice (stream-ordered free)", || drop(staged.take())));
+    let mut buffer = None;
+    check(
+        "DeviceBuffer::new",
+        spinner.waits("weft: DeviceBuffer::new 64 MB (ncclMemAlloc)", || {
+            buffer = Some(DeviceBuffer::<f32>::new(&s, n).unwrap())
+        }),
+    );
+    check(
+        "DeviceBuffer::copy_from_host",
+        spinner.waits("weft: DeviceBuffer::copy_from_host 64 MB", || {
+            buffer.as_mut().unwrap().copy_from_host(&vec![2.0f32; n]).unwrap()
+        }),
+    );
+    check("DeviceBuffer drop", spinner.waits("weft: drop a DeviceBuffer (ncclMemFree)", || drop(buffer.take())));
+    let mut window = None;
+    check(
+        "alloc_window",
+        spinner.waits("weft: alloc_window (ncclMemAlloc + ncclCommWindowRegister)", || {
+            window = Some(comm.alloc_window::<f32>(&s, n, WindowFlags::COLL_SYMMETRIC).unwrap())
+        }),
+    );
+    let cfg = LaunchConfig::linear(4, 128);
+    let mut dev: Option<DevComm<'_, Lsa>> = None;
+    check(
+        "dev_comm",
+        spinner.waits("weft: dev_comm (ncclDevCommCreate)", || {
+            dev = Some(comm.dev_comm(&kernels::barrier_round_trips::requirements(&cfg)).unwrap())
+        }),
+    );
+    let mut done = s.clone_htod(&[0u32; 4]).unwrap();
+    // Compile the kernel beforehand (nvcc takes seconds, which would look like waiting): the probed launch then
+    // loads its module and function into the context and launches, as a rank's first launch does.
+    let arch = jit::GpuArch::from_compute_capability(ctx.compute_capability().unwrap());
+    let request = jit::CompileRequest::new(
+        kernels::barrier_round_trips::NAME,
+        kernels::barrier_round_trips::SOURCE,
+        weft::device::WEFT_CUH,
+        arch,
+    )
+    .with_flags(jit::ArgAlignment::Aligned16.flags());
+    jit::compile_cubin(jit::toolchain().unwrap(), &request).unwrap();
+    check(
+        "first launch",
+        spinner.waits("weft: first launch of a kernel (module load + cuFuncLoad + launch)", || {
+            kernels::barrier_round_trips::launch(&s, cfg, dev.as_ref().unwrap(), 10, &mut done).unwrap()
+        }),
+    );
+    s.synchronize().unwrap();
+    assert!(s.clone_dtoh(&done).unwrap().iter().all(|&d| d == 10), "the probed launch must still run correctly");
+    check("dev_comm drop", spinner.waits("weft: drop a DevComm (ncclDevCommDestroy)", || drop(dev.take())));
+    check("window drop", spinner.waits("weft: drop a Window (deregister + ncclMemFree)", || drop(window.take())));
+
+    // Calls outside weft's control, for the record (docs/multi-rank.md).
+    spinner.waits("fact: cudarc CudaContext::new + first new_stream", || {
+        drop(CudaContext::new(0).unwrap().new_stream().unwrap())
+    });
+    spinner.waits("fact: one-rank ncclCommInitRank + finalize + destroy", || {
+        let other = Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap();
+        other.finalize().unwrap().destroy().unwrap();
+    });
+
+    drop((dev, window));
+    assert!(must_not_wait.is_empty(), "these waited for the whole device: {must_not_wait:?}");
+    comm.finalize().unwrap().destroy().unwrap();
+}
