@@ -61,12 +61,19 @@ fn main() -> ExitCode {
     let selected: Vec<&dyn Case> = all.into_iter().filter(|case| options.selects(case.name())).collect();
 
     // Ask the driver first: cudarc panics where there is no libcuda.
-    let gpus = match weft::host::cuda::device_count() {
-        Ok(gpus) if gpus > 0 => gpus,
+    match weft::host::cuda::device_count() {
+        Ok(gpus) if gpus > 0 => {}
         Ok(_) => return without_gpu("the CUDA driver reports no GPU", &options, &selected),
         Err(error) => return without_gpu(&error.to_string(), &options, &selected),
     };
-    match measure(gpus, &options, &selected) {
+    let placement = match weft::host::Placement::from_env() {
+        Ok(placement) => placement,
+        Err(error) => {
+            eprintln!("fused bench: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match measure(&placement, &options, &selected) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("fused bench: {error}");
@@ -78,7 +85,7 @@ fn main() -> ExitCode {
 /// The plan, printed instead of measurements where there is no GPU.
 fn without_gpu(why: &str, options: &Options, cases: &[&dyn Case]) -> ExitCode {
     println!("fused bench: no GPU here ({why}); nothing was measured.");
-    println!("On a machine with NVIDIA GPUs it would run, one rank per GPU:");
+    println!("On a machine with NVIDIA GPUs it would run, one rank per GPU (WEFT_RANKS=n: n ranks):");
     print_plan(options, cases);
     print_pending();
     match compile_check(cases) {
@@ -158,15 +165,22 @@ fn print_pending() {
 
 type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-fn measure(gpus: usize, options: &Options, cases: &[&dyn Case]) -> AnyResult<ExitCode> {
+fn measure(placement: &weft::host::Placement, options: &Options, cases: &[&dyn Case]) -> AnyResult<ExitCode> {
+    let (nranks, ranks_per_gpu) = (placement.nranks(), placement.max_ranks_per_gpu());
     // The toolchain and library first: a missing nvcc or mismatched NCCL headers fail here, with the fix,
     // before any communicator exists.
     let nccl = weft::host::sys::library()?.version().to_string();
     let nvcc = weft::host::jit::toolchain()?.nvcc_release().to_string();
     let gpu = cudarc::driver::CudaContext::new(0)?.name()?;
-    let ranks = if gpus == 1 { "1 rank".to_string() } else { format!("{gpus} ranks") };
+    let ranks = match (nranks, ranks_per_gpu) {
+        (1, _) => "1 rank".to_string(),
+        (n, 1) => format!("{n} ranks, one per GPU"),
+        (n, per) => {
+            format!("{n} ranks, {per} per GPU (shared-GPU proxy: protocol and synchronisation cost, not NVLink)")
+        }
+    };
     let machine = format!("{gpu}, NCCL {nccl}, {ranks}");
-    println!("weft fused-kernel benchmark: {machine} (one per GPU), nvcc {nvcc}");
+    println!("weft fused-kernel benchmark: {machine}, nvcc {nvcc}");
     print_plan(options, cases);
 
     let total: usize =
@@ -198,23 +212,24 @@ fn measure(gpus: usize, options: &Options, cases: &[&dyn Case]) -> AnyResult<Exi
         bar.inc(1);
     };
 
-    let devices: Vec<usize> = (0..gpus).collect();
-    let barrier = RankBarrier::new(gpus);
-    let per_rank = weft::host::spmd(&devices, &weft::host::Config::new(), |comm| {
+    let barrier = RankBarrier::new(nranks);
+    let per_rank = weft::host::spmd(placement.devices(), &weft::host::Config::new(), |comm| {
         harness::run_rank(comm, options, cases, &barrier, &on_row)
     });
     bar.finish_and_clear();
     let rows = report::merge_ranks(per_rank?);
 
-    let limit_gbps = options.limit_for(gpus);
+    let limit_gbps = options.limit_for(nranks, ranks_per_gpu);
     println!("\n{}", report::table(&rows, limit_gbps));
     println!(
         "speedup = baseline / weft (median µs, slowest rank); GB/s = the fused pass's minimal bytes per rank / weft \
          time; % limit of {limit_gbps} GB/s ({}); bus GB/s = all-reduce bus bandwidth, size / time x 2(n-1)/n",
         if options.limit_gbps.is_some() {
             "WEFT_BENCH_LIMIT_GBPS"
-        } else if gpus == 1 {
+        } else if nranks == 1 {
             "the H200's copy rate"
+        } else if ranks_per_gpu > 1 {
+            "each rank's share of the H200's copy rate"
         } else {
             "NVLink per direction per GPU"
         }

@@ -3,6 +3,8 @@
 //!
 //! ```sh
 //! cargo run --release --example quickstart
+//! WEFT_RANKS=4 cargo run --release --example quickstart   # 4 ranks (several per GPU need NCCL >= 2.30 and
+//!                                                         # NCCL_MULTI_RANK_GPU_ENABLE=1)
 //! ```
 //!
 //! On a machine without a GPU it fakes nothing: it generates the kernel's CUDA C++, compiles it with nvcc for
@@ -19,7 +21,7 @@ use kernels::allreduce::lsa_allreduce;
 use weft::host::caps::Lsa;
 use weft::host::jit::KernelSpec;
 use weft::host::{Communicator, DevComm, ReduceOp, WindowFlags};
-use weft::prelude::{Config, LaunchConfig};
+use weft::prelude::Config;
 
 const ELEMENTS: usize = 16 << 20; // 64 MB of f32 per rank
 const MEGABYTES: usize = (ELEMENTS * 4) >> 20;
@@ -28,13 +30,13 @@ const ITERATIONS: usize = 20;
 fn main() -> Result<()> {
     println!("weft quickstart — one-shot LSA all-reduce written with #[weft::kernel]\n");
     match common::gpus() {
-        Ok(gpus) => run_on_gpus(gpus),
+        Ok(_) => run_on_gpus(),
         Err(why) => common::without_gpu(
             &why,
             &[(lsa_allreduce::NAME, lsa_allreduce::SOURCE)],
             &[],
             &format!(
-                "runs one rank per GPU: it all-reduces {MEGABYTES} MB of f32 per rank with the kernel above and \
+                "runs one rank per GPU (WEFT_RANKS=n runs n): it all-reduces {MEGABYTES} MB of f32 per rank with the kernel above and \
                  with ncclAllReduce, checks both against an f64 host reference, and prints the median time of each \
                  over {ITERATIONS} runs."
             ),
@@ -55,10 +57,10 @@ struct RankReport {
     nccl_error: f64,
 }
 
-fn run_on_gpus(gpus: usize) -> Result<()> {
-    let devices: Vec<usize> = (0..gpus).collect();
-    println!("{gpus} GPU(s): one rank per GPU, {} MB of f32 per rank", MEGABYTES);
-    let reports = weft::host::spmd(&devices, &Config::new(), rank)?;
+fn run_on_gpus() -> Result<()> {
+    let placement = common::placement()?;
+    println!("{} MB of f32 per rank", MEGABYTES);
+    let reports = weft::host::spmd(placement.devices(), &Config::new(), rank)?;
     let nranks = reports.len();
     println!("\nrank | weft kernel | ncclAllReduce | weft/nccl | rel. error weft | rel. error nccl");
     for r in &reports {
@@ -92,10 +94,10 @@ fn run_on_gpus(gpus: usize) -> Result<()> {
 fn rank(comm: &Communicator) -> std::result::Result<RankReport, weft::host::Error> {
     let stream = comm.context().new_stream()?;
     let n = ELEMENTS;
-    // One full wave of blocks for this kernel on this GPU (grid-stride loops cover the rest).
+    // One full wave of blocks for this kernel on this rank's share of its GPU (grid-stride loops cover the rest).
     let spec =
         KernelSpec { name: lsa_allreduce::NAME, source: lsa_allreduce::SOURCE, entry_point: "lsa_allreduce__f32" };
-    let cfg = LaunchConfig::one_wave(&weft::host::jit::function(comm.context(), &spec)?, &stream, 512)?;
+    let cfg = comm.one_wave(&weft::host::jit::function(comm.context(), &spec)?, &stream, 512)?;
     let dev: DevComm<'_, Lsa> = comm.dev_comm(&lsa_allreduce::requirements(&cfg))?;
     let mut window = comm.alloc_window::<f32>(&stream, n, WindowFlags::COLL_SYMMETRIC)?;
     window.buffer_mut().copy_from_host(&input(comm.rank(), n))?;

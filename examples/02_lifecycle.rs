@@ -31,16 +31,18 @@ use std::time::{Duration, Instant};
 
 use common::Result;
 use weft::host::caps::{Lsa, LsaGin};
+use weft::host::placement::shared_gpu_config;
 use weft::host::{
-    Communicator, Config, DevComm, Error, MemStat, Polled, ReduceOp, Requirements, SuspendFlags, UniqueId, WindowFlags,
+    Communicator, Config, DevComm, Error, MemStat, Placement, Polled, ReduceOp, Requirements, SuspendFlags, UniqueId,
+    WindowFlags,
 };
 
 const WAIT: Duration = Duration::from_secs(120);
 
 fn main() -> Result<()> {
     println!("weft example 02 — the communicator lifecycle (typestates) on every visible GPU\n");
-    let gpus = match common::gpus() {
-        Ok(gpus) => gpus,
+    let placement = match common::gpus() {
+        Ok(_) => common::placement()?,
         Err(why) => {
             println!(
                 "No GPU here: {why}.\n\nThis example is host-only (no kernels to compile). On a machine with NVIDIA GPUs \
@@ -51,18 +53,19 @@ fn main() -> Result<()> {
             return Ok(());
         }
     };
-    println!("{gpus} GPU(s), one rank (thread) per GPU; NCCL is loaded at run time\n");
+    println!("one thread per rank; NCCL is loaded at run time\n");
     // One id per communicator the ranks create together, made here and shared (a multi-process job would send
     // them out of band: `UniqueId` prints as hex and parses back).
     let (blocking_id, aborted_id, nonblocking_id) = (UniqueId::new()?, UniqueId::new()?, UniqueId::new()?);
     println!("unique id of the first communicator: {blocking_id}");
     let outcomes: Vec<std::result::Result<Vec<String>, Error>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..gpus)
+        let handles: Vec<_> = (0..placement.nranks())
             .map(|rank| {
                 let ids = (&blocking_id, &aborted_id, &nonblocking_id);
+                let placement = &placement;
                 scope.spawn(move || {
                     let mut log = Vec::new();
-                    let outcome = rank_lifecycle(rank, gpus, ids, &mut log);
+                    let outcome = rank_lifecycle(rank, placement, ids, &mut log);
                     outcome.map(|()| log)
                 })
             })
@@ -96,15 +99,17 @@ fn failure(what: &'static str, problem: &str) -> Error {
 /// One rank's walk through the lifecycle; `log` collects what to print.
 fn rank_lifecycle(
     rank: usize,
-    nranks: usize,
+    placement: &Placement,
     (blocking_id, aborted_id, nonblocking_id): (&UniqueId, &UniqueId, &UniqueId),
     log: &mut Vec<String>,
 ) -> std::result::Result<(), Error> {
-    let device = rank;
+    let (nranks, device, sharing) = (placement.nranks(), placement.devices()[rank], placement.ranks_on_gpu(rank));
+    // Ranks sharing a GPU cap NCCL's CTAs per kernel (what `spmd` does for them).
+    let config = |name: &str| shared_gpu_config(&Config::new().comm_name(name), sharing);
 
-    // 1. Uninit -> Active, and what the communicator can do.
-    let uninit = Communicator::uninit(device)?;
-    let comm = uninit.init(nranks, rank, blocking_id, &Config::new().comm_name("weft-lifecycle"))?;
+    // 1. Uninit -> Active, and what the communicator can do. `sharing_gpu` says how many ranks share this GPU.
+    let uninit = Communicator::uninit(device)?.sharing_gpu(sharing)?;
+    let comm = uninit.init(nranks, rank, blocking_id, &config("weft-lifecycle"))?;
     log.push(format!(
         "init: Communicator<Active>, rank {}/{} (NCCL {})",
         comm.rank(),
@@ -112,6 +117,10 @@ fn rank_lifecycle(
         comm.nccl_version()
     ));
     log.push(format!("properties: {}", comm.properties()?));
+    log.push(format!(
+        "placement: CUDA device {device}, shared by {} rank(s) of this communicator",
+        comm.ranks_on_gpu()
+    ));
 
     // 2. A window and device communicators; they borrow `comm`, so they must be gone before it can change state.
     {
@@ -197,7 +206,7 @@ fn rank_lifecycle(
         }
     }
     let color = (rank % 2) as u32;
-    match comm.split(Some(color), rank as i32, Some(&Config::new().comm_name("weft-lifecycle-half")))? {
+    match comm.split(Some(color), rank as i32, Some(&config("weft-lifecycle-half")))? {
         Some(child) => {
             log.push(format!("split (color {color}): child rank {}/{}", child.rank(), child.nranks()));
             child.finalize()?.destroy()?;
@@ -213,13 +222,19 @@ fn rank_lifecycle(
     log.push("destroy: done".into());
 
     // 6. Abort: no waiting for peers, whatever state they are in.
-    let doomed = Communicator::init_rank(device, nranks, rank, aborted_id, &Config::new())?;
+    let doomed =
+        Communicator::uninit(device)?.sharing_gpu(sharing)?.init(nranks, rank, aborted_id, &config("doomed"))?;
     doomed.abort()?;
     log.push("abort: a second communicator aborted".into());
 
     // 7. Non-blocking: every transition is a Pending, reachable only by polling.
     let started = Instant::now();
-    let pending = Communicator::uninit_nonblocking(device)?.init(nranks, rank, nonblocking_id, &Config::new())?;
+    let pending = Communicator::uninit_nonblocking(device)?.sharing_gpu(sharing)?.init(
+        nranks,
+        rank,
+        nonblocking_id,
+        &config("weft-lifecycle-nonblocking"),
+    )?;
     let comm = match pending.poll()? {
         Polled::Ready(comm) => {
             log.push("non-blocking init: ready at the first poll".into());

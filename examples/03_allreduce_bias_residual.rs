@@ -57,13 +57,13 @@ const ITERATIONS: usize = 20;
 fn main() -> Result<()> {
     println!("weft example 03 — all-reduce + bias + residual, fused over LSA vs ncclAllReduce + epilogue kernel\n");
     match common::gpus() {
-        Ok(gpus) => run(gpus),
+        Ok(_) => run(),
         Err(why) => common::without_gpu(
             &why,
             &[(one_shot::NAME, one_shot::SOURCE), (two_shot::NAME, two_shot::SOURCE)],
             &[("allreduce_epilogue", BASELINE)],
             &format!(
-                "runs one rank per GPU and, for rows x hidden in {SHAPES:?} and f32 and bf16, computes \
+                "runs one rank per GPU (WEFT_RANKS=n runs n) and, for rows x hidden in {SHAPES:?} and f32 and bf16, computes \
                  allreduce(x) + bias + residual with the fused one-shot and two-shot kernels and with \
                  ncclAllReduce + the epilogue kernel, checks all three against an f64 host reference and prints \
                  their median times and the speedup."
@@ -118,16 +118,17 @@ impl Case {
     }
 }
 
-fn run(gpus: usize) -> Result<()> {
-    let devices: Vec<usize> = (0..gpus).collect();
-    println!("{gpus} GPU(s): one rank per GPU; computing the host references...");
+fn run() -> Result<()> {
+    let placement = common::placement()?;
+    let nranks = placement.nranks();
+    println!("{nranks} rank(s); computing the host references...");
     let mut references_f32 = Vec::new();
     let mut references_bf16 = Vec::new();
     for &(rows, hidden) in SHAPES {
-        references_f32.push(reference::<f32>(gpus, rows, hidden));
-        references_bf16.push(reference::<half::bf16>(gpus, rows, hidden));
+        references_f32.push(reference::<f32>(nranks, rows, hidden));
+        references_bf16.push(reference::<half::bf16>(nranks, rows, hidden));
     }
-    let reports = weft::host::spmd(&devices, &Config::new(), |comm| {
+    let reports = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
         let mut cases = Vec::new();
         let ranks = Ranks::new(comm)?;
         for (s, &(rows, hidden)) in SHAPES.iter().enumerate() {
@@ -210,11 +211,11 @@ impl<'comm> Ranks<'comm> {
     fn new(comm: &'comm Communicator) -> std::result::Result<Self, Error> {
         let stream = comm.context().new_stream()?;
         let baseline = common::Baseline::load(comm.context(), "allreduce_epilogue", BASELINE)?;
-        let (epilogues, epilogue_cfg) = baseline.per_type("allreduce_epilogue", &stream, BLOCK)?;
+        let (epilogues, epilogue_cfg) = baseline.per_type(comm, "allreduce_epilogue", &stream, BLOCK)?;
         let one_shot_cfg =
-            common::waves_per_type(&stream, one_shot::NAME, one_shot::SOURCE, one_shot::ENTRY_POINTS, BLOCK)?;
+            common::waves_per_type(comm, &stream, one_shot::NAME, one_shot::SOURCE, one_shot::ENTRY_POINTS, BLOCK)?;
         let two_shot_cfg =
-            common::waves_per_type(&stream, two_shot::NAME, two_shot::SOURCE, two_shot::ENTRY_POINTS, BLOCK)?;
+            common::waves_per_type(comm, &stream, two_shot::NAME, two_shot::SOURCE, two_shot::ENTRY_POINTS, BLOCK)?;
         // One LSA barrier per block of the largest grid of either kernel.
         let mut requirements = Requirements::new();
         for cfg in &one_shot_cfg {

@@ -55,13 +55,13 @@ const ITERATIONS: usize = 20;
 fn main() -> Result<()> {
     println!("weft example 04 — tensor-parallel residual add + RMSNorm, fused with reduce-scatter and all-gather\n");
     match common::gpus() {
-        Ok(gpus) => run(gpus),
+        Ok(_) => run(),
         Err(why) => common::without_gpu(
             &why,
             &[(fused::NAME, fused::SOURCE)],
             &[("rmsnorm_epilogue", BASELINE)],
             &format!(
-                "runs one rank per GPU and, for rows x hidden in {SHAPES:?} and f32 and bf16, computes the residual \
+                "runs one rank per GPU (WEFT_RANKS=n runs n) and, for rows x hidden in {SHAPES:?} and f32 and bf16, computes the residual \
                  add + RMSNorm of the reduce-scattered partial activations and all-gathers it, with the fused \
                  kernel and with ncclReduceScatter + the epilogue kernel + ncclAllGather, checks both against an \
                  f64 host reference and prints their median times and the speedup."
@@ -125,13 +125,14 @@ impl Case {
     }
 }
 
-fn run(gpus: usize) -> Result<()> {
-    let devices: Vec<usize> = (0..gpus).collect();
-    println!("{gpus} GPU(s): one rank per GPU; computing the host references...");
-    let shapes: Vec<(usize, usize)> = SHAPES.iter().map(|&(rows, hidden)| (rows_for(rows, gpus), hidden)).collect();
-    let references_f32: Vec<Reference> = shapes.iter().map(|&(r, h)| reference::<f32>(gpus, r, h)).collect();
-    let references_bf16: Vec<Reference> = shapes.iter().map(|&(r, h)| reference::<half::bf16>(gpus, r, h)).collect();
-    let reports = weft::host::spmd(&devices, &Config::new(), |comm| {
+fn run() -> Result<()> {
+    let placement = common::placement()?;
+    let nranks = placement.nranks();
+    println!("{nranks} rank(s); computing the host references...");
+    let shapes: Vec<(usize, usize)> = SHAPES.iter().map(|&(rows, hidden)| (rows_for(rows, nranks), hidden)).collect();
+    let references_f32: Vec<Reference> = shapes.iter().map(|&(r, h)| reference::<f32>(nranks, r, h)).collect();
+    let references_bf16: Vec<Reference> = shapes.iter().map(|&(r, h)| reference::<half::bf16>(nranks, r, h)).collect();
+    let reports = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
         let rank = Rank::new(comm)?;
         let mut cases = Vec::new();
         for (s, &(rows, hidden)) in shapes.iter().enumerate() {
@@ -209,8 +210,9 @@ impl<'comm> Rank<'comm> {
         common::require_one_lsa_team(comm)?;
         let stream = comm.context().new_stream()?;
         let baseline = common::Baseline::load(comm.context(), "rmsnorm_epilogue", BASELINE)?;
-        let (epilogues, epilogue_waves) = baseline.per_type("rmsnorm_epilogue", &stream, BLOCK)?;
-        let fused_waves = common::waves_per_type(&stream, fused::NAME, fused::SOURCE, fused::ENTRY_POINTS, BLOCK)?;
+        let (epilogues, epilogue_waves) = baseline.per_type(comm, "rmsnorm_epilogue", &stream, BLOCK)?;
+        let fused_waves =
+            common::waves_per_type(comm, &stream, fused::NAME, fused::SOURCE, fused::ENTRY_POINTS, BLOCK)?;
         let waves = [(fused_waves[0], epilogue_waves[0]), (fused_waves[1], epilogue_waves[1])];
         let requirements = fused::requirements(&waves[0].0).merge(&fused::requirements(&waves[1].0));
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&requirements)?;

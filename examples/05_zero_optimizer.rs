@@ -86,13 +86,13 @@ impl Hyper {
 fn main() -> Result<()> {
     println!("weft example 05 — ZeRO optimizer step: reduce-scatter + AdamW + all-gather in one LSA kernel\n");
     match common::gpus() {
-        Ok(gpus) => run(gpus),
+        Ok(_) => run(),
         Err(why) => common::without_gpu(
             &why,
             &[(fused::NAME, fused::SOURCE)],
             &[("zero_adam_epilogue", BASELINE)],
             &format!(
-                "runs one rank per GPU and, for {SIZES:?} parameters in f32 and bf16 (f32 optimizer state), takes an \
+                "runs one rank per GPU (WEFT_RANKS=n runs n) and, for {SIZES:?} parameters in f32 and bf16 (f32 optimizer state), takes an \
                  AdamW step on sharded state with the fused kernel and with ncclReduceScatter + the AdamW kernel + \
                  ncclAllGather, checks both against an f64 host reference and prints their median times and the \
                  speedup."
@@ -167,14 +167,16 @@ impl Case {
     }
 }
 
-fn run(gpus: usize) -> Result<()> {
-    let devices: Vec<usize> = (0..gpus).collect();
-    println!("{gpus} GPU(s): one rank per GPU; computing the host references...");
-    let hyper = Hyper::new(gpus);
-    let sizes: Vec<usize> = SIZES.iter().map(|p| p.div_ceil(4 * gpus) * 4 * gpus).collect();
-    let references_f32: Vec<[Vec<f64>; 3]> = sizes.iter().map(|&p| reference::<f32>(gpus, p, hyper)).collect();
-    let references_bf16: Vec<[Vec<f64>; 3]> = sizes.iter().map(|&p| reference::<half::bf16>(gpus, p, hyper)).collect();
-    let reports = weft::host::spmd(&devices, &Config::new(), |comm| {
+fn run() -> Result<()> {
+    let placement = common::placement()?;
+    let nranks = placement.nranks();
+    println!("{nranks} rank(s); computing the host references...");
+    let hyper = Hyper::new(nranks);
+    let sizes: Vec<usize> = SIZES.iter().map(|p| p.div_ceil(4 * nranks) * 4 * nranks).collect();
+    let references_f32: Vec<[Vec<f64>; 3]> = sizes.iter().map(|&p| reference::<f32>(nranks, p, hyper)).collect();
+    let references_bf16: Vec<[Vec<f64>; 3]> =
+        sizes.iter().map(|&p| reference::<half::bf16>(nranks, p, hyper)).collect();
+    let reports = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
         let rank = Rank::new(comm)?;
         let mut cases = Vec::new();
         for (s, &p) in sizes.iter().enumerate() {
@@ -276,8 +278,9 @@ impl<'comm> Rank<'comm> {
         common::require_one_lsa_team(comm)?;
         let stream = comm.context().new_stream()?;
         let baseline = common::Baseline::load(comm.context(), "zero_adam_epilogue", BASELINE)?;
-        let (epilogues, epilogue_waves) = baseline.per_type("zero_adam_epilogue", &stream, BLOCK)?;
-        let fused_waves = common::waves_per_type(&stream, fused::NAME, fused::SOURCE, fused::ENTRY_POINTS, BLOCK)?;
+        let (epilogues, epilogue_waves) = baseline.per_type(comm, "zero_adam_epilogue", &stream, BLOCK)?;
+        let fused_waves =
+            common::waves_per_type(comm, &stream, fused::NAME, fused::SOURCE, fused::ENTRY_POINTS, BLOCK)?;
         let waves = [(fused_waves[0], epilogue_waves[0]), (fused_waves[1], epilogue_waves[1])];
         let requirements = fused::requirements(&waves[0].0).merge(&fused::requirements(&waves[1].0));
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&requirements)?;

@@ -56,7 +56,7 @@ const ITERATIONS: usize = 20;
 fn main() -> Result<()> {
     println!("weft example 06 — MoE dispatch/combine: a variable-count all-to-all over LSA\n");
     match common::gpus() {
-        Ok(gpus) => run(gpus),
+        Ok(_) => run(),
         Err(why) => common::without_gpu(
             &why,
             &[
@@ -67,7 +67,7 @@ fn main() -> Result<()> {
             ],
             &[("moe_dispatch_epilogue", unfused::BASELINE)],
             &format!(
-                "runs one rank per GPU and, for (tokens per rank, hidden) in {SHAPES:?} and f32 and bf16, dispatches \
+                "runs one rank per GPU (WEFT_RANKS=n runs n) and, for (tokens per rank, hidden) in {SHAPES:?} and f32 and bf16, dispatches \
                  every token to its expert's rank, applies a stand-in expert and combines the results, with the \
                  fused route/dispatch/combine kernels and with pack + ncclAllToAll of the counts + grouped \
                  ncclSend/ncclRecv + unpack, checks both against a host reference and prints their median times."
@@ -150,13 +150,14 @@ impl Case {
     }
 }
 
-fn run(gpus: usize) -> Result<()> {
-    if gpus > 64 {
+fn run() -> Result<()> {
+    let placement = common::placement()?;
+    let nranks = placement.nranks();
+    if nranks > 64 {
         return Err("this example handles at most 64 ranks".into());
     }
-    let devices: Vec<usize> = (0..gpus).collect();
-    println!("{gpus} GPU(s): one rank per GPU, {} experts per rank", EXPERTS_PER_RANK);
-    let reports = weft::host::spmd(&devices, &Config::new(), |comm| {
+    println!("{nranks} rank(s), {} experts per rank", EXPERTS_PER_RANK);
+    let reports = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
         let rank = Rank::new(comm)?;
         let mut cases = Vec::new();
         for &(tokens, hidden) in SHAPES {
@@ -221,7 +222,7 @@ struct Rank<'comm> {
 }
 
 fn wave(comm: &Communicator, stream: &Arc<CudaStream>, spec: KernelSpec) -> std::result::Result<LaunchConfig, Error> {
-    LaunchConfig::one_wave(&jit::function(comm.context(), &spec)?, stream, BLOCK)
+    comm.one_wave(&jit::function(comm.context(), &spec)?, stream, BLOCK)
 }
 
 impl<'comm> Rank<'comm> {
@@ -253,7 +254,7 @@ impl<'comm> Rank<'comm> {
             requirements =
                 requirements.merge(&moe_dispatch::requirements(&row[0])).merge(&moe_combine::requirements(&row[2]));
         }
-        let baseline_waves = baseline.waves(&stream, BLOCK)?;
+        let baseline_waves = baseline.waves(comm, &stream, BLOCK)?;
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&requirements)?;
         Ok(Rank {
             comm,

@@ -34,7 +34,7 @@ const ITERATIONS: usize = 20;
 fn main() -> Result<()> {
     println!("weft example 07 — ring all-gather with GIN put + signal\n");
     match common::gpus() {
-        Ok(gpus) => run(gpus),
+        Ok(_) => run(),
         Err(why) => common::without_gpu(
             &why,
             &[(ring::NAME, ring::SOURCE)],
@@ -59,10 +59,9 @@ fn chunk_of(world_rank: usize) -> Vec<f32> {
     common::random(CHUNK, 7000 + world_rank as u64)
 }
 
-fn run(gpus: usize) -> Result<()> {
-    let devices: Vec<usize> = (0..gpus).collect();
-    println!("{gpus} GPU(s), one rank per GPU");
-    let outcomes = weft::host::spmd(&devices, &Config::new(), rank)?;
+fn run() -> Result<()> {
+    let placement = common::placement()?;
+    let outcomes = weft::host::spmd(placement.devices(), &Config::new(), rank)?;
     let mut failed = 0;
     for (r, outcome) in outcomes.iter().enumerate() {
         match outcome {

@@ -1,27 +1,110 @@
 #!/usr/bin/env bash
 # Everything weft can check on a GPU machine, in one call: run from the repository root there after
-# `../shared/tools/gpu-pack` packed the binaries into .gpu/ (the device tool carries .gpu). Full logs and the
-# benchmarks' CSV/SVG go to one archive, $OUT/gpu-logs.tgz (the device tool brings back few files), and a short
-# summary is printed last. WEFT_GPU_CHECK_QUICK=1 runs the benchmarks in quick mode.
+# `../shared/tools/gpu-pack` packed the binaries into .gpu/ (the device tool carries .gpu).
+#
+#   bash scripts/gpu-check.sh                 every part below
+#   WEFT_GPU_CHECK_PARTS=suite,ranks bash scripts/gpu-check.sh    some of them
+#
+# Parts (each on the NCCL release it names; .gpu/env.sh selects it):
+#   suite     NCCL 2.28.9 (the image's), 1 rank: every test binary with --include-ignored, every example
+#   suite30   NCCL 2.30.7, 1 rank: the same
+#   ranks     NCCL 2.30.7, WEFT_RANKS=2,4,8 (all on the one GPU): every multi-rank test (named `…every_rank…`), the
+#             fault tests, examples 01-06 (each checks f32 and bf16 against its f64 host reference)
+#   bench     the benchmarks: 1 rank on 2.28.9, 1/2/4/8 ranks on 2.30.7 (WEFT_GPU_CHECK_QUICK=1: quick mode)
+#   smoke     (not in the default) NCCL 2.30.7: the wait probe, then at 2, 8 and 4 ranks the multi-rank tests and the
+#             quickstart: a few minutes, for a first look at a change
+# WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s).
+# Full logs and the benchmarks' CSV/SVG go to one archive, $OUT/gpu-logs.tgz (the device tool brings back few files),
+# and a summary (one line per run: name, exit status, last result line) is printed last.
 set -uo pipefail
-source .gpu/env.sh
+parts=",${WEFT_GPU_CHECK_PARTS:-suite,suite30,ranks,bench},"
+root=$(pwd)
 out=$(mktemp -d /tmp/weft-gpu-logs.XXXX)
-export NCCL_DEBUG=WARN WEFT_CACHE_DIR=/tmp/weft-cache WEFT_BENCH_OUT="$out"
-# CPU-side compile tests need nvcc and one NCCL header set; the machine's own match its libnccl.
-export WEFT_NVCC=${WEFT_NVCC:-/usr/local/cuda/bin/nvcc}
-export WEFT_CODEGEN_NCCL_INCLUDES=${WEFT_CODEGEN_NCCL_INCLUDES:-"$(python3 -c 'import nvidia.nccl as m, re; p=list(m.__path__)[0]; v=re.search(r"NCCL_VERSION_CODE (\d+)", open(p+"/include/nccl.h").read()).group(1); print(f"{int(v)//10000}.{int(v)//100%100}.{int(v)%100}={p}/include")')"}
-summary=()
-run() { # name, timeout, command...
-  local name=$1 limit=$2; shift 2
-  timeout "$limit" "$@" > "$out/$name.log" 2>&1; local rc=$?
-  summary+=("$(printf '%-28s rc=%-3s %s' "$name" "$rc" "$(grep -E 'test result:|passed|FAILED|speedup|check' "$out/$name.log" | tail -1 | cut -c1-90)")")
-}
-# weft_macros is a proc-macro crate: its unit tests link libstd as a dylib and run on the CPU machine only.
-for t in weft_host weft_device gpu gpu_kernels gpu_timeout codegen; do
-  run "test-$t" 300 .gpu/bin/test-$t --include-ignored --test-threads=1
-done
-for e in .gpu/bin/example-*; do run "$(basename "$e")" 300 "$e"; done
+summary="$out/summary.txt"
+: > "$summary"
+export NCCL_DEBUG=WARN WEFT_CACHE_DIR=/tmp/weft-cache
 [ "${WEFT_GPU_CHECK_QUICK:-0}" = 1 ] && export WEFT_BENCH_QUICK=1
-for b in dsl fused allreduce_overhead; do [ -x .gpu/bin/test-$b ] && run "bench-$b" 600 .gpu/bin/test-$b; done
-printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+# The multi-rank tests and the fault tests; everything else is one rank (or several on several GPUs).
+multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_faults "")
+
+run() { # name, timeout (s), command...
+  local name=$1 limit=${WEFT_GPU_CHECK_TIMEOUT:-$2}; shift 2
+  local started=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" > "$out/$name.log" 2>&1; local rc=$?
+  local last
+  last=$(grep -E 'test result:|check against|speedup|FAILED|panicked|Error|error:' "$out/$name.log" | tail -1 | cut -c1-110)
+  printf '%-44s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - started))" "$last" | tee -a "$summary"
+}
+
+# One NCCL release's environment, in a subshell per part (env.sh prepends its paths).
+with_nccl() { # release (2.28.9 | 2.30.7), command...
+  local release=$1; shift
+  (
+    if [ "$release" = 2.30.7 ]; then export WEFT_GPU_NCCL=2.30.7; else unset WEFT_GPU_NCCL; fi
+    source "$root/.gpu/env.sh"
+    # CPU-side compile tests need nvcc and one NCCL header set: the loaded library's own.
+    export WEFT_NVCC=/usr/local/cuda/bin/nvcc WEFT_CODEGEN_NCCL_INCLUDES="$release=$NCCL_HOME/include"
+    "$@"
+  )
+}
+
+suite() { # tag
+  local tag=$1
+  # weft_macros is a proc-macro crate: its unit tests link libstd as a dylib and run on the CPU machine only.
+  for t in weft_host weft_device gpu gpu_kernels gpu_timeout gpu_waits gpu_faults codegen; do
+    [ -x ".gpu/bin/test-$t" ] && run "$tag test-$t" 300 ".gpu/bin/test-$t" --include-ignored --test-threads=1
+  done
+  for e in .gpu/bin/example-*; do run "$tag $(basename "$e")" 300 "$e"; done
+}
+
+ranks() {
+  for n in 2 4 8; do
+    export WEFT_RANKS=$n
+    local i
+    for ((i = 0; i < ${#multi_rank_tests[@]}; i += 2)); do
+      local t=${multi_rank_tests[i]} filter=${multi_rank_tests[i + 1]}
+      [ -x ".gpu/bin/$t" ] && run "2.30.7 x$n $t" 300 ".gpu/bin/$t" --include-ignored --test-threads=1 $filter
+    done
+    for e in quickstart lifecycle allreduce_bias_residual rmsnorm zero_optimizer moe_dispatch; do
+      [ -x ".gpu/bin/example-$e" ] && run "2.30.7 x$n example-$e" 300 ".gpu/bin/example-$e"
+    done
+  done
+  unset WEFT_RANKS
+}
+
+smoke() {
+  run "2.30.7 test-gpu_waits" 120 .gpu/bin/test-gpu_waits --include-ignored --nocapture
+  for n in 2 8 4; do
+    export WEFT_RANKS=$n
+    run "2.30.7 x$n test-gpu" 120 .gpu/bin/test-gpu --include-ignored --test-threads=1 every_rank
+    run "2.30.7 x$n test-gpu_kernels" 120 .gpu/bin/test-gpu_kernels --include-ignored --test-threads=1 every_rank
+    run "2.30.7 x$n example-quickstart" 120 .gpu/bin/example-quickstart
+  done
+  unset WEFT_RANKS
+}
+
+bench() { # release, rank counts...
+  local release=$1; shift
+  for n in "$@"; do
+    export WEFT_RANKS=$n WEFT_BENCH_OUT="$out/bench-$release-x$n"
+    for b in fused allreduce_overhead; do
+      [ -x ".gpu/bin/test-$b" ] && run "$release x$n bench-$b" 600 ".gpu/bin/test-$b"
+    done
+    [ "$n" = 1 ] && [ -x .gpu/bin/test-dsl ] && run "$release x1 bench-dsl" 600 .gpu/bin/test-dsl
+  done
+  unset WEFT_RANKS WEFT_BENCH_OUT
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+case $parts in *,smoke,*) with_nccl 2.30.7 smoke ;; esac
+case $parts in *,suite,*) with_nccl 2.28.9 suite 2.28.9 ;; esac
+case $parts in *,suite30,*) with_nccl 2.30.7 suite 2.30.7 ;; esac
+case $parts in *,ranks,*) with_nccl 2.30.7 ranks ;; esac
+case $parts in *,bench,*) with_nccl 2.28.9 bench 2.28.9 1; with_nccl 2.30.7 bench 2.30.7 1 2 4 8 ;; esac
+
+echo "=== summary"
+cat "$summary"
+failed=$(awk '$0 ~ / rc=/ { for (i = 1; i <= NF; i++) if ($i ~ /^rc=/ && $i != "rc=0") n++ } END { print n + 0 }' "$summary")
+echo "runs that failed: $failed"
 tar czf "${OUT:-.}/gpu-logs.tgz" -C "$out" .
+[ "$failed" = 0 ]

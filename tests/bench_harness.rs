@@ -32,8 +32,9 @@ mod options_tests {
         assert_eq!(shown, ["4 KB", "16 KB", "64 KB", "256 KB", "1 MB", "4 MB", "16 MB", "64 MB", "256 MB"]);
         assert_eq!(defaults.out_dir, PathBuf::from("target/bench"));
         assert_eq!(defaults.limit_gbps, None);
-        assert_eq!(defaults.limit_for(1), 4300.0, "one rank: the GPU's copy rate");
-        assert_eq!(defaults.limit_for(8), 450.0, "several ranks: NVLink per direction per GPU");
+        assert_eq!(defaults.limit_for(1, 1), 4300.0, "one rank: the GPU's copy rate");
+        assert_eq!(defaults.limit_for(8, 1), 450.0, "several ranks: NVLink per direction per GPU");
+        assert_eq!(defaults.limit_for(8, 8), 537.5, "ranks sharing a GPU: their share of its copy rate");
     }
 
     #[test]
@@ -61,7 +62,7 @@ mod options_tests {
         assert_eq!(o.sizes, vec![4096, 1 << 20, 2 << 30]);
         assert_eq!(o.out_dir, PathBuf::from("/tmp/x"));
         assert_eq!(o.limit_gbps, Some(900.0));
-        assert_eq!((o.limit_for(1), o.limit_for(8)), (900.0, 900.0));
+        assert_eq!((o.limit_for(1, 1), o.limit_for(8, 1), o.limit_for(8, 8)), (900.0, 900.0, 900.0));
         assert!(o.selects("rmsnorm") && !o.selects("moe_dispatch"));
         assert_eq!(o.unknown_cases(&["allreduce"]), vec!["rmsnorm"]);
         assert!(options(&[]).unwrap().selects("anything"));

@@ -16,7 +16,7 @@ use cudarc::driver::CudaStream;
 use weft::host::caps::{Lsa, LsaGin};
 use weft::host::jit::{self, KernelSpec};
 use weft::host::launch::{launch_raw, ArgBuffer};
-use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, Requirements, UniqueId, WindowFlags};
+use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, Placement, Requirements, UniqueId, WindowFlags};
 
 fn one_rank() -> Communicator {
     Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap()
@@ -104,32 +104,65 @@ fn lsa_allreduce_and_peer_copy_match_the_host_reference_in_f32_and_bf16() {
     comm.finalize().unwrap().destroy().unwrap();
 }
 
-/// The LSA kernels with one rank per visible GPU (the SPMD helper): the all-reduce sums every rank's window, the
-/// peer copy reads the next rank's, barrier round trips complete on every block of every rank. On one GPU, one
-/// rank; the multi-GPU suite's check that loads and stores really cross GPUs.
+/// The ranks the multi-rank tests run: `WEFT_RANKS` spread over the visible GPUs, else one per GPU.
+fn placement() -> Placement {
+    let placement = Placement::from_env().expect("WEFT_RANKS");
+    println!("{}", placement.describe());
+    placement
+}
+
+/// One wave of `kernel` (its `types(..)` instantiation `entry_point`) for this rank: its share of the GPU.
+fn wave(
+    comm: &Communicator,
+    s: &Arc<CudaStream>,
+    name: &'static str,
+    source: &'static str,
+    entry_point: &'static str,
+) -> LaunchConfig {
+    let function = jit::function(comm.context(), &KernelSpec { name, source, entry_point }).unwrap();
+    comm.one_wave(&function, s, 512).unwrap()
+}
+
+/// The LSA kernels on every rank of the placement (`WEFT_RANKS`, else one per GPU; ranks sharing a GPU load and
+/// store each other's windows through NCCL's LSA mappings too): the all-reduce sums every rank's window, the peer
+/// copy reads the next rank's, barrier round trips complete on every block of every rank. Each kernel runs one wave
+/// of its own, this rank's share of the GPU.
 #[test]
-#[ignore = "needs a CUDA GPU (one rank per visible GPU)"]
-fn lsa_kernels_match_the_host_reference_on_every_local_gpu() {
-    let devices = weft::host::local_devices().unwrap();
-    let nranks = devices.len();
+#[ignore = "needs a CUDA GPU"]
+fn lsa_kernels_match_the_host_reference_on_every_rank() {
+    let placement = placement();
+    let nranks = placement.nranks();
     let n = (1 << 20) + 3;
     let inputs: Vec<Vec<f32>> = (0..nranks).map(|r| random(n, 40 + r as u64)).collect();
     let sum: Vec<f64> = (0..n).map(|i| inputs.iter().map(|x| f64::from(x[i])).sum()).collect();
-    let results = weft::host::spmd(&devices, &Config::new(), |comm| {
+    let results = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
         let (me, s) = (comm.rank(), comm.context().new_stream()?);
         assert_eq!(comm.nranks(), nranks);
-        let cfg = LaunchConfig::linear(132, 512);
-        let dev: DevComm<'_, Lsa> = comm.dev_comm(&lsa_allreduce::requirements(&cfg))?;
+        let reduce_cfg = wave(comm, &s, lsa_allreduce::NAME, lsa_allreduce::SOURCE, "lsa_allreduce__f32");
+        let copy_cfg = wave(
+            comm,
+            &s,
+            kernels::copy_from_next_peer::NAME,
+            kernels::copy_from_next_peer::SOURCE,
+            "copy_from_next_peer__f32",
+        );
+        let trips = kernels::barrier_round_trips::ENTRY_POINTS[0];
+        let trips_cfg = wave(comm, &s, kernels::barrier_round_trips::NAME, kernels::barrier_round_trips::SOURCE, trips);
+        let needs = lsa_allreduce::requirements(&reduce_cfg)
+            .merge(&kernels::copy_from_next_peer::requirements(&copy_cfg))
+            .merge(&kernels::barrier_round_trips::requirements(&trips_cfg));
+        let dev: DevComm<'_, Lsa> = comm.dev_comm(&needs)?;
         let mut window = comm.alloc_window::<f32>(&s, n, WindowFlags::COLL_SYMMETRIC)?;
         window.buffer_mut().copy_from_host(&inputs[me])?;
         let mut out = s.clone_htod(&vec![f32::NAN; n])?;
-        lsa_allreduce::launch(&s, cfg, &dev, &window, &mut out, n)?;
+        lsa_allreduce::launch(&s, reduce_cfg, &dev, &window, &mut out, n)?;
         let reduced: Vec<f64> = s.clone_dtoh(&out)?.iter().map(|v| f64::from(*v)).collect();
         let mut copy = s.clone_htod(&vec![f32::NAN; n])?;
-        kernels::copy_from_next_peer::launch(&s, cfg, &dev, &window, &mut copy, n)?;
+        kernels::copy_from_next_peer::launch(&s, copy_cfg, &dev, &window, &mut copy, n)?;
         let copied = s.clone_dtoh(&copy)?;
-        let mut done = s.clone_htod(&vec![0u32; 132])?;
-        kernels::barrier_round_trips::launch(&s, cfg, &dev, 100, &mut done)?;
+        let blocks = trips_cfg.grid_dim.0 as usize;
+        let mut done = s.clone_htod(&vec![0u32; blocks])?;
+        kernels::barrier_round_trips::launch(&s, trips_cfg, &dev, 100, &mut done)?;
         let rounds = s.clone_dtoh(&done)?;
         s.synchronize()?;
         drop((dev, window));
@@ -400,12 +433,17 @@ fn a_gin_kernel_compiles_and_its_dev_comm_request_fails_cleanly() {
     assert!(matches!(err, Error::MissingCapability { capability: "GIN", .. }), "{err}");
 }
 
+/// A real peer that never arrives at a device barrier: rank 0 launches nothing, every other rank's bounded wait must
+/// end with "timed out" instead of hanging. Needs two or more ranks (`WEFT_RANKS=2` on one GPU will do).
 #[test]
-#[ignore = "needs 2 or more CUDA GPUs (one rank per GPU); run with the multi-GPU suite"]
-fn barrier_timeout_when_a_peer_never_arrives() {
-    let devices = weft::host::local_devices().unwrap();
-    assert!(devices.len() >= 2, "this test needs at least 2 GPUs, found {}", devices.len());
-    let outcomes = weft::host::spmd(&devices, &Config::new(), |comm| {
+#[ignore = "needs a CUDA GPU"]
+fn barrier_timeout_when_a_peer_never_arrives_on_every_rank() {
+    let placement = placement();
+    if placement.nranks() < 2 {
+        println!("skipped: needs 2 or more ranks, the placement has 1 (run with WEFT_RANKS=2 or on 2 GPUs)");
+        return;
+    }
+    let outcomes = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
         let s = comm.context().new_stream()?;
         let cfg = LaunchConfig::linear(1, 32);
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&kernels::barrier_wait_with_deadline::requirements(&cfg))?;

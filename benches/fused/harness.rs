@@ -439,12 +439,14 @@ pub fn entry_point(kernel: &str, entry_points: &'static [&'static str], dtype: D
 /// fill (`n` work items, one per thread: elements or packs; kernels that run one block per row take
 /// [`grid_for_rows`]); the wave is what a device communicator's barriers must be sized for, so it is returned too.
 pub fn grid_for(
+    comm: &Communicator<Active>,
     function: &CudaFunction,
     stream: &CudaStream,
     block: u32,
     n: usize,
 ) -> Result<(LaunchConfig, LaunchConfig)> {
-    let wave = LaunchConfig::one_wave(function, stream, block)?;
+    // This rank's share of its GPU: ranks sharing one each get theirs (`Communicator::one_wave`).
+    let wave = comm.one_wave(function, stream, block)?;
     let needed = u32::try_from(n.div_ceil(block as usize)).unwrap_or(u32::MAX).max(1);
     Ok((LaunchConfig::linear(wave.grid_dim.0.min(needed), block), wave))
 }
@@ -452,10 +454,11 @@ pub fn grid_for(
 /// [`grid_for`] for kernels that run one `block`-thread block per row (blocks loop over the rows): no more blocks
 /// than `rows`, at most one wave.
 pub fn grid_for_rows(
+    comm: &Communicator<Active>,
     function: &CudaFunction,
     stream: &CudaStream,
     block: u32,
     rows: usize,
 ) -> Result<(LaunchConfig, LaunchConfig)> {
-    grid_for(function, stream, block, rows.saturating_mul(block as usize))
+    grid_for(comm, function, stream, block, rows.saturating_mul(block as usize))
 }

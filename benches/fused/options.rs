@@ -74,10 +74,17 @@ pub struct Options {
 }
 
 impl Options {
-    /// The "% of limit" denominator for a run on `nranks` ranks: `WEFT_BENCH_LIMIT_GBPS` if set, else the memory
-    /// copy rate on one rank and the NVLink rate on several.
-    pub fn limit_for(&self, nranks: usize) -> f64 {
-        self.limit_gbps.unwrap_or(if nranks <= 1 { DEFAULT_LIMIT_GBPS } else { NVLINK_LIMIT_GBPS })
+    /// The "% of limit" denominator for a run on `nranks` ranks, `ranks_per_gpu` of them on each GPU:
+    /// `WEFT_BENCH_LIMIT_GBPS` if set, else the memory copy rate on one rank, each rank's share of it when ranks
+    /// share one GPU (a proxy: their traffic never leaves the GPU), and the NVLink rate on one rank per GPU.
+    pub fn limit_for(&self, nranks: usize, ranks_per_gpu: usize) -> f64 {
+        self.limit_gbps.unwrap_or(if ranks_per_gpu > 1 {
+            DEFAULT_LIMIT_GBPS / ranks_per_gpu as f64
+        } else if nranks <= 1 {
+            DEFAULT_LIMIT_GBPS
+        } else {
+            NVLINK_LIMIT_GBPS
+        })
     }
 
     /// Reads the `WEFT_BENCH_*` variables.

@@ -13,7 +13,7 @@ use std::time::Instant;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream};
 use weft::host::jit::{self, CompileRequest, GpuArch, KernelCache, KernelSpec, Toolchain};
-use weft::host::{Error, LaunchConfig};
+use weft::host::{Communicator, Error, LaunchConfig, Placement};
 
 /// The examples' `main` result: any error, printed by the runtime, exits with status 1.
 pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -229,24 +229,25 @@ impl Baseline {
     }
 
     /// Its `{stem}_f32` and `{stem}_bf16` kernels, with one full wave of `block` threads for each (f32 first).
+    /// Ranks sharing a GPU each get their part of it (`Communicator::one_wave`), as the fused kernels do.
     pub fn per_type(
         &self,
+        comm: &Communicator,
         stem: &str,
         stream: &Arc<CudaStream>,
         block: u32,
     ) -> std::result::Result<([CudaFunction; 2], [LaunchConfig; 2]), Error> {
         let functions = [self.function(&format!("{stem}_f32"))?, self.function(&format!("{stem}_bf16"))?];
-        let waves = [
-            LaunchConfig::one_wave(&functions[0], stream, block)?,
-            LaunchConfig::one_wave(&functions[1], stream, block)?,
-        ];
+        let waves = [comm.one_wave(&functions[0], stream, block)?, comm.one_wave(&functions[1], stream, block)?];
         Ok((functions, waves))
     }
 }
 
 /// One full wave of `block` threads for each instantiation of a `#[weft::kernel(types(f32, bf16))]` kernel,
-/// f32 first: pass the kernel module's `NAME`, `SOURCE` and `ENTRY_POINTS`.
+/// f32 first: pass the kernel module's `NAME`, `SOURCE` and `ENTRY_POINTS`. The wave is this rank's share of its
+/// GPU (`Communicator::one_wave`).
 pub fn waves_per_type(
+    comm: &Communicator,
     stream: &Arc<CudaStream>,
     name: &'static str,
     source: &'static str,
@@ -255,7 +256,7 @@ pub fn waves_per_type(
 ) -> std::result::Result<[LaunchConfig; 2], Error> {
     let wave = |entry_point: &'static str| {
         let spec = KernelSpec { name, source, entry_point };
-        LaunchConfig::one_wave(&jit::function(stream.context(), &spec)?, stream, block)
+        comm.one_wave(&jit::function(stream.context(), &spec)?, stream, block)
     };
     Ok([wave(entry_point::<f32>(entry_points))?, wave(entry_point::<half::bf16>(entry_points))?])
 }
@@ -275,6 +276,14 @@ pub fn require_one_lsa_team(comm: &weft::host::Communicator) -> std::result::Res
             properties.lsa_size
         ),
     })
+}
+
+/// Where the ranks run: `WEFT_RANKS=n` ranks spread over the visible GPUs (several per GPU need NCCL ≥ 2.30 and
+/// `NCCL_MULTI_RANK_GPU_ENABLE=1`), else one rank per GPU. Printed, so every run says what it measured.
+pub fn placement() -> std::result::Result<Placement, Error> {
+    let placement = Placement::from_env()?;
+    println!("{}", placement.describe());
+    Ok(placement)
 }
 
 /// The number of GPUs, or why there is none (no driver, or the driver sees no device).

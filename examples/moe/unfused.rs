@@ -36,12 +36,15 @@ impl BaselineKernels {
         })
     }
 
-    /// One full wave of `block`-thread blocks for pack and unpack, per type (f32, bf16).
-    pub(super) fn waves(&self, stream: &Arc<CudaStream>, block: u32) -> std::result::Result<[LaunchConfig; 2], Error> {
-        Ok([
-            LaunchConfig::one_wave(&self.pack[0], stream, block)?,
-            LaunchConfig::one_wave(&self.pack[1], stream, block)?,
-        ])
+    /// One full wave of `block`-thread blocks for pack and unpack, per type (f32, bf16), on this rank's share of its
+    /// GPU.
+    pub(super) fn waves(
+        &self,
+        comm: &Communicator,
+        stream: &Arc<CudaStream>,
+        block: u32,
+    ) -> std::result::Result<[LaunchConfig; 2], Error> {
+        Ok([comm.one_wave(&self.pack[0], stream, block)?, comm.one_wave(&self.pack[1], stream, block)?])
     }
 }
 

@@ -1,5 +1,6 @@
-//! GPU tests of the host runtime, one rank on one GPU, and (the SPMD tests) one rank per visible GPU. Run on a GPU
-//! machine with `--include-ignored` (`../shared/tools/gpu-pack`, then `bash .gpu/run.sh`).
+//! GPU tests of the host runtime, one rank on one GPU, and (the tests named `…_on_every_rank`) every rank of the
+//! placement `WEFT_RANKS` sets (several may share a GPU), else one rank per visible GPU. Run on a GPU machine with
+//! `--include-ignored` (`scripts/gpu-check.sh` runs them at 1, 2, 4 and 8 ranks).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,8 +8,8 @@ use std::time::Duration;
 use cudarc::driver::{CudaSlice, CudaStream};
 use weft_host::caps::{Gin, Lsa, LsaMultimem};
 use weft_host::{
-    group, spmd, Communicator, Config, DevComm, Error, MemStat, ReduceOp, Requirements, Scalar, SuspendFlags, UniqueId,
-    Version, WindowFlags,
+    group, spmd, Communicator, Config, DevComm, Error, MemStat, Placement, ReduceOp, Requirements, Scalar,
+    SuspendFlags, UniqueId, Version, WindowFlags,
 };
 
 fn one_rank() -> Communicator {
@@ -340,13 +341,22 @@ fn mismatch(name: &str, got: &[f32], want: &[f32]) -> Option<String> {
         .map(|i| format!("{name}[{i}]: got {}, want {}", got[i], want[i]))
 }
 
-/// Every collective with one rank per visible GPU (the SPMD helper), against host references built from every
-/// rank's inputs: the multi-GPU suite's collective check (on one GPU, one rank). Every rank runs the whole
-/// sequence and only then compares, so a wrong result fails the test instead of leaving peers waiting.
+/// The ranks the multi-rank tests run: `WEFT_RANKS` spread over the visible GPUs, else one per GPU.
+fn placement() -> Placement {
+    let placement = Placement::from_env().expect("WEFT_RANKS");
+    println!("{}", placement.describe());
+    placement
+}
+
+/// Every collective on every rank of the placement (`WEFT_RANKS`, else one per GPU), through the SPMD helper,
+/// against host references built from every rank's inputs: non-zero roots, in-place forms, all-to-all blocks, a
+/// send/recv ring, a pre-multiplied sum. Every rank runs the whole sequence and only then compares, so a wrong
+/// result fails the test instead of leaving peers waiting.
 #[test]
-#[ignore = "needs a CUDA GPU (one rank per visible GPU)"]
-fn every_collective_matches_a_host_reference_on_every_local_gpu() {
-    let devices = weft_host::local_devices().unwrap();
+#[ignore = "needs a CUDA GPU"]
+fn every_collective_matches_a_host_reference_on_every_rank() {
+    let placement = placement();
+    let devices = placement.devices();
     let nranks = devices.len();
     let n = 4099;
     // Rank r's data: n·nranks values; the per-rank collectives send the first n.
@@ -359,7 +369,7 @@ fn every_collective_matches_a_host_reference_on_every_local_gpu() {
     let sum = across(|a, b| a + b, 0..n);
     let last = nranks - 1;
 
-    let failures = spmd(&devices, &Config::new(), |comm| {
+    let failures = spmd(devices, &Config::new(), |comm| {
         let (me, s) = (comm.rank(), comm.context().new_stream()?);
         let mut seen: Vec<(String, Vec<f32>, Vec<f32>)> = Vec::new();
         let send = s.clone_htod(&inputs[me][..n])?;
@@ -458,9 +468,11 @@ fn every_collective_matches_a_host_reference_on_every_local_gpu() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn spmd_runs_one_communicator_per_local_gpu() {
-    let devices = weft_host::local_devices().unwrap();
-    let sums = spmd(&devices, &Config::new(), |comm| {
+fn spmd_runs_one_communicator_on_every_rank() {
+    let placement = placement();
+    let devices = placement.devices();
+    let sums = spmd(devices, &Config::new(), |comm| {
+        assert_eq!(comm.ranks_on_gpu(), placement.ranks_on_gpu(comm.rank()));
         let s = comm.context().new_stream()?;
         let x = vec![(comm.rank() + 1) as f32; 1000];
         let send = s.clone_htod(&x)?;

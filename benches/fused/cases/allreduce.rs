@@ -77,7 +77,7 @@ impl<'comm, T: BenchFloat> AllReduceRun<'comm, T> {
             source: lsa_allreduce::SOURCE,
             entry_point: entry_point(lsa_allreduce::NAME, lsa_allreduce::ENTRY_POINTS, T::DTYPE)?,
         };
-        let (cfg, wave) = grid_for(&jit::function(comm.context(), &spec)?, &stream, BLOCK, n)?;
+        let (cfg, wave) = grid_for(comm, &jit::function(comm.context(), &spec)?, &stream, BLOCK, n)?;
         let dev = comm.dev_comm(&lsa_allreduce::requirements(&wave))?;
         let inputs = (0..sets)
             .map(|_| comm.alloc_window::<T>(&stream, n, WindowFlags::COLL_SYMMETRIC))

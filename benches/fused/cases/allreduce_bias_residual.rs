@@ -150,7 +150,8 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
         let spec = KernelSpec { name, source, entry_point: entry_point(name, entry_points, T::DTYPE)? };
         // Both sides handle one 16-byte pack per thread per trip.
         let vector = weft::device::pack_lanes::<T>();
-        let (fused_cfg, wave) = grid_for(&jit::function(comm.context(), &spec)?, &stream, BLOCK, n.div_ceil(vector))?;
+        let (fused_cfg, wave) =
+            grid_for(comm, &jit::function(comm.context(), &spec)?, &stream, BLOCK, n.div_ceil(vector))?;
         let requirements = if two_shot {
             allreduce_bias_residual_two_shot::requirements(&wave)
         } else {
@@ -167,7 +168,7 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             },
         };
         let epilogue = jit::function(comm.context(), &epilogue_spec)?;
-        let (epilogue_cfg, _) = grid_for(&epilogue, &stream, BLOCK, n.div_ceil(vector))?;
+        let (epilogue_cfg, _) = grid_for(comm, &epilogue, &stream, BLOCK, n.div_ceil(vector))?;
 
         let bias = DeviceBuffer::new(&stream, hidden)?;
         let sets = (0..sets)

@@ -154,18 +154,21 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
         // every rank): sized by `capacity` and `tokens`, which every rank shares, never by what a rank happens to
         // receive.
         let (dispatch_cfg, dispatch_wave) = grid_for_rows(
+            comm,
             &function(moe_dispatch::NAME, moe_dispatch::SOURCE, moe_dispatch::ENTRY_POINTS)?,
             &stream,
             BLOCK,
             capacity,
         )?;
         let (expert_cfg, _) = grid_for_rows(
+            comm,
             &function(moe_toy_expert::NAME, moe_toy_expert::SOURCE, moe_toy_expert::ENTRY_POINTS)?,
             &stream,
             BLOCK,
             capacity,
         )?;
         let (combine_cfg, combine_wave) = grid_for_rows(
+            comm,
             &function(moe_combine::NAME, moe_combine::SOURCE, moe_combine::ENTRY_POINTS)?,
             &stream,
             BLOCK,
@@ -184,7 +187,7 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             Dtype::Bf16 => ("moe_pack_bf16", "moe_unpack_bf16"),
         };
         let pack = baseline(pack_name)?;
-        let (pack_cfg, _) = grid_for_rows(&pack, &stream, BLOCK, tokens)?;
+        let (pack_cfg, _) = grid_for_rows(comm, &pack, &stream, BLOCK, tokens)?;
         let kernels = Kernels {
             dispatch_cfg,
             expert_cfg,

@@ -129,7 +129,7 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             entry_point: entry_point(rmsnorm_residual_tp::NAME, rmsnorm_residual_tp::ENTRY_POINTS, T::DTYPE)?,
         };
         // One block per row, at most one full wave (blocks loop over the rows).
-        let (fused_cfg, wave) = grid_for_rows(&jit::function(comm.context(), &spec)?, &stream, BLOCK, my_rows)?;
+        let (fused_cfg, wave) = grid_for_rows(comm, &jit::function(comm.context(), &spec)?, &stream, BLOCK, my_rows)?;
         let dev = comm.dev_comm(&rmsnorm_residual_tp::requirements(&wave))?;
         let epilogue_spec = KernelSpec {
             name: EPILOGUE_NAME,
@@ -140,7 +140,7 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             },
         };
         let epilogue = jit::function(comm.context(), &epilogue_spec)?;
-        let (epilogue_cfg, _) = grid_for_rows(&epilogue, &stream, BLOCK, my_rows)?;
+        let (epilogue_cfg, _) = grid_for_rows(comm, &epilogue, &stream, BLOCK, my_rows)?;
 
         let (n, shard) = (rows * hidden, my_rows * hidden);
         let weight = DeviceBuffer::new(&stream, hidden)?;

@@ -145,7 +145,7 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
         };
         // One 16-byte pack of parameters per thread per trip.
         let packs = shard.div_ceil(weft::device::pack_lanes::<T>());
-        let (fused_cfg, wave) = grid_for(&jit::function(comm.context(), &spec)?, &stream, BLOCK, packs)?;
+        let (fused_cfg, wave) = grid_for(comm, &jit::function(comm.context(), &spec)?, &stream, BLOCK, packs)?;
         let dev = comm.dev_comm(&zero_adam_step::requirements(&wave))?;
         let epilogue_spec = KernelSpec {
             name: EPILOGUE_NAME,
@@ -156,7 +156,8 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             },
         };
         let epilogue = jit::function(comm.context(), &epilogue_spec)?;
-        let (epilogue_cfg, _) = grid_for(&epilogue, &stream, BLOCK, shard.div_ceil(EPILOGUE_ELEMENTS_PER_THREAD))?;
+        let (epilogue_cfg, _) =
+            grid_for(comm, &epilogue, &stream, BLOCK, shard.div_ceil(EPILOGUE_ELEMENTS_PER_THREAD))?;
         let sets = (0..sets)
             .map(|_| {
                 Ok(Set {
