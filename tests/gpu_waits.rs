@@ -12,7 +12,7 @@
 mod kernels;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaStream, PinnedHostSlice};
@@ -39,8 +39,10 @@ extern "C" __global__ void spin_until_released(const volatile unsigned int* rele
 const GRACE: Duration = Duration::from_secs(2);
 
 struct Spinner {
-    release: Mutex<PinnedHostSlice<u32>>,
-    address: u64,
+    /// Owns the page-locked word; only ever read through `word` while the spinner lives.
+    _release: PinnedHostSlice<u32>,
+    /// The word, as a host pointer; with unified addressing also its device address.
+    word: *mut u32,
     stream: Arc<CudaStream>,
     function: cudarc::driver::CudaFunction,
 }
@@ -51,24 +53,25 @@ impl Spinner {
         let mut release =
             unsafe { ctx.alloc_pinned_with_flags::<u32>(1, cudarc::driver::sys::CU_MEMHOSTALLOC_DEVICEMAP) }.unwrap();
         // Unified addressing: page-locked host memory has the same address on the device.
-        let address = release.as_mut_ptr().unwrap() as u64;
+        let word = release.as_mut_ptr().unwrap();
         let function = jit::function(ctx, &SPIN).unwrap();
-        Spinner { release: Mutex::new(release), address, stream: ctx.new_stream().unwrap(), function }
+        Spinner { _release: release, word, stream: ctx.new_stream().unwrap(), function }
     }
 
+    /// A plain store, no driver call: the watchdog must be able to release the spinner whatever the driver is doing.
     fn set(&self, value: u32) {
-        let mut release = self.release.lock().unwrap();
-        let word = release.as_mut_ptr().unwrap();
-        // SAFETY: one live, page-locked u32; the spinning kernel only reads it, and a volatile store is what it polls.
-        unsafe { std::ptr::write_volatile(word, value) };
+        // SAFETY: `word` points to the live page-locked u32 `_release` owns; the spinning kernel only reads it, and a
+        // volatile store is what it polls.
+        unsafe { std::ptr::write_volatile(self.word, value) };
     }
 
     /// Runs `call` while the spinner spins; whether it was still running after [`GRACE`] (it then waited for the
     /// device, or at least for the spinner).
     fn waits(&self, what: &str, call: impl FnOnce()) -> bool {
+        eprintln!("probing: {what}");
         self.set(0);
         let mut args = ArgBuffer::new();
-        args.push(self.address);
+        args.push(self.word as u64);
         // SAFETY: spin_until_released(const volatile unsigned*) gets the device address of a live page-locked word,
         // which outlives the kernel (the stream is synchronized below before this function returns).
         unsafe { launch_raw(&self.function, &self.stream, &LaunchConfig::linear(1, 32), &mut args).unwrap() };
@@ -204,3 +207,7 @@ fn calls_on_a_ranks_way_to_a_launch_never_wait_for_the_whole_device() {
     assert!(must_not_wait.is_empty(), "these waited for the whole device: {must_not_wait:?}");
     comm.finalize().unwrap().destroy().unwrap();
 }
+
+// SAFETY: the raw pointer is to page-locked memory the spinner owns for its whole life; the watchdog thread only
+// stores through it with a volatile write (no driver call), which the kernel reads.
+unsafe impl Sync for Spinner {}

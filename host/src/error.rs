@@ -65,6 +65,19 @@ pub enum Error {
         after: Duration,
     },
 
+    /// Work enqueued on a stream did not finish in time and NCCL reported no error: a peer may have stopped, or
+    /// the work is just slow. The communicator is left as it was: abort it to end its pending operations.
+    #[error(
+        "{operation} did not finish within {after:?} and NCCL reports no error: a peer may have stopped or failed; \
+         abort the communicator to end its pending operations (raise the timeout if the job is just slow)"
+    )]
+    Stalled {
+        /// What was waited for.
+        operation: &'static str,
+        /// The deadline that passed.
+        after: Duration,
+    },
+
     /// The communicator lacks a capability the request needs.
     #[error("the communicator does not support {capability}: {reason}")]
     MissingCapability {

@@ -45,6 +45,31 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
         Ok(progress == Progress::InProgress)
     }
 
+    /// Waits until everything enqueued on `stream` so far has finished, watching the communicator: `Ok` once the
+    /// stream is idle; the asynchronous error as soon as NCCL reports one (a peer that failed, a network error);
+    /// [`Error::Stalled`] when `timeout` passes first (a peer that stopped arriving, or a slow job). On an error the
+    /// communicator is left as it is, for the caller to abort, which ends its pending operations on every stream.
+    ///
+    /// Unlike `stream.synchronize()`, this never blocks past `timeout`: the way for a rank to notice that a peer
+    /// went away in the middle of a collective.
+    pub fn wait(&self, stream: &cudarc::driver::CudaStream, timeout: std::time::Duration) -> Result<(), Error> {
+        let started = std::time::Instant::now();
+        let marker = stream.record_event(None)?;
+        loop {
+            // SAFETY: `marker` is a live event of the stream's context, recorded just above.
+            match unsafe { cudarc::driver::result::event::query(marker.cu_event()) } {
+                Ok(()) => return Ok(()),
+                Err(error) if error.0 == cudarc::driver::sys::cudaError_enum::CUDA_ERROR_NOT_READY => {}
+                Err(error) => return Err(error.into()),
+            }
+            self.async_error()?;
+            if started.elapsed() >= timeout {
+                return Err(Error::Stalled { operation: "the work enqueued on the stream", after: timeout });
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+
     /// A memory statistic (`ncclCommMemStats`, NCCL 2.29+).
     pub fn mem_stat(&self, stat: MemStat) -> Result<u64, Error> {
         // SAFETY: our live, initialised communicator.

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs a command with a deadline; if it is still running then, prints every thread's stack (gdb if present, else the
+# kernel's view from /proc) before killing it, so a hang on the GPU machine says where it hung.
+#   scripts/hang-dump.sh SECONDS command [args...]
+limit=$1; shift
+"$@" &
+pid=$!
+for ((i = 0; i < limit * 10; i++)); do
+  kill -0 "$pid" 2>/dev/null || { wait "$pid"; exit $?; }
+  sleep 0.1
+done
+echo "hang-dump: '$*' still running after ${limit}s; stacks of pid $pid:"
+if command -v gdb >/dev/null; then
+  gdb -batch -p "$pid" -ex "thread apply all bt 25" 2>/dev/null | grep -E '^(Thread|#)' | cut -c1-160
+else
+  for t in /proc/"$pid"/task/*; do
+    echo "thread $(basename "$t") $(cat "$t/comm") wchan=$(cat "$t/wchan" 2>/dev/null)"
+    sed 's/^/    /' "$t/stack" 2>/dev/null | head -8
+  done
+fi
+kill -9 "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+exit 124

@@ -1,0 +1,230 @@
+//! Faults with real peers, on every rank of the placement (`WEFT_RANKS`, else one per GPU; several ranks may share
+//! a GPU): a rank that never joins init, a rank that stops arriving at a device barrier, a rank that aborts in the
+//! middle of a collective, and revoke + shrink to the survivors. In each, every rank gets a typed error, nothing
+//! hangs, the device memory the failed communicators held comes back, and a new communicator works afterwards.
+//! Each needs two or more ranks and skips, saying so, with one.
+
+#[path = "kernels/mod.rs"]
+mod kernels;
+
+use std::time::{Duration, Instant};
+
+use weft::host::caps::Lsa;
+use weft::host::placement::shared_gpu_config;
+use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, Placement, ReduceOp, UniqueId};
+
+/// The placement, or `None` (the test then skips) when it has a single rank.
+fn placement() -> Option<Placement> {
+    let placement = Placement::from_env().expect("WEFT_RANKS");
+    println!("{}", placement.describe());
+    if placement.nranks() < 2 {
+        println!("skipped: a fault with a real peer needs 2 or more ranks (WEFT_RANKS=2 on one GPU will do)");
+        return None;
+    }
+    Some(placement)
+}
+
+/// Rank `rank`'s blocking communicator of `id`, told how many ranks share its GPU.
+fn init(placement: &Placement, rank: usize, id: &UniqueId) -> Result<Communicator, Error> {
+    let sharing = placement.ranks_on_gpu(rank);
+    let config = shared_gpu_config(&Config::new().comm_name("weft-faults"), sharing);
+    Communicator::uninit(placement.devices()[rank])?.sharing_gpu(sharing)?.init(placement.nranks(), rank, id, &config)
+}
+
+/// Runs `body(rank)` on one thread per rank of `ranks` and returns the results in rank order.
+fn on_threads<R: Send>(ranks: usize, body: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..ranks)
+            .map(|rank| {
+                scope.spawn({
+                    let body = &body;
+                    move || body(rank)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|handle| handle.join().expect("a rank's thread panicked")).collect()
+    })
+}
+
+/// Free memory on every GPU of the placement, in bytes.
+fn free_memory(placement: &Placement) -> Vec<usize> {
+    let mut devices = placement.devices().to_vec();
+    devices.dedup();
+    devices
+        .iter()
+        .map(|&device| {
+            weft::host::cuda::context(device).unwrap().bind_to_thread().unwrap();
+            cudarc::driver::result::mem_get_info().unwrap().0
+        })
+        .collect()
+}
+
+/// What the failed communicators held must come back: free memory within a few MB of what it was before.
+fn assert_released(before: &[usize], after: &[usize]) {
+    for (device, (b, a)) in before.iter().zip(after).enumerate() {
+        let lost = b.saturating_sub(*a);
+        println!("GPU {device}: {} MB free before, {} MB after", b >> 20, a >> 20);
+        assert!(lost < 64 << 20, "GPU {device}: {} MB not given back", lost >> 20);
+    }
+}
+
+/// A new communicator over every rank of the placement works: an all-reduce of rank + 1 gives n(n+1)/2.
+fn a_new_communicator_works(placement: &Placement) {
+    let n = placement.nranks();
+    let sums = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
+        let s = comm.context().new_stream()?;
+        let send = s.clone_htod(&vec![(comm.rank() + 1) as f32; 4096])?;
+        let mut recv = s.alloc_zeros::<f32>(4096)?;
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
+        comm.wait(&s, Duration::from_secs(30))?;
+        Ok(s.clone_dtoh(&recv)?)
+    })
+    .unwrap();
+    let want = (n * (n + 1) / 2) as f32;
+    assert!(sums.iter().all(|sum| sum.iter().all(|&v| v == want)), "a new communicator's all-reduce is wrong");
+}
+
+/// Process-wide state (CUDA contexts, NCCL's globals, the kernel cache) is allocated once; do it before measuring.
+fn warm_up(placement: &Placement) -> Vec<usize> {
+    a_new_communicator_works(placement);
+    free_memory(placement)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_rank_that_never_joins_init_times_out_on_every_rank() {
+    let Some(placement) = placement() else { return };
+    let before = warm_up(&placement);
+    let n = placement.nranks();
+    let id = UniqueId::new().unwrap();
+    let timeout = Duration::from_secs(3);
+    // Rank n - 1 never calls init.
+    let outcomes = on_threads(n - 1, |rank| {
+        let sharing = placement.ranks_on_gpu(rank);
+        let config = shared_gpu_config(&Config::new(), sharing);
+        let started = Instant::now();
+        let pending = Communicator::uninit_nonblocking(placement.devices()[rank])
+            .and_then(|c| c.sharing_gpu(sharing))
+            .and_then(|c| c.init(n, rank, &id, &config));
+        let outcome = pending.and_then(|pending| pending.wait(timeout).map(|_| ()));
+        (outcome, started.elapsed())
+    });
+    for (rank, (outcome, took)) in outcomes.iter().enumerate() {
+        println!("rank {rank}: {outcome:?} after {took:.2?}");
+        assert!(matches!(outcome, Err(Error::Timeout { .. })), "rank {rank}: {outcome:?}");
+        assert!(*took >= timeout && *took < timeout * 5, "rank {rank} took {took:?}");
+    }
+    assert_released(&before, &free_memory(&placement));
+    a_new_communicator_works(&placement);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_rank_that_stops_arriving_at_a_device_barrier_times_out_then_aborts_on_every_rank() {
+    let Some(placement) = placement() else { return };
+    let before = warm_up(&placement);
+    let n = placement.nranks();
+    let id = UniqueId::new().unwrap();
+    let outcomes = on_threads(n, |rank| -> Result<u32, Error> {
+        let comm = init(&placement, rank, &id)?;
+        let s = comm.context().new_stream()?;
+        let cfg = LaunchConfig::linear(2, 32);
+        let mut outcome = s.clone_htod(&[u32::MAX; 2])?;
+        {
+            let dev: DevComm<'_, Lsa> = comm.dev_comm(&kernels::barrier_wait_with_deadline::requirements(&cfg))?;
+            // The last rank stops arriving: it never launches the kernel its peers wait for.
+            if rank != n - 1 {
+                kernels::barrier_wait_with_deadline::launch(&s, cfg, &dev, 200_000_000, &mut outcome)?;
+                comm.wait(&s, Duration::from_secs(30))?;
+            }
+        }
+        let outcome = s.clone_dtoh(&outcome)?;
+        // The bounded wait ended: every rank leaves by aborting, as a job that lost a peer would.
+        comm.abort()?;
+        assert!(outcome.iter().all(|&o| o == outcome[0]), "rank {rank}: blocks disagree: {outcome:?}");
+        Ok(outcome[0])
+    });
+    let outcomes: Vec<u32> = outcomes.into_iter().map(|o| o.expect("a rank failed")).collect();
+    println!("outcomes (0 ok, 1 timed out, never launched {}): {outcomes:?}", u32::MAX);
+    assert!(outcomes[..n - 1].iter().all(|&o| o == 1), "every waiting rank must time out: {outcomes:?}");
+    assert_eq!(outcomes[n - 1], u32::MAX);
+    assert_released(&before, &free_memory(&placement));
+    a_new_communicator_works(&placement);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_rank_that_aborts_in_the_middle_of_a_collective_leaves_the_others_a_typed_error_on_every_rank() {
+    let Some(placement) = placement() else { return };
+    let before = warm_up(&placement);
+    let n = placement.nranks();
+    let id = UniqueId::new().unwrap();
+    let len = 4 << 20;
+    let outcomes = on_threads(n, |rank| -> Result<Option<Error>, Error> {
+        let comm = init(&placement, rank, &id)?;
+        let s = comm.context().new_stream()?;
+        let send = s.clone_htod(&vec![1.0f32; len])?;
+        let mut recv = s.alloc_zeros::<f32>(len)?;
+        // One collective together, then the last rank aborts in the middle of the sequence.
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
+        comm.wait(&s, Duration::from_secs(30))?;
+        if rank == n - 1 {
+            comm.abort()?;
+            return Ok(None);
+        }
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
+        let error = comm.wait(&s, Duration::from_secs(3)).err();
+        // Whatever the others saw, they abort: that ends the collective NCCL still runs for them.
+        comm.abort()?;
+        s.synchronize()?;
+        Ok(error)
+    });
+    for (rank, outcome) in outcomes.iter().enumerate().take(n - 1) {
+        println!("rank {rank}: {outcome:?}");
+        let error = outcome.as_ref().expect("a surviving rank failed outside the collective");
+        assert!(
+            matches!(error, Some(Error::Stalled { .. } | Error::Nccl { .. })),
+            "rank {rank} must see the collective fail: {error:?}"
+        );
+    }
+    assert_released(&before, &free_memory(&placement));
+    a_new_communicator_works(&placement);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn revoke_then_shrink_to_the_survivors_then_a_correct_collective_on_every_rank() {
+    let Some(placement) = placement() else { return };
+    let before = warm_up(&placement);
+    let n = placement.nranks();
+    let id = UniqueId::new().unwrap();
+    let sums = on_threads(n, |rank| -> Result<Option<Vec<f32>>, Error> {
+        let comm = init(&placement, rank, &id)?;
+        if rank == n - 1 {
+            // The failed rank: it leaves without a word.
+            comm.abort()?;
+            return Ok(None);
+        }
+        let revoked = comm.revoke().map_err(Error::from)?;
+        let config = shared_gpu_config(&Config::new().comm_name("weft-survivors"), placement.ranks_on_gpu(rank));
+        let shrunk = revoked.shrink(&[n - 1], Some(&config))?;
+        assert_eq!((shrunk.nranks(), shrunk.rank()), (n - 1, rank));
+        let s = shrunk.context().new_stream()?;
+        let send = s.clone_htod(&vec![(rank + 1) as f32; 4096])?;
+        let mut recv = s.alloc_zeros::<f32>(4096)?;
+        shrunk.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
+        shrunk.wait(&s, Duration::from_secs(30))?;
+        let sum = s.clone_dtoh(&recv)?;
+        shrunk.finalize().map_err(Error::from)?.destroy().map_err(Error::from)?;
+        revoked.destroy().map_err(Error::from)?;
+        Ok(Some(sum))
+    });
+    let want = ((n - 1) * n / 2) as f32;
+    for (rank, sum) in sums.into_iter().enumerate().take(n - 1) {
+        let sum = sum.expect("a survivor failed").expect("a survivor's sum");
+        assert!(sum.iter().all(|&v| v == want), "rank {rank}: {} instead of {want}", sum[0]);
+    }
+    println!("{} survivors all-reduced {want} after revoke + shrink", n - 1);
+    assert_released(&before, &free_memory(&placement));
+    a_new_communicator_works(&placement);
+}
