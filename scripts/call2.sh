@@ -17,5 +17,6 @@ echo "== x$n gpu"; $H 60 .gpu/bin/test-gpu --include-ignored --test-threads=1 ev
 echo "== x$n kernels"; $H 60 .gpu/bin/test-gpu_kernels --include-ignored --test-threads=1 every_rank 2>&1 | tail -8; st
 echo "== x$n quickstart"; $H 60 .gpu/bin/example-quickstart 2>&1 | tail -14; st
 done
+echo "== x4 host features"; WEFT_RANKS=4 $H 60 .gpu/bin/test-gpu --include-ignored nccl_2_29 --nocapture 2>&1 | tail -14; st
 echo "== x2 faults"; WEFT_RANKS=2 $H 90 .gpu/bin/test-gpu_faults --include-ignored --test-threads=1 2>&1 | tail -12; st
 echo "== done"

@@ -170,6 +170,20 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
         raw.version = found.code as u32;
         // SAFETY: live communicator; the header says how many bytes NCCL may write, all inside `raw`.
         unsafe { result::comm_query_properties(library, self.raw(), &mut raw) }?;
+        // What NCCL reports must match what weft read through the calls 2.28 has too (ncclCommUserRank, Count,
+        // CuDevice): a mismatch means the struct layout weft assumed for this release is wrong.
+        let reported = (raw.rank, raw.nRanks, raw.cudaDev);
+        let known = (self.rank() as i32, self.nranks() as i32, self.cuda_device() as i32);
+        if reported != known {
+            return Err(Error::invalid(
+                "properties",
+                format!(
+                    "ncclCommQueryProperties of NCCL {found} reports rank/nranks/device {reported:?}, but the \
+                     communicator is {known:?}: weft's ncclCommProperties_t layout for this release is wrong; \
+                     report it, and use an NCCL release weft lists in docs/host.md"
+                ),
+            ));
+        }
         props.nvml_device = usize::try_from(raw.nvmlDev).ok();
         props.lsa_teams = usize::try_from(raw.nLsaTeams).unwrap_or(props.lsa_teams);
         props.device_api_support = Some(raw.deviceApiSupport);

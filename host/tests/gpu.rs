@@ -484,3 +484,113 @@ fn spmd_runs_one_communicator_on_every_rank() {
     let n = devices.len() as f32;
     assert!(sums.iter().all(|&v| v == n * (n + 1.0) / 2.0), "{sums:?}");
 }
+
+/// Free memory on CUDA device `device`, in bytes.
+fn free_memory(device: usize) -> usize {
+    weft_host::cuda::context(device).unwrap().bind_to_thread().unwrap();
+    cudarc::driver::result::mem_get_info().unwrap().0
+}
+
+/// The NCCL ≥ 2.29 host features with real peers, on every rank of the placement: properties against what weft
+/// reads through the calls 2.28 has too (rank, size, device, LSA team), suspend/resume with memory statistics and
+/// the device's free memory before, during and after (is memory really released?), `put_signal` + `wait_signal`
+/// around a ring, and the window's user pointer. On an older NCCL it says what it skipped.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn nccl_2_29_host_features_on_every_rank() {
+    let placement = placement();
+    let nranks = placement.nranks();
+    let version = weft_host::sys::library().unwrap().version();
+    if !version.at_least(Version::new(2, 29, 0)) {
+        println!("skipped: NCCL {version} has none of these calls (2.29+); their refusal is tested on one rank");
+        return;
+    }
+    let n = 1 << 20;
+    let inputs: Vec<Vec<f32>> = (0..nranks).map(|r| random(n, 700 + r as u64)).collect();
+    let id = UniqueId::new().unwrap();
+    let reports = on_every_rank(&placement, &id, |comm| {
+        let (me, s) = (comm.rank(), comm.context().new_stream()?);
+        let mut report = Vec::new();
+
+        // Properties: NCCL's view against weft's (identity calls, ncclTeamLsa).
+        let props = comm.properties()?;
+        let lsa = comm.team_lsa()?;
+        assert_eq!((props.rank, props.nranks, props.cuda_device), (me, nranks, comm.cuda_device()));
+        assert_eq!(props.lsa_size as i32, lsa.nranks, "properties and ncclTeamLsa disagree");
+        assert_eq!(props.lsa_teams, nranks / props.lsa_size, "NCCL's team count differs from weft's nranks / lsa");
+        assert_eq!(props.device_api_support, Some(true));
+        report.push(format!("properties: {props}"));
+
+        // Suspend / resume: NCCL's statistics, and what the device says.
+        let total = comm.mem_stat(MemStat::Total)?;
+        let suspendable = comm.mem_stat(MemStat::Suspendable)?;
+        let free_before = free_memory(comm.cuda_device());
+        let suspended = comm.suspend(SuspendFlags::MEMORY).map_err(Error::from)?;
+        assert_eq!(suspended.mem_stat(MemStat::Suspended)?, 1);
+        let free_during = free_memory(suspended.cuda_device());
+        let comm = suspended.resume().map_err(Error::from)?;
+        assert_eq!(comm.mem_stat(MemStat::Suspended)?, 0);
+        let free_after = free_memory(comm.cuda_device());
+        report.push(format!(
+            "memory: {total} B tracked, {suspendable} B suspendable; device free {} MB before, {} MB suspended, {} MB \
+             resumed (other ranks suspend and resume meanwhile: the device view is shared)",
+            free_before >> 20,
+            free_during >> 20,
+            free_after >> 20
+        ));
+        // The communicator works after resume.
+        let send = s.clone_htod(&vec![1.0f32; 1024])?;
+        let mut recv = s.alloc_zeros::<f32>(1024)?;
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
+        assert!(s.clone_dtoh(&recv)?.iter().all(|&v| v == nranks as f32), "all-reduce after resume");
+
+        // put_signal around a ring: rank r writes its input into rank r+1's window, which waits for the signal.
+        let (next, previous) = ((me + 1) % nranks, (me + nranks - 1) % nranks);
+        let window = comm.alloc_window::<f32>(&s, n, WindowFlags::COLL_SYMMETRIC)?;
+        assert_eq!(window.user_address()?, window.buffer().device_address(), "ncclWinGetUserPtr");
+        let local = s.clone_htod(&inputs[me])?;
+        window.put_signal(&local, next, 0, 0, &s)?;
+        comm.wait_signal(previous, 0, 1, &s)?;
+        let got = window.buffer().copy_to_host()?;
+        let ok = got == inputs[previous];
+        report.push(format!("put_signal ring: rank {previous}'s data {}", if ok { "arrived" } else { "is WRONG" }));
+        assert!(ok, "rank {me}: the window does not hold rank {previous}'s data");
+        s.synchronize()?;
+        drop(window);
+        comm.finalize().map_err(Error::from)?.destroy().map_err(Error::from)?;
+        Ok(report)
+    });
+    for (me, report) in reports.into_iter().enumerate() {
+        for line in report.unwrap_or_else(|error| panic!("rank {me}: {error}")) {
+            println!("rank {me}: {line}");
+        }
+    }
+}
+
+/// Runs `body` on one thread per rank of `placement`, each with its own communicator (which `body` owns: it may
+/// suspend, finalize or abort it), told how many ranks share its GPU.
+fn on_every_rank<R: Send>(
+    placement: &Placement,
+    id: &UniqueId,
+    body: impl Fn(Communicator) -> Result<R, Error> + Sync,
+) -> Vec<Result<R, Error>> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..placement.nranks())
+            .map(|rank| {
+                let body = &body;
+                scope.spawn(move || {
+                    let sharing = placement.ranks_on_gpu(rank);
+                    let config = weft_host::placement::shared_gpu_config(&Config::new(), sharing);
+                    let comm = Communicator::uninit(placement.devices()[rank])?.sharing_gpu(sharing)?.init(
+                        placement.nranks(),
+                        rank,
+                        id,
+                        &config,
+                    )?;
+                    body(comm)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a rank's thread panicked")).collect()
+    })
+}

@@ -170,6 +170,15 @@ impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
         Ok(self.buffer.take().expect("a live window always holds its buffer"))
     }
 
+    /// The local buffer NCCL has on record for this window (`ncclWinGetUserPtr`, NCCL 2.29+): this rank's
+    /// buffer's device address, as registered.
+    pub fn user_address(&self) -> Result<u64, Error> {
+        let raw = self.raw()?;
+        // SAFETY: a live window of this library and communicator.
+        let ptr = unsafe { result::win_get_user_ptr(self.comm.library(), self.comm.raw(), raw) }?;
+        Ok(ptr as u64)
+    }
+
     /// The device address of element `index` in LSA peer `lsa_rank`'s part, as seen from this GPU
     /// (`ncclGetLsaDevicePointer`, NCCL 2.29+).
     pub fn lsa_address(&self, lsa_rank: usize, index: usize) -> Result<u64, Error> {
