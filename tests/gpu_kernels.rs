@@ -18,6 +18,15 @@ use weft::host::jit::{self, KernelSpec};
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, Placement, Requirements, UniqueId, WindowFlags};
 
+/// With `WEFT_TRACE` set, prints what a rank is about to do (to find where a multi-rank run stops).
+macro_rules! trace {
+    ($($arg:tt)*) => {
+        if std::env::var_os("WEFT_TRACE").is_some() {
+            eprintln!($($arg)*);
+        }
+    };
+}
+
 fn one_rank() -> Communicator {
     Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap()
 }
@@ -138,6 +147,7 @@ fn lsa_kernels_match_the_host_reference_on_every_rank() {
     let results = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
         let (me, s) = (comm.rank(), comm.context().new_stream()?);
         assert_eq!(comm.nranks(), nranks);
+        trace!("rank {me}: waves");
         let reduce_cfg = wave(comm, &s, lsa_allreduce::NAME, lsa_allreduce::SOURCE, "lsa_allreduce__f32");
         let copy_cfg = wave(
             comm,
@@ -151,21 +161,28 @@ fn lsa_kernels_match_the_host_reference_on_every_rank() {
         let needs = lsa_allreduce::requirements(&reduce_cfg)
             .merge(&kernels::copy_from_next_peer::requirements(&copy_cfg))
             .merge(&kernels::barrier_round_trips::requirements(&trips_cfg));
+        trace!("rank {me}: dev_comm {reduce_cfg:?} {copy_cfg:?} {trips_cfg:?}");
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&needs)?;
+        trace!("rank {me}: window");
         let mut window = comm.alloc_window::<f32>(&s, n, WindowFlags::COLL_SYMMETRIC)?;
         window.buffer_mut().copy_from_host(&inputs[me])?;
         let mut out = s.clone_htod(&vec![f32::NAN; n])?;
+        trace!("rank {me}: all-reduce");
         lsa_allreduce::launch(&s, reduce_cfg, &dev, &window, &mut out, n)?;
         let reduced: Vec<f64> = s.clone_dtoh(&out)?.iter().map(|v| f64::from(*v)).collect();
         let mut copy = s.clone_htod(&vec![f32::NAN; n])?;
+        trace!("rank {me}: copy");
         kernels::copy_from_next_peer::launch(&s, copy_cfg, &dev, &window, &mut copy, n)?;
         let copied = s.clone_dtoh(&copy)?;
         let blocks = trips_cfg.grid_dim.0 as usize;
         let mut done = s.clone_htod(&vec![0u32; blocks])?;
+        trace!("rank {me}: round trips");
         kernels::barrier_round_trips::launch(&s, trips_cfg, &dev, 100, &mut done)?;
         let rounds = s.clone_dtoh(&done)?;
         s.synchronize()?;
+        trace!("rank {me}: drop");
         drop((dev, window));
+        trace!("rank {me}: done");
         Ok((me, reduced, copied, rounds))
     })
     .unwrap();

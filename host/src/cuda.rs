@@ -81,7 +81,7 @@ struct SharedContext {
 /// may wait for the whole context. A rank sharing its GPU must not wait for the whole device on its way to a
 /// launch (see [`context`]), so weft loads each kernel when it is looked up: the first rank to need it loads it,
 /// before any peer can be waiting for it, and the others find it loaded.
-pub(crate) fn load_now(
+pub fn load_now(
     function: &cudarc::driver::CudaFunction,
     context: &CudaContext,
 ) -> Result<(), cudarc::driver::DriverError> {

@@ -12,6 +12,15 @@ use weft_host::{
     SuspendFlags, UniqueId, Version, WindowFlags,
 };
 
+/// With `WEFT_TRACE` set, prints what a rank is about to do (to find where a multi-rank run stops).
+macro_rules! trace {
+    ($($arg:tt)*) => {
+        if std::env::var_os("WEFT_TRACE").is_some() {
+            eprintln!($($arg)*);
+        }
+    };
+}
+
 fn one_rank() -> Communicator {
     let id = UniqueId::new().expect("ncclGetUniqueId");
     Communicator::init_rank(0, 1, 0, &id, &Config::new().comm_name("weft-test")).expect("one-rank init")
@@ -372,6 +381,7 @@ fn every_collective_matches_a_host_reference_on_every_rank() {
     let failures = spmd(devices, &Config::new(), |comm| {
         let (me, s) = (comm.rank(), comm.context().new_stream()?);
         let mut seen: Vec<(String, Vec<f32>, Vec<f32>)> = Vec::new();
+        trace!("rank {me}: starting the collectives");
         let send = s.clone_htod(&inputs[me][..n])?;
         let send_all = s.clone_htod(&inputs[me])?;
         let poison = |len: usize| s.clone_htod(&vec![POISON; len]);
@@ -389,9 +399,11 @@ fn every_collective_matches_a_host_reference_on_every_rank() {
         }
         let mut recv = poison(n)?;
         comm.all_reduce(&send, &mut recv, ReduceOp::Avg, &s)?;
+        trace!("rank {me}: done ");
         seen.push(("all_reduce avg".into(), s.clone_dtoh(&recv)?, sum.iter().map(|v| v / nranks as f32).collect()));
         let mut inplace = s.clone_htod(&inputs[me][..n])?;
         comm.all_reduce_in_place(&mut inplace, ReduceOp::Sum, &s)?;
+        trace!("rank {me}: done ");
         seen.push(("all_reduce in place".into(), s.clone_dtoh(&inplace)?, sum.clone()));
 
         for root in [0, last] {
@@ -401,6 +413,7 @@ fn every_collective_matches_a_host_reference_on_every_rank() {
         }
         let mut inplace = s.clone_htod(&inputs[me][..n])?;
         comm.broadcast_in_place(&mut inplace, last, &s)?;
+        trace!("rank {me}: done ");
         seen.push(("broadcast in place".into(), s.clone_dtoh(&inplace)?, first(last)));
 
         let mut recv = poison(n)?;
@@ -412,23 +425,28 @@ fn every_collective_matches_a_host_reference_on_every_rank() {
         let gathered: Vec<f32> = (0..nranks).flat_map(first).collect();
         let mut recv = poison(n * nranks)?;
         comm.all_gather(&send, &mut recv, &s)?;
+        trace!("rank {me}: done ");
         seen.push(("all_gather".into(), s.clone_dtoh(&recv)?, gathered.clone()));
         let mut inplace = poison(n * nranks)?;
         s.memcpy_htod(&inputs[me][..n], &mut inplace.slice_mut(me * n..(me + 1) * n))?;
         comm.all_gather_in_place(&mut inplace, &s)?;
+        trace!("rank {me}: done ");
         seen.push(("all_gather in place".into(), s.clone_dtoh(&inplace)?, gathered.clone()));
 
         let mine = across(|a, b| a + b, me * n..(me + 1) * n);
         let mut recv = poison(n)?;
         comm.reduce_scatter(&send_all, &mut recv, ReduceOp::Sum, &s)?;
+        trace!("rank {me}: done ");
         seen.push(("reduce_scatter".into(), s.clone_dtoh(&recv)?, mine.clone()));
         let mut inplace = s.clone_htod(&inputs[me])?;
         comm.reduce_scatter_in_place(&mut inplace, ReduceOp::Sum, &s)?;
         let got = s.clone_dtoh(&inplace)?[me * n..(me + 1) * n].to_vec();
+        trace!("rank {me}: done ");
         seen.push(("reduce_scatter in place".into(), got, mine));
 
         let mut recv = poison(n * nranks)?;
         comm.all_to_all(&send_all, &mut recv, &s)?;
+        trace!("rank {me}: done ");
         seen.push(("all_to_all".into(), s.clone_dtoh(&recv)?, (0..nranks).flat_map(|r| block(r, me)).collect()));
 
         let mut recv = poison(n * nranks)?;
@@ -438,6 +456,7 @@ fn every_collective_matches_a_host_reference_on_every_rank() {
         }
         let mut recv = poison(n)?;
         comm.scatter((me == 0).then_some(&send_all), &mut recv, 0, &s)?;
+        trace!("rank {me}: done ");
         seen.push(("scatter".into(), s.clone_dtoh(&recv)?, block(0, me)));
 
         // A ring: send to the next rank, receive from the previous one, in one group.
@@ -447,11 +466,13 @@ fn every_collective_matches_a_host_reference_on_every_rank() {
             comm.send(&send, next, &s)?;
             comm.recv(&mut recv, previous, &s)
         })?;
+        trace!("rank {me}: done ");
         seen.push(("send/recv ring".into(), s.clone_dtoh(&recv)?, first(previous)));
 
         let half = comm.pre_mul_sum::<f32>(Scalar::Host(0.5))?;
         let mut recv = poison(n)?;
         comm.all_reduce(&send, &mut recv, ReduceOp::Custom(half.op()), &s)?;
+        trace!("rank {me}: done ");
         seen.push(("pre_mul_sum".into(), s.clone_dtoh(&recv)?, sum.iter().map(|v| v * 0.5).collect()));
         drop(half);
 
@@ -512,6 +533,7 @@ fn nccl_2_29_host_features_on_every_rank() {
         let (me, s) = (comm.rank(), comm.context().new_stream()?);
         let mut report = Vec::new();
 
+        trace!("rank {me}: properties");
         // Properties: NCCL's view against weft's (identity calls, ncclTeamLsa).
         let props = comm.properties()?;
         let lsa = comm.team_lsa()?;
@@ -521,6 +543,7 @@ fn nccl_2_29_host_features_on_every_rank() {
         assert_eq!(props.device_api_support, Some(true));
         report.push(format!("properties: {props}"));
 
+        trace!("rank {me}: suspend");
         // Suspend / resume: NCCL's statistics, and what the device says.
         let total = comm.mem_stat(MemStat::Total)?;
         let suspendable = comm.mem_stat(MemStat::Suspendable)?;
@@ -538,12 +561,14 @@ fn nccl_2_29_host_features_on_every_rank() {
             free_during >> 20,
             free_after >> 20
         ));
+        trace!("rank {me}: resumed");
         // The communicator works after resume.
         let send = s.clone_htod(&vec![1.0f32; 1024])?;
         let mut recv = s.alloc_zeros::<f32>(1024)?;
         comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
         assert!(s.clone_dtoh(&recv)?.iter().all(|&v| v == nranks as f32), "all-reduce after resume");
 
+        trace!("rank {me}: put_signal");
         // put_signal around a ring: rank r writes its input into rank r+1's window, which waits for the signal.
         let (next, previous) = ((me + 1) % nranks, (me + nranks - 1) % nranks);
         let window = comm.alloc_window::<f32>(&s, n, WindowFlags::COLL_SYMMETRIC)?;
@@ -551,7 +576,9 @@ fn nccl_2_29_host_features_on_every_rank() {
         let local = s.clone_htod(&inputs[me])?;
         window.put_signal(&local, next, 0, 0, &s)?;
         comm.wait_signal(previous, 0, 1, &s)?;
+        trace!("rank {me}: wait_signal enqueued");
         let got = window.buffer().copy_to_host()?;
+        trace!("rank {me}: put_signal done");
         let ok = got == inputs[previous];
         report.push(format!("put_signal ring: rank {previous}'s data {}", if ok { "arrived" } else { "is WRONG" }));
         assert!(ok, "rank {me}: the window does not hold rank {previous}'s data");
