@@ -21,6 +21,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use sha2::{Digest, Sha256};
 
 use super::compile::{file_stem, run_nvcc, CacheOrigin, CompileRequest, CompiledKernel};
+use super::elf;
 use super::{JitError, Toolchain};
 
 /// Bumped whenever the key's inputs or the entry format change, so old entries are simply never looked up.
@@ -118,7 +119,8 @@ impl KernelCache {
     }
 
     /// The cubin for `req`: from this process's memo, else from disk (verified), else compiled with nvcc and
-    /// stored. A corrupt or truncated disk entry is logged, removed and recompiled.
+    /// stored. A disk entry that is truncated, fails its checksum or is not a well-formed cubin is logged, removed
+    /// and recompiled; nvcc output that is not a well-formed cubin is [`JitError::MalformedCubin`].
     pub fn get_or_compile(&self, tc: &Toolchain, req: &CompileRequest<'_>) -> Result<CompiledKernel, JitError> {
         let started = Instant::now();
         let key = CacheKey::new(tc, req);
@@ -163,8 +165,20 @@ impl KernelCache {
         let output = unique_temp_path(&self.dir, &format!("{stem}.nvcc.cubin"));
         let compiled = run_nvcc(tc, req, &header_dir, &source_path, &output)
             .and_then(|()| fs::read(&output).map_err(|e| io_error("read nvcc's output", &output, e)));
+        let cubin = match compiled.map(|cubin| (elf::check_cubin(&cubin), cubin)) {
+            Ok((Ok(()), cubin)) => cubin,
+            Ok((Err(problem), _)) => {
+                // Kept for inspection beside the source, like nvcc's log after a failure.
+                let kept = source_path.with_extension("malformed.cubin");
+                let path = if fs::rename(&output, &kept).is_ok() { kept } else { output.clone() };
+                return Err(JitError::MalformedCubin { kernel: req.name.to_string(), path, problem });
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&output);
+                return Err(e);
+            }
+        };
         let _ = fs::remove_file(&output);
-        let cubin = compiled?;
         write_atomically(&path, &encode_entry(&cubin))?;
         let cubin: Arc<[u8]> = cubin.into();
         *cached = Some(cubin.clone());
@@ -183,7 +197,9 @@ impl KernelCache {
                 return None;
             }
         };
-        match decode_entry(&bytes) {
+        // The checksum only proves the bytes are what was stored; the ELF check that they are safe to give the
+        // driver (a malformed cubin can crash it), whoever stored them.
+        match decode_entry(&bytes).and_then(|cubin| elf::check_cubin(cubin).map(|()| cubin)) {
             Ok(cubin) => Some(cubin.to_vec()),
             Err(problem) => {
                 tracing::warn!("kernel cache entry {} is corrupt ({problem}); recompiling", path.display());

@@ -157,6 +157,24 @@ pub enum JitError {
         output: String,
     },
 
+    /// A cubin is not a well-formed CUDA ELF image, so it was not handed to the driver: nvcc reported success
+    /// but wrote something else, or a cubin was altered after it was compiled. (A malformed *cache entry* is
+    /// not an error: it is recompiled.)
+    #[error(
+        "the cubin of kernel `{kernel}` is not a valid CUDA ELF image ({problem}); it was not loaded. Kept at {}; \
+         if nvcc just wrote it, check that WEFT_NVCC (or CUDA_HOME) names a working CUDA 13 nvcc and that the disk \
+         is not full, then retry",
+        path.display()
+    )]
+    MalformedCubin {
+        /// The kernel's name.
+        kernel: String,
+        /// Where the bytes are: nvcc's output kept for inspection, or the cache entry.
+        path: PathBuf,
+        /// What is wrong with the ELF structure.
+        problem: String,
+    },
+
     /// An entry-point name cannot be passed to the driver (it is empty or contains a NUL byte).
     #[error(
         "invalid entry point name {name:?}: it must be a non-empty C identifier (a weft bug if it came from \

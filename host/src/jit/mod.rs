@@ -17,6 +17,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DriverError};
 
 mod cache;
 mod compile;
+mod elf;
 mod error;
 mod registry;
 mod toolchain;
@@ -70,17 +71,18 @@ pub fn compile_cubin(tc: &Toolchain, req: &CompileRequest<'_>) -> Result<Compile
     KernelCache::global()?.get_or_compile(tc, req)
 }
 
-/// Loads a compiled kernel's cubin into `ctx`.
+/// Loads a compiled kernel's cubin into `ctx`, after checking it is a well-formed CUDA ELF image (the driver
+/// does not check, and malformed tables can crash it).
 pub fn load(ctx: &Arc<CudaContext>, compiled: &CompiledKernel) -> Result<Arc<CudaModule>, JitError> {
+    let cubin = checked_cubin(compiled)?;
     let started = Instant::now();
-    let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(compiled.cubin.to_vec())).map_err(|source| {
-        JitError::ModuleLoad {
+    let module =
+        ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin.to_vec())).map_err(|source| JitError::ModuleLoad {
             kernel: compiled.name.clone(),
             arch: compiled.arch.to_string(),
             device: ctx.ordinal(),
             source,
-        }
-    })?;
+        })?;
     tracing::debug!(
         "loaded kernel `{}` on device {} in {:.2} ms",
         compiled.name,
@@ -88,6 +90,16 @@ pub fn load(ctx: &Arc<CudaContext>, compiled: &CompiledKernel) -> Result<Arc<Cud
         started.elapsed().as_secs_f64() * 1e3
     );
     Ok(module)
+}
+
+/// `compiled.cubin` if it passes the ELF check, else [`JitError::MalformedCubin`].
+fn checked_cubin(compiled: &CompiledKernel) -> Result<&[u8], JitError> {
+    elf::check_cubin(&compiled.cubin).map_err(|problem| JitError::MalformedCubin {
+        kernel: compiled.name.clone(),
+        path: compiled.path.clone(),
+        problem,
+    })?;
+    Ok(&compiled.cubin)
 }
 
 /// The entry point `entry_point` of `kernel`'s loaded module.
