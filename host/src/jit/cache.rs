@@ -76,16 +76,28 @@ impl fmt::Debug for CacheKey {
 type Slot = Arc<Mutex<Option<Arc<[u8]>>>>;
 
 /// Compiled kernels on disk, plus an in-process memo so a kernel is read or compiled once per process.
+///
+/// The directory is private: created mode 0700 on first use, and refused ([`JitError::CacheDirInsecure`]) if it,
+/// or a directory above it that weft created, belongs to another user or is writable by group or others.
 #[derive(Debug)]
 pub struct KernelCache {
     dir: PathBuf,
+    /// The top of the directories weft owns around `dir`: `dir` itself, or `<user cache dir>/weft`.
+    owned_root: PathBuf,
+    /// Set once the directory has been created or found, and judged private.
+    private: OnceLock<()>,
     memo: Mutex<HashMap<CacheKey, Slot>>,
 }
 
 impl KernelCache {
-    /// A cache in `dir` (created on first write).
+    /// A cache in `dir` (created, mode 0700, on first use).
     pub fn new(dir: impl Into<PathBuf>) -> KernelCache {
-        KernelCache { dir: dir.into(), memo: Mutex::new(HashMap::new()) }
+        let dir = dir.into();
+        KernelCache::with_owned_root(dir.clone(), dir)
+    }
+
+    pub(crate) fn with_owned_root(dir: PathBuf, owned_root: PathBuf) -> KernelCache {
+        KernelCache { dir, owned_root, private: OnceLock::new(), memo: Mutex::new(HashMap::new()) }
     }
 
     /// The cache in `WEFT_CACHE_DIR`, else `<user cache dir>/weft/kernels` (`~/.cache/weft/kernels` on Linux).
@@ -93,9 +105,26 @@ impl KernelCache {
         match std::env::var_os("WEFT_CACHE_DIR").filter(|v| !v.is_empty()) {
             Some(dir) => Ok(KernelCache::new(dir)),
             None => {
-                dirs::cache_dir().map(|d| KernelCache::new(d.join("weft").join("kernels"))).ok_or(JitError::NoCacheDir)
+                let weft = dirs::cache_dir().ok_or(JitError::NoCacheDir)?.join("weft");
+                Ok(KernelCache::with_owned_root(weft.join("kernels"), weft))
             }
         }
+    }
+
+    /// Checks the directory without creating anything: `Ok(true)` if it exists and is private, `Ok(false)` if
+    /// it does not exist yet (the first compile creates it, mode 0700), else why it would be refused. This is
+    /// the check every use of the cache makes first (`cargo xtask doctor` shows it).
+    pub fn check_dir(&self) -> Result<bool, JitError> {
+        private::check(&self.dir, &self.owned_root)
+    }
+
+    /// Creates the directory if needed and checks it is private, once per cache object while it stays so.
+    fn ensure_private(&self) -> Result<(), JitError> {
+        if self.private.get().is_none() {
+            private::ensure(&self.dir, &self.owned_root)?;
+            let _ = self.private.set(());
+        }
+        Ok(())
     }
 
     /// The process-wide cache ([`KernelCache::from_env`], created on first use).
@@ -142,6 +171,8 @@ impl KernelCache {
         if let Some(cubin) = cached.as_ref() {
             return Ok(done(cubin.clone(), CacheOrigin::Memory));
         }
+        // Before anything is read from disk: a planted entry would carry a valid checksum.
+        self.ensure_private()?;
         if print_cuda_requested() {
             eprintln!("// ===== weft: kernel `{}` ({}, key {key}) =====\n{}", req.name, req.arch, req.source);
         }
@@ -276,7 +307,7 @@ fn unique_temp_path(dir: &Path, name: &str) -> PathBuf {
 /// Writes `bytes` to `path` so that readers see either the old file or the complete new one.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), JitError> {
     let dir = path.parent().expect("cache paths have a parent");
-    fs::create_dir_all(dir).map_err(|e| io_error("create directory", dir, e))?;
+    private::create_inside(dir).map_err(|e| io_error("create directory", dir, e))?;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let temp = unique_temp_path(dir, &name);
     let written = (|| {
@@ -299,5 +330,6 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), JitError
     Ok(())
 }
 
+mod private;
 #[cfg(test)]
 mod tests;

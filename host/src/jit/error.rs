@@ -121,6 +121,22 @@ pub enum JitError {
     #[error("no user cache directory to keep compiled kernels in (is HOME set?); set WEFT_CACHE_DIR to a writable directory")]
     NoCacheDir,
 
+    /// The kernel cache directory (or a directory above it that weft created) belongs to another user or can be
+    /// written by group or others, so a cubin read from it could be anyone's code.
+    #[error(
+        "kernel cache directory {} {problem}; weft will not load kernels from it, since whoever can write it can \
+         run code in this process: run `chmod 700 {}` if the directory is yours, or set WEFT_CACHE_DIR to a \
+         private directory of your own",
+        dir.display(),
+        dir.display()
+    )]
+    CacheDirInsecure {
+        /// The offending directory: the cache directory or a weft-made directory above it.
+        dir: PathBuf,
+        /// What is wrong ("is writable by group or others (mode 777)", "is owned by uid 0, …").
+        problem: String,
+    },
+
     /// Reading or writing a file of the kernel cache failed.
     #[error(
         "kernel cache: could not {action} {}: {source}; set WEFT_CACHE_DIR to a writable directory with free space",

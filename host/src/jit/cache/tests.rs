@@ -272,3 +272,31 @@ fn nvcc_output_that_is_not_a_cubin_is_a_typed_error() {
     let _ = cache.get_or_compile(&tc, &CompileRequest::new("odd", source, HEADER, GpuArch::SM_90));
     assert_eq!(fake_compiles(&root.path().join("cuda")), 2);
 }
+
+#[test]
+fn the_cache_is_created_private_and_a_writable_one_is_never_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let root = tempfile::tempdir().unwrap();
+    let tc = fake_toolchain(root.path());
+    let dir = root.path().join("made/by/weft");
+    let cache = KernelCache::new(&dir);
+    assert!(!cache.check_dir().unwrap());
+    let cold = cache.get_or_compile(&tc, &request(SOURCE)).unwrap();
+    for made in ["made", "made/by", "made/by/weft", "made/by/weft/src", "made/by/weft/include"] {
+        assert_eq!(mode(&root.path().join(made)), 0o700, "{made}");
+    }
+    assert!(cache.check_dir().unwrap());
+
+    // Someone opens the directory up: a fresh process (a new cache object) refuses to read the entry.
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let err = KernelCache::new(&dir).get_or_compile(&tc, &request(SOURCE)).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, JitError::CacheDirInsecure { .. }), "{text}");
+    assert!(text.contains(&format!("chmod 700 {}", dir.display())), "{text}");
+    assert_eq!(fake_compiles(&root.path().join("cuda")), 1, "nothing compiled either");
+    assert!(KernelCache::new(&dir).check_dir().is_err());
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+    let warm = KernelCache::new(&dir).get_or_compile(&tc, &request(SOURCE)).unwrap();
+    assert_eq!((warm.origin, warm.cubin), (CacheOrigin::Disk, cold.cubin));
+}
