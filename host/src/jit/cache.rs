@@ -23,6 +23,7 @@ use sha2::{Digest, Sha256};
 use super::compile::{file_stem, run_nvcc, CacheOrigin, CompileRequest, CompiledKernel};
 use super::elf;
 use super::{JitError, Toolchain};
+use crate::discovery::Environment;
 
 /// Bumped whenever the key's inputs or the entry format change, so old entries are simply never looked up.
 const FORMAT: &str = "weft-kernel-cache-v1";
@@ -102,13 +103,13 @@ impl KernelCache {
 
     /// The cache in `WEFT_CACHE_DIR`, else `<user cache dir>/weft/kernels` (`~/.cache/weft/kernels` on Linux).
     pub fn from_env() -> Result<KernelCache, JitError> {
-        match std::env::var_os("WEFT_CACHE_DIR").filter(|v| !v.is_empty()) {
-            Some(dir) => Ok(KernelCache::new(dir)),
-            None => {
-                let weft = dirs::cache_dir().ok_or(JitError::NoCacheDir)?.join("weft");
-                Ok(KernelCache::with_owned_root(weft.join("kernels"), weft))
-            }
-        }
+        KernelCache::from_environment(&Environment::from_process())
+    }
+
+    /// The cache [`Environment::cache_dir`] names (what [`KernelCache::from_env`] uses), not yet created.
+    pub fn from_environment(env: &Environment) -> Result<KernelCache, JitError> {
+        let location = env.cache_dir().ok_or(JitError::NoCacheDir)?;
+        Ok(KernelCache::with_owned_root(location.dir, location.owned_root))
     }
 
     /// Checks the directory without creating anything: `Ok(true)` if it exists and is private, `Ok(false)` if

@@ -6,9 +6,9 @@
 //! than NVRTC, because NVRTC cannot compile NCCL's GIN backend headers. `docs/jit.md` describes discovery, the
 //! cache layout and every failure.
 //!
-//! Environment: `WEFT_NVCC`, `CUDA_HOME`, `WEFT_TOOLCHAIN_DIR` (nvcc); `WEFT_NCCL_INCLUDE`, `NCCL_HOME` (NCCL
-//! headers); `WEFT_CACHE_DIR` (cache); `WEFT_PRINT_CUDA=1` (print each kernel's source to stderr when this
-//! process first needs it).
+//! Environment: `WEFT_NVCC`, `CUDA_HOME`, `PATH`, `WEFT_TOOLCHAIN_DIR` (nvcc); `WEFT_NCCL_INCLUDE`, `NCCL_HOME`
+//! (NCCL headers); `WEFT_CACHE_DIR` (cache), all searched by [`crate::discovery`]; `WEFT_PRINT_CUDA=1` (print
+//! each kernel's source to stderr when this process first needs it).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -25,7 +25,7 @@ mod toolchain;
 #[cfg(test)]
 mod gpu_tests;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;
 
@@ -33,7 +33,7 @@ pub use cache::{CacheKey, KernelCache};
 pub use compile::{CacheOrigin, CompileRequest, CompiledKernel, GpuArch};
 pub use error::JitError;
 pub use registry::{ArgAlignment, KernelRegistry, KernelSpec};
-pub use toolchain::{LoadedNccl, Toolchain};
+pub use toolchain::{check_nccl_include, find_cuda_include, nvcc_version, parse_nvcc_release, LoadedNccl, Toolchain};
 
 /// The launch function of `spec` in `ctx` compiled for 16-byte-aligned slice and window arguments (the form every
 /// launch on weft or cudarc allocations runs), compiled and loaded on first use (process-wide registry). Its
