@@ -210,25 +210,9 @@ impl Environment {
         first_existing(candidates, Path::is_file)
     }
 
-    /// `<toolchain dir>/venv/lib/python3*/site-packages/nvidia/cu13/bin/nvcc`, one per Python version present,
-    /// in name order (or the pattern itself when there is none, so a failure shows where the search looked).
+    /// The nvcc of the provisioned toolchain ([`provisioned_nvcc_in`] of [`Environment::toolchain_dir`]).
     pub fn provisioned_nvcc(&self) -> Vec<PathBuf> {
-        let lib = self.toolchain_dir().join("venv").join("lib");
-        let tail = |python: &Path| python.join("site-packages").join("nvidia").join("cu13").join("bin").join("nvcc");
-        let mut pythons: Vec<PathBuf> = fs::read_dir(&lib)
-            .map(|entries| {
-                entries
-                    .filter_map(Result::ok)
-                    .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
-                    .map(|e| e.path())
-                    .collect()
-            })
-            .unwrap_or_default();
-        pythons.sort();
-        if pythons.is_empty() {
-            return vec![tail(&lib.join("python3*"))];
-        }
-        pythons.iter().map(|p| tail(p)).collect()
+        provisioned_nvcc_in(self.toolchain_dir())
     }
 
     /// The NCCL headers kernels are compiled against: `WEFT_NCCL_INCLUDE` (authoritative: without `nccl.h`,
@@ -351,6 +335,28 @@ pub enum Missing {
         /// Every place, in order.
         searched: Vec<PathBuf>,
     },
+}
+
+/// Where the toolchain `cargo xtask provision` installs into `toolchain_dir` keeps nvcc:
+/// `venv/lib/python3*/site-packages/nvidia/cu13/bin/nvcc`, one per Python version present, in name order (or the
+/// pattern itself when there is none, so a failure shows where the search looked).
+pub fn provisioned_nvcc_in(toolchain_dir: &Path) -> Vec<PathBuf> {
+    let lib = toolchain_dir.join("venv").join("lib");
+    let tail = |python: &Path| python.join("site-packages").join("nvidia").join("cu13").join("bin").join("nvcc");
+    let mut pythons: Vec<PathBuf> = fs::read_dir(&lib)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    pythons.sort();
+    if pythons.is_empty() {
+        return vec![tail(&lib.join("python3*"))];
+    }
+    pythons.iter().map(|p| tail(p)).collect()
 }
 
 /// `<workspace>/target/weft-toolchain`: the workspace is the directory above this crate.

@@ -14,7 +14,7 @@ pub enum JitError {
     /// No nvcc was found in any of the places weft looks.
     #[error(
         "nvcc not found (looked at: {}); set WEFT_NVCC to the nvcc binary or CUDA_HOME to a CUDA 13 toolkit, \
-         or run `cargo xtask doctor` to provision one",
+         or run `cargo xtask provision` in weft's workspace to install one from pip",
         list_paths(searched)
     )]
     NvccNotFound {

@@ -33,7 +33,10 @@ pub use cache::{CacheKey, KernelCache};
 pub use compile::{CacheOrigin, CompileRequest, CompiledKernel, GpuArch};
 pub use error::JitError;
 pub use registry::{ArgAlignment, KernelRegistry, KernelSpec};
-pub use toolchain::{check_nccl_include, find_cuda_include, nvcc_version, parse_nvcc_release, LoadedNccl, Toolchain};
+pub use toolchain::{
+    check_nccl_include, find_cuda_include, find_nccl_include, find_nvcc, nvcc_version, parse_nvcc_release, LoadedNccl,
+    Toolchain,
+};
 
 /// The launch function of `spec` in `ctx` compiled for 16-byte-aligned slice and window arguments (the form every
 /// launch on weft or cudarc allocations runs), compiled and loaded on first use (process-wide registry). Its

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::JitError;
-use crate::discovery::{Environment, Missing};
+use crate::discovery::{Candidate, Environment, Missing};
 use crate::version::{Version, DEVICE_API};
 
 /// The compiler and header directories kernels are built with.
@@ -53,8 +53,8 @@ impl Toolchain {
 
     /// [`Toolchain::discover`] in the environment `env`.
     pub fn discover_in(env: &Environment, loaded: Option<LoadedNccl<'_>>) -> Result<Toolchain, JitError> {
-        let nvcc = find_nvcc(env)?;
-        let nccl_include = find_nccl_include(env, loaded)?;
+        let nvcc = find_nvcc(env)?.path;
+        let nccl_include = find_nccl_include(env, loaded)?.path;
         let toolchain = Toolchain::from_paths(nvcc, nccl_include, loaded.map(|l| l.version))?;
         tracing::debug!(
             nvcc = %toolchain.nvcc.display(),
@@ -90,9 +90,9 @@ impl Toolchain {
     }
 }
 
-/// [`Environment::nvcc`], as the JIT's error.
-pub(crate) fn find_nvcc(env: &Environment) -> Result<PathBuf, JitError> {
-    env.nvcc().map(|found| found.path).map_err(|missing| match missing {
+/// [`Environment::nvcc`], failing with the error the JIT reports.
+pub fn find_nvcc(env: &Environment) -> Result<Candidate, JitError> {
+    env.nvcc().map_err(|missing| match missing {
         Missing::BadOverride { variable, path, problem } => JitError::BadEnvironmentPath { variable, path, problem },
         Missing::NotFound { searched } => JitError::NvccNotFound { searched },
     })
@@ -117,9 +117,9 @@ pub fn find_cuda_include(nvcc: &Path) -> Result<PathBuf, JitError> {
     }
 }
 
-/// [`Environment::nccl_include`] beside `loaded`, as the JIT's error.
-pub(crate) fn find_nccl_include(env: &Environment, loaded: Option<LoadedNccl<'_>>) -> Result<PathBuf, JitError> {
-    env.nccl_include(loaded.map(|l| l.library)).map(|found| found.path).map_err(|missing| match missing {
+/// [`Environment::nccl_include`] beside `loaded`, failing with the error the JIT reports.
+pub fn find_nccl_include(env: &Environment, loaded: Option<LoadedNccl<'_>>) -> Result<Candidate, JitError> {
+    env.nccl_include(loaded.map(|l| l.library)).map_err(|missing| match missing {
         Missing::BadOverride { variable, path, problem } => JitError::BadEnvironmentPath { variable, path, problem },
         Missing::NotFound { searched } => JitError::NcclIncludeNotFound { searched, loaded: loaded.map(|l| l.version) },
     })

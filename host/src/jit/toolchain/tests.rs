@@ -60,15 +60,15 @@ fn nvcc_is_looked_for_in_documented_order() {
         system_cuda: r.join("system-cuda"),
         ..empty_env(r)
     };
-    assert_eq!(find_nvcc(&env).unwrap(), explicit);
+    assert_eq!(find_nvcc(&env).unwrap().path, explicit);
     env.weft_nvcc = None;
-    assert_eq!(find_nvcc(&env).unwrap(), from_home);
+    assert_eq!(find_nvcc(&env).unwrap().path, from_home);
     env.cuda_home = Some(r.join("cuda-home-without-nvcc"));
-    assert_eq!(find_nvcc(&env).unwrap(), on_path);
+    assert_eq!(find_nvcc(&env).unwrap().path, on_path);
     env.path = None;
-    assert_eq!(find_nvcc(&env).unwrap(), provisioned);
+    assert_eq!(find_nvcc(&env).unwrap().path, provisioned);
     env.default_toolchain_dir = r.join("not-provisioned");
-    assert_eq!(find_nvcc(&env).unwrap(), system);
+    assert_eq!(find_nvcc(&env).unwrap().path, system);
     env.system_cuda = r.join("no-system-cuda");
     let err = find_nvcc(&env).unwrap_err();
     let text = err.to_string();
@@ -126,12 +126,12 @@ fn nccl_include_is_looked_for_in_documented_order() {
         system_include: system.clone(),
         ..empty_env(r)
     };
-    assert_eq!(find_nccl_include(&env, Some(loaded)).unwrap(), explicit);
+    assert_eq!(find_nccl_include(&env, Some(loaded)).unwrap().path, explicit);
     env.weft_nccl_include = None;
-    assert_eq!(find_nccl_include(&env, Some(loaded)).unwrap(), home.join("include"));
+    assert_eq!(find_nccl_include(&env, Some(loaded)).unwrap().path, home.join("include"));
     env.nccl_home = Some(r.join("nccl-home-without-headers"));
-    assert_eq!(find_nccl_include(&env, Some(loaded)).unwrap(), wheel.join("include"));
-    assert_eq!(find_nccl_include(&env, None).unwrap(), system);
+    assert_eq!(find_nccl_include(&env, Some(loaded)).unwrap().path, wheel.join("include"));
+    assert_eq!(find_nccl_include(&env, None).unwrap().path, system);
     env.system_include = r.join("nothing");
     let elsewhere = LoadedNccl { library: &r.join("elsewhere/lib/libnccl.so.2"), version: V2_28_9 };
     let text = find_nccl_include(&env, Some(elsewhere)).unwrap_err().to_string();
