@@ -162,8 +162,9 @@ fn a_wrong_weft_libnccl_is_a_problem_even_with_a_good_library_elsewhere() {
     let (problems, text) = report_text(&env, one_h100());
     assert!(text.contains("WEFT_LIBNCCL=") && text.contains("could not be loaded"), "{text}");
     assert!(text.contains("fix: point WEFT_LIBNCCL at a libnccl.so.2 that loads, or unset it"), "{text}");
-    // libnccl, and the headers: with no library loaded, NCCL_HOME's headers have nothing to match... but exist.
-    assert!(problems >= 1, "{text}");
+    // Only libnccl: NCCL_HOME's headers are found, with nothing loaded to compare them with.
+    assert_eq!(problems, 1, "{text}");
+    assert!(text.contains("no libnccl to compare them with"), "{text}");
     assert_every_problem_has_a_fix(&text);
 }
 
