@@ -2,7 +2,6 @@
 //! runs the suites against it. See docs/toolchain.md for what lands where and why.
 
 mod doctor;
-mod nccl_version;
 mod probe;
 mod provision;
 mod toolchain;
@@ -12,8 +11,10 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
 
+use weft_host::discovery::Environment;
+
 use crate::provision::ensure_toolchain;
-use crate::toolchain::{nvcc_version, workspace_root, Toolchain};
+use crate::toolchain::{nvcc_version, toolchain_dir, workspace_root, Toolchain};
 
 const USAGE: &str = "\
 usage: cargo xtask <command>
@@ -24,8 +25,11 @@ commands:
   bench [-- <cargo bench args>]  provision the toolchain if needed, then
                                  `cargo bench -p weft --bench fused --bench dsl`
                                  (a package or target chosen after `--` replaces those)
-  doctor                         report libnccl, NCCL headers, nvcc and GPUs, with fixes
-  provision                      only provision the toolchain (target/weft-toolchain)
+  doctor                         report what a GPU run of a weft program finds on this
+                                 machine (libnccl, NCCL headers, nvcc, kernel cache, GPUs),
+                                 with a fix for each problem; exits 1 if anything is missing
+  provision                      only provision the toolchain (target/weft-toolchain, or
+                                 WEFT_TOOLCHAIN_DIR)
   help                           this text
 
 Arguments after `--` go to cargo; test-binary arguments need a second `--`:
@@ -99,18 +103,17 @@ fn parse(arguments: &[OsString]) -> Result<Task, UsageError> {
 }
 
 fn run(task: Task) -> Result<ExitCode> {
-    let root = workspace_root();
     match task {
         Task::Help => {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)
         }
         Task::Doctor => {
-            doctor::doctor(&root);
-            Ok(ExitCode::SUCCESS)
+            let problems = doctor::doctor(&Environment::from_process());
+            Ok(if problems == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Task::Provision => {
-            let toolchain = ensure_toolchain(&root)?;
+            let toolchain = ensure_toolchain(&toolchain_dir(&Environment::from_process()))?;
             describe(&toolchain)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -123,7 +126,7 @@ fn run(task: Task) -> Result<ExitCode> {
 /// streams straight through and its exit status becomes ours.
 fn run_cargo_suite(subcommand: &str, cargo_args: &[OsString]) -> Result<ExitCode> {
     let root = workspace_root();
-    let toolchain = ensure_toolchain(&root)?;
+    let toolchain = ensure_toolchain(&toolchain_dir(&Environment::from_process()))?;
     describe(&toolchain)?;
 
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -190,15 +193,14 @@ fn selects_packages(cargo_args: &[OsString]) -> bool {
 /// Prints what the toolchain holds and the environment the suites will get.
 fn describe(toolchain: &Toolchain) -> Result<()> {
     say(&format!("toolchain  {}", toolchain.dir.display()));
-    let version = nvcc_version(&toolchain.nvcc)
-        .with_context(|| format!("the provisioned nvcc does not run: {}", toolchain.nvcc.display()))?;
+    let version = nvcc_version(&toolchain.nvcc).context("the provisioned nvcc does not run")?;
     say(&format!("nvcc       {} ({version})", toolchain.nvcc.display()));
     for install in &toolchain.nccl {
         say(&format!(
             "NCCL {:<6} headers {} (NCCL_VERSION_CODE {})",
             install.version,
             install.include_dir.display(),
-            install.version.code()
+            install.version.code
         ));
         say(&format!("NCCL {:<6} libnccl {}", install.version, install.libnccl.display()));
     }

@@ -1,36 +1,9 @@
-//! Questions asked of libnccl and the CUDA driver through dlopen. The only `unsafe` in
-//! xtask lives here, next to the C signatures it depends on.
+//! Questions asked of the CUDA driver through dlopen. The only `unsafe` in xtask lives here, next
+//! to the C signatures it depends on. (libnccl is opened by weft-host's own loader, as at run time.)
 
 use std::ffi::{c_char, c_int, c_uint, CStr};
-use std::path::Path;
 
-use anyhow::{bail, Context, Result};
 use libloading::{Library, Symbol};
-
-use crate::nccl_version::NcclVersion;
-
-/// `ncclResult_t ncclGetVersion(int* version)`, unchanged since NCCL 2.0.
-type NcclGetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
-
-/// The version a libnccl reports about itself (not what its file name or headers claim).
-pub fn libnccl_version(path: &Path) -> Result<NcclVersion> {
-    // SAFETY: loading runs libnccl's ELF initialisers, which only set up static state: they
-    // start no threads and need neither a GPU nor a driver (NCCL talks to the driver only
-    // from its API calls), so loading it in this short-lived process has no side effects.
-    let library = unsafe { Library::new(path) }.with_context(|| format!("cannot load {}", path.display()))?;
-    // SAFETY: the type matches ncclGetVersion's C declaration in every NCCL 2.x (ncclResult_t
-    // is a C enum, passed as int); the symbol is used only while `library` is alive.
-    let get_version: Symbol<'_, NcclGetVersion> = unsafe { library.get(b"ncclGetVersion\0") }
-        .with_context(|| format!("{} has no ncclGetVersion", path.display()))?;
-    let mut code: c_int = 0;
-    // SAFETY: the argument points to a live, writable int, the only memory the call touches.
-    let status = unsafe { get_version(&mut code) };
-    if status != 0 {
-        bail!("ncclGetVersion returned ncclResult_t {status}");
-    }
-    let code = u32::try_from(code).with_context(|| format!("nonsensical NCCL version {code}"))?;
-    Ok(NcclVersion::from_code(code))
-}
 
 /// A GPU as the driver sees it.
 #[derive(Debug, Clone)]

@@ -6,20 +6,21 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::toolchain::{
-    nvcc_version, pinned_spec, read_stamp, stamp_is_current, stamp_text, toolchain_dir, Toolchain, CUDA_PACKAGES,
-    NCCL_PACKAGE, NCCL_VERSIONS, STAMP_FILE,
+    nvcc_version, pinned_spec, read_stamp, stamp_is_current, stamp_text, Toolchain, CUDA_PACKAGES, NCCL_PACKAGE,
+    NCCL_VERSIONS, STAMP_FILE,
 };
 use crate::{run_checked, say};
 
 /// Set to 1 to never run pip (offline use with a toolchain that is already there).
 pub const SKIP_ENV: &str = "WEFT_SKIP_PROVISION";
 
-/// Returns the toolchain, installing it first if its stamp is missing or stale.
-pub fn ensure_toolchain(workspace_root: &Path) -> Result<Toolchain> {
-    let dir = toolchain_dir(workspace_root);
+/// Returns the toolchain in `dir` ([`crate::toolchain::toolchain_dir`]), installing it first if its stamp is
+/// missing or stale.
+pub fn ensure_toolchain(dir: &Path) -> Result<Toolchain> {
+    let dir = dir.to_path_buf();
     let spec = pinned_spec();
 
     if skip_requested() {
@@ -32,7 +33,7 @@ pub fn ensure_toolchain(workspace_root: &Path) -> Result<Toolchain> {
         fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
         // Several engineers (and their editors' cargo runs) share this directory: without
         // the lock, a second `cargo xtask test` would wipe a half-done install under the first.
-        let lock_path = parent.join("weft-toolchain.lock");
+        let lock_path = lock_path(&dir);
         let lock = File::create(&lock_path).with_context(|| format!("cannot create {}", lock_path.display()))?;
         if lock.try_lock().is_err() {
             say("waiting for another cargo xtask to finish provisioning…");
@@ -61,6 +62,35 @@ pub fn ensure_toolchain(workspace_root: &Path) -> Result<Toolchain> {
     })
 }
 
+/// `<dir>.lock` beside the toolchain (`target/weft-toolchain.lock` for the default location).
+fn lock_path(dir: &Path) -> PathBuf {
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "weft-toolchain".into());
+    dir.with_file_name(format!("{name}.lock"))
+}
+
+/// What provisioning itself puts in a toolchain directory; anything else means the directory is not one.
+const TOOLCHAIN_ENTRIES: [&str; 4] = ["venv", "smoke", STAMP_FILE, "stamp.tmp"];
+
+/// Refuses to delete a directory that is not a (possibly half-made) toolchain: `WEFT_TOOLCHAIN_DIR` can point
+/// anywhere, and starting over deletes the directory.
+fn check_replaceable(dir: &Path) -> Result<()> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries {
+        let name = entry.with_context(|| format!("cannot list {}", dir.display()))?.file_name();
+        let name = name.to_string_lossy();
+        if !TOOLCHAIN_ENTRIES.contains(&name.as_ref()) && !name.starts_with("nccl-") {
+            bail!(
+                "{} holds {name:?}, which provisioning did not put there, so it will not delete the directory to \
+                 start over; point WEFT_TOOLCHAIN_DIR at an empty or new directory (or unset it)",
+                dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 fn skip_requested() -> bool {
     std::env::var_os(SKIP_ENV).is_some_and(|value| !value.is_empty() && value != "0")
 }
@@ -71,6 +101,7 @@ fn provision_from_scratch(dir: &Path, spec: &str) -> Result<()> {
     // No stamp means an earlier run stopped somewhere unknown; pip's own state in that venv
     // cannot be trusted to describe the files, so start clean.
     if dir.exists() {
+        check_replaceable(dir)?;
         fs::remove_dir_all(dir).with_context(|| format!("cannot remove {}", dir.display()))?;
     }
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -168,8 +199,7 @@ fn resolved_packages(python: &Path, toolchain: &Toolchain) -> String {
     for install in &toolchain.nccl {
         resolved.push_str(&format!(
             "{NCCL_PACKAGE}=={} (nccl.h NCCL_VERSION_CODE {})\n",
-            install.version,
-            install.version.code()
+            install.version, install.version.code
         ));
     }
     resolved
@@ -184,4 +214,30 @@ fn write_atomically(path: &Path, contents: &str) -> Result<()> {
         .and_then(|()| file.sync_all())
         .with_context(|| format!("cannot write {}", temporary.display()))?;
     fs::rename(&temporary, path).with_context(|| format!("cannot create {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lock_sits_beside_the_toolchain() {
+        assert_eq!(lock_path(Path::new("/ws/target/weft-toolchain")), Path::new("/ws/target/weft-toolchain.lock"));
+        assert_eq!(lock_path(Path::new("/opt/tc")), Path::new("/opt/tc.lock"));
+    }
+
+    #[test]
+    fn only_a_toolchain_directory_is_deleted_to_start_over() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("tc");
+        check_replaceable(&dir).expect("absent");
+        for entry in ["venv", "nccl-2.28.9", "smoke"] {
+            fs::create_dir_all(dir.join(entry)).unwrap();
+        }
+        fs::write(dir.join("stamp.tmp"), "").unwrap();
+        check_replaceable(&dir).expect("a half-made toolchain");
+        fs::write(dir.join("thesis.tex"), "").unwrap();
+        let error = check_replaceable(&dir).unwrap_err().to_string();
+        assert!(error.contains("thesis.tex") && error.contains("WEFT_TOOLCHAIN_DIR"), "{error}");
+    }
 }

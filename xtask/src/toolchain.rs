@@ -7,11 +7,10 @@
 use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{bail, ensure, Context, Result};
-
-use crate::nccl_version::{version_code_from_header, NcclVersion};
+use weft_host::discovery::{provisioned_nvcc_in, Environment};
+use weft_host::Version;
 
 /// CUDA wheels installed into the toolchain's venv. nvvm and crt move with nvcc: a newer
 /// nvvm emits PTX that the 13.0 ptxas rejects, so all of them stay on 13.0.
@@ -43,10 +42,24 @@ pub fn workspace_root() -> PathBuf {
     manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
 }
 
-/// `<workspace>/target/weft-toolchain`. Deliberately not under `CARGO_TARGET_DIR`: every
-/// engineer's private target dir shares one toolchain, and its path is part of the contract.
-pub fn toolchain_dir(workspace_root: &Path) -> PathBuf {
-    workspace_root.join("target").join("weft-toolchain")
+/// Where the toolchain is provisioned and looked for: `WEFT_TOOLCHAIN_DIR`, else
+/// `<workspace>/target/weft-toolchain` — the runtime's own answer ([`Environment::toolchain_dir`]), so the nvcc
+/// it searches for is the one installed here. Deliberately not under `CARGO_TARGET_DIR`: every engineer's
+/// private target dir shares one toolchain, and its path is part of the contract.
+pub fn toolchain_dir(env: &Environment) -> PathBuf {
+    env.toolchain_dir().to_path_buf()
+}
+
+/// Parses a pinned release, "2.28.9".
+pub fn parse_version(text: &str) -> Option<Version> {
+    let mut parts = text.trim().split('.').map(|part| part.parse::<i32>().ok().filter(|n| (0..100).contains(n)));
+    let version = Version::new(parts.next()??, parts.next()??, parts.next()??);
+    parts.next().is_none().then_some(version)
+}
+
+/// A release as it appears in environment variable names: `2_28_9`.
+pub fn underscored(version: Version) -> String {
+    format!("{}_{}_{}", version.major(), version.minor(), version.patch())
 }
 
 /// The pinned spec written into the stamp. Any change to the pins changes this text, which
@@ -89,7 +102,7 @@ pub fn read_stamp(dir: &Path) -> Option<String> {
 #[derive(Debug, Clone)]
 pub struct NcclInstall {
     /// Version declared by its `nccl.h`.
-    pub version: NcclVersion,
+    pub version: Version,
     /// Directory holding `nccl.h` and `nccl_device.h`.
     pub include_dir: PathBuf,
     /// `libnccl.so.2`.
@@ -110,11 +123,15 @@ impl Toolchain {
     /// Finds every pinned component under `dir`, without running anything.
     pub fn locate(dir: &Path) -> Result<Self> {
         let dir = std::path::absolute(dir).with_context(|| format!("cannot make {} absolute", dir.display()))?;
-        let venv = dir.join("venv");
-        let site_packages = find_site_packages(&venv)
-            .with_context(|| format!("no venv with nvidia/cu13/bin/nvcc under {}", venv.display()))?;
-        let cuda_home = site_packages.join("nvidia").join("cu13");
-        let nvcc = cuda_home.join("bin").join("nvcc");
+        // The runtime's search for a provisioned nvcc; if several Python versions left directories behind, the
+        // first that has nvcc wins, as it does at run time.
+        let searched = provisioned_nvcc_in(&dir);
+        let nvcc = searched
+            .iter()
+            .find(|nvcc| nvcc.is_file())
+            .cloned()
+            .with_context(|| format!("no nvcc in the toolchain's venv (looked at {})", searched[0].display()))?;
+        let cuda_home = nvcc.parent().and_then(Path::parent).context("nvcc has no toolkit directory")?.to_path_buf();
         // Headers from the runtime and cccl wheels: nvcc alone installs fine without them,
         // and the failure would only show inside the first kernel compilation.
         for needed in ["include/cuda_runtime.h", "include/cccl/cuda/std/version"] {
@@ -129,7 +146,7 @@ impl Toolchain {
             let libnccl = wheel.join("lib").join("libnccl.so.2");
             let version = read_header_version(&include_dir)?;
             ensure!(
-                NcclVersion::parse(pin) == Some(version),
+                parse_version(pin) == Some(version),
                 "{} declares NCCL {version}, but the toolchain pins {pin}",
                 include_dir.join("nccl.h").display()
             );
@@ -141,7 +158,7 @@ impl Toolchain {
 
     /// The environment test and bench processes get. Other crates code against these names.
     pub fn env(&self) -> Result<Vec<(String, OsString)>> {
-        let includes: Vec<(NcclVersion, &Path)> =
+        let includes: Vec<(Version, &Path)> =
             self.nccl.iter().map(|install| (install.version, install.include_dir.as_path())).collect();
         let mut env = vec![
             ("WEFT_TOOLCHAIN_DIR".to_owned(), self.dir.clone().into()),
@@ -157,15 +174,15 @@ impl Toolchain {
 }
 
 /// `WEFT_TEST_LIBNCCL_2_28_9` for 2.28.9.
-pub fn libnccl_env_name(version: NcclVersion) -> String {
-    format!("WEFT_TEST_LIBNCCL_{}", version.underscored())
+pub fn libnccl_env_name(version: Version) -> String {
+    format!("WEFT_TEST_LIBNCCL_{}", underscored(version))
 }
 
 /// `2.28.9=/abs/include;2.32.3=/abs/include`, the value of `WEFT_CODEGEN_NCCL_INCLUDES`.
 ///
 /// Paths that would make the list ambiguous (containing `;` or `=`, or not UTF-8, which
 /// `std::env::var` on the reading side would reject) are refused rather than mangled.
-pub fn format_codegen_includes(entries: &[(NcclVersion, &Path)]) -> Result<String> {
+pub fn format_codegen_includes(entries: &[(Version, &Path)]) -> Result<String> {
     let mut parts = Vec::with_capacity(entries.len());
     for (version, dir) in entries {
         let Some(dir_text) = dir.to_str() else {
@@ -182,55 +199,24 @@ pub fn format_codegen_includes(entries: &[(NcclVersion, &Path)]) -> Result<Strin
     Ok(parts.join(";"))
 }
 
-/// Version declared by `<include_dir>/nccl.h`.
-pub fn read_header_version(include_dir: &Path) -> Result<NcclVersion> {
-    let header = include_dir.join("nccl.h");
-    let text = fs::read_to_string(&header).with_context(|| format!("cannot read {}", header.display()))?;
-    let code = version_code_from_header(&text)
-        .with_context(|| format!("{} declares no NCCL_VERSION_CODE", header.display()))?;
-    Ok(NcclVersion::from_code(code))
+/// The release of the NCCL headers in `include_dir`, read and checked (device API present) by the runtime's
+/// own [`weft_host::jit::check_nccl_include`].
+pub fn read_header_version(include_dir: &Path) -> Result<Version> {
+    weft_host::jit::check_nccl_include(include_dir, None).map_err(anyhow::Error::from)
 }
 
-/// `venv/lib/pythonX.Y/site-packages` holding the CUDA wheels. Globbed rather than asked of
-/// the venv's python, so locating works offline and without spawning anything; if several
-/// Python versions left directories behind, the one that has nvcc wins.
-fn find_site_packages(venv: &Path) -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = fs::read_dir(venv.join("lib"))
-        .ok()?
-        .filter_map(|entry| entry.ok())
-        .filter(|entry| entry.file_name().to_string_lossy().starts_with("python"))
-        .map(|entry| entry.path().join("site-packages"))
-        .collect();
-    candidates.sort();
-    candidates.into_iter().find(|site| site.join("nvidia/cu13/bin/nvcc").is_file())
-}
-
-/// The "release" line of `nvcc --version`, e.g. "Cuda compilation tools, release 13.0, V13.0.88".
+/// `nvcc --version`, as the runtime reads it, shortened to the release ("13.0.88") when it has one.
 pub fn nvcc_version(nvcc: &Path) -> Result<String> {
-    let output =
-        Command::new(nvcc).arg("--version").output().with_context(|| format!("cannot run {}", nvcc.display()))?;
-    ensure!(
-        output.status.success(),
-        "{} --version failed ({}): {}",
-        nvcc.display(),
-        output.status,
-        String::from_utf8_lossy(&output.stderr).trim()
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let line = stdout
-        .lines()
-        .find(|line| line.contains("release"))
-        .or_else(|| stdout.lines().rfind(|line| !line.trim().is_empty()))
-        .unwrap_or("(no version output)");
-    Ok(line.trim().to_owned())
+    let text = weft_host::jit::nvcc_version(nvcc)?;
+    Ok(weft_host::jit::parse_nvcc_release(&text).map(str::to_owned).unwrap_or(text))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn version(text: &str) -> NcclVersion {
-        NcclVersion::parse(text).unwrap()
+    fn version(text: &str) -> Version {
+        parse_version(text).unwrap()
     }
 
     #[test]
@@ -301,9 +287,35 @@ mod tests {
         assert!(!stamp_is_current(Some(""), &spec));
     }
 
+    /// xtask installs where the runtime looks: weft-host's default is this workspace's target/weft-toolchain,
+    /// and WEFT_TOOLCHAIN_DIR moves both.
     #[test]
-    fn toolchain_lives_under_the_real_target_dir() {
-        assert_eq!(toolchain_dir(Path::new("/ws")), Path::new("/ws/target/weft-toolchain"));
+    fn toolchain_lives_where_the_runtime_looks() {
+        let root = Path::new("/ws");
+        let mut env = Environment::isolated(root);
+        env.default_toolchain_dir = Environment::from_process().default_toolchain_dir;
+        assert_eq!(toolchain_dir(&env), workspace_root().join("target").join("weft-toolchain"));
+        env.weft_toolchain_dir = Some(PathBuf::from("/elsewhere"));
+        assert_eq!(toolchain_dir(&env), Path::new("/elsewhere"));
+    }
+
+    #[test]
+    fn versions_parse_and_name_variables() {
+        assert_eq!(version("2.32.3").code, 23203);
+        assert_eq!(underscored(version("2.32.3")), "2_32_3");
+        for bad in ["2.32", "2.32.3.1", "2.x.3", "2.100.1", ""] {
+            assert_eq!(parse_version(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn header_versions_are_read_by_the_runtime_check() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("nccl.h"), "#define NCCL_VERSION_CODE 22809\n").unwrap();
+        let error = read_header_version(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("nccl_device.h"), "headers without the device API are refused: {error}");
+        fs::write(dir.path().join("nccl_device.h"), "").unwrap();
+        assert_eq!(read_header_version(dir.path()).unwrap(), version("2.28.9"));
     }
 
     #[test]

@@ -21,7 +21,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use sha2::{Digest, Sha256};
 
 use super::compile::{file_stem, run_nvcc, CacheOrigin, CompileRequest, CompiledKernel};
+use super::elf;
 use super::{JitError, Toolchain};
+use crate::discovery::Environment;
 
 /// Bumped whenever the key's inputs or the entry format change, so old entries are simply never looked up.
 const FORMAT: &str = "weft-kernel-cache-v1";
@@ -75,26 +77,55 @@ impl fmt::Debug for CacheKey {
 type Slot = Arc<Mutex<Option<Arc<[u8]>>>>;
 
 /// Compiled kernels on disk, plus an in-process memo so a kernel is read or compiled once per process.
+///
+/// The directory is private: created mode 0700 on first use, and refused ([`JitError::CacheDirInsecure`]) if it,
+/// or a directory above it that weft created, belongs to another user or is writable by group or others.
 #[derive(Debug)]
 pub struct KernelCache {
     dir: PathBuf,
+    /// The top of the directories weft owns around `dir`: `dir` itself, or `<user cache dir>/weft`.
+    owned_root: PathBuf,
+    /// Set once the directory has been created or found, and judged private.
+    private: OnceLock<()>,
     memo: Mutex<HashMap<CacheKey, Slot>>,
 }
 
 impl KernelCache {
-    /// A cache in `dir` (created on first write).
+    /// A cache in `dir` (created, mode 0700, on first use).
     pub fn new(dir: impl Into<PathBuf>) -> KernelCache {
-        KernelCache { dir: dir.into(), memo: Mutex::new(HashMap::new()) }
+        let dir = dir.into();
+        KernelCache::with_owned_root(dir.clone(), dir)
+    }
+
+    pub(crate) fn with_owned_root(dir: PathBuf, owned_root: PathBuf) -> KernelCache {
+        KernelCache { dir, owned_root, private: OnceLock::new(), memo: Mutex::new(HashMap::new()) }
     }
 
     /// The cache in `WEFT_CACHE_DIR`, else `<user cache dir>/weft/kernels` (`~/.cache/weft/kernels` on Linux).
     pub fn from_env() -> Result<KernelCache, JitError> {
-        match std::env::var_os("WEFT_CACHE_DIR").filter(|v| !v.is_empty()) {
-            Some(dir) => Ok(KernelCache::new(dir)),
-            None => {
-                dirs::cache_dir().map(|d| KernelCache::new(d.join("weft").join("kernels"))).ok_or(JitError::NoCacheDir)
-            }
+        KernelCache::from_environment(&Environment::from_process())
+    }
+
+    /// The cache [`Environment::cache_dir`] names (what [`KernelCache::from_env`] uses), not yet created.
+    pub fn from_environment(env: &Environment) -> Result<KernelCache, JitError> {
+        let location = env.cache_dir().ok_or(JitError::NoCacheDir)?;
+        Ok(KernelCache::with_owned_root(location.dir, location.owned_root))
+    }
+
+    /// Checks the directory without creating anything: `Ok(true)` if it exists and is private, `Ok(false)` if
+    /// it does not exist yet (the first compile creates it, mode 0700), else why it would be refused. This is
+    /// the check every use of the cache makes first (`cargo xtask doctor` shows it).
+    pub fn check_dir(&self) -> Result<bool, JitError> {
+        private::check(&self.dir, &self.owned_root)
+    }
+
+    /// Creates the directory if needed and checks it is private, once per cache object while it stays so.
+    fn ensure_private(&self) -> Result<(), JitError> {
+        if self.private.get().is_none() {
+            private::ensure(&self.dir, &self.owned_root)?;
+            let _ = self.private.set(());
         }
+        Ok(())
     }
 
     /// The process-wide cache ([`KernelCache::from_env`], created on first use).
@@ -118,7 +149,8 @@ impl KernelCache {
     }
 
     /// The cubin for `req`: from this process's memo, else from disk (verified), else compiled with nvcc and
-    /// stored. A corrupt or truncated disk entry is logged, removed and recompiled.
+    /// stored. A disk entry that is truncated, fails its checksum or is not a well-formed cubin is logged, removed
+    /// and recompiled; nvcc output that is not a well-formed cubin is [`JitError::MalformedCubin`].
     pub fn get_or_compile(&self, tc: &Toolchain, req: &CompileRequest<'_>) -> Result<CompiledKernel, JitError> {
         let started = Instant::now();
         let key = CacheKey::new(tc, req);
@@ -140,6 +172,8 @@ impl KernelCache {
         if let Some(cubin) = cached.as_ref() {
             return Ok(done(cubin.clone(), CacheOrigin::Memory));
         }
+        // Before anything is read from disk: a planted entry would carry a valid checksum.
+        self.ensure_private()?;
         if print_cuda_requested() {
             eprintln!("// ===== weft: kernel `{}` ({}, key {key}) =====\n{}", req.name, req.arch, req.source);
         }
@@ -163,8 +197,20 @@ impl KernelCache {
         let output = unique_temp_path(&self.dir, &format!("{stem}.nvcc.cubin"));
         let compiled = run_nvcc(tc, req, &header_dir, &source_path, &output)
             .and_then(|()| fs::read(&output).map_err(|e| io_error("read nvcc's output", &output, e)));
+        let cubin = match compiled.map(|cubin| (elf::check_cubin(&cubin), cubin)) {
+            Ok((Ok(()), cubin)) => cubin,
+            Ok((Err(problem), _)) => {
+                // Kept for inspection beside the source, like nvcc's log after a failure.
+                let kept = source_path.with_extension("malformed.cubin");
+                let path = if fs::rename(&output, &kept).is_ok() { kept } else { output.clone() };
+                return Err(JitError::MalformedCubin { kernel: req.name.to_string(), path, problem });
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&output);
+                return Err(e);
+            }
+        };
         let _ = fs::remove_file(&output);
-        let cubin = compiled?;
         write_atomically(&path, &encode_entry(&cubin))?;
         let cubin: Arc<[u8]> = cubin.into();
         *cached = Some(cubin.clone());
@@ -183,7 +229,9 @@ impl KernelCache {
                 return None;
             }
         };
-        match decode_entry(&bytes) {
+        // The checksum only proves the bytes are what was stored; the ELF check that they are safe to give the
+        // driver (a malformed cubin can crash it), whoever stored them.
+        match decode_entry(&bytes).and_then(|cubin| elf::check_cubin(cubin).map(|()| cubin)) {
             Ok(cubin) => Some(cubin.to_vec()),
             Err(problem) => {
                 tracing::warn!("kernel cache entry {} is corrupt ({problem}); recompiling", path.display());
@@ -260,7 +308,7 @@ fn unique_temp_path(dir: &Path, name: &str) -> PathBuf {
 /// Writes `bytes` to `path` so that readers see either the old file or the complete new one.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), JitError> {
     let dir = path.parent().expect("cache paths have a parent");
-    fs::create_dir_all(dir).map_err(|e| io_error("create directory", dir, e))?;
+    private::create_inside(dir).map_err(|e| io_error("create directory", dir, e))?;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let temp = unique_temp_path(dir, &name);
     let written = (|| {
@@ -283,5 +331,6 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), JitError
     Ok(())
 }
 
+mod private;
 #[cfg(test)]
 mod tests;

@@ -14,7 +14,7 @@ pub enum JitError {
     /// No nvcc was found in any of the places weft looks.
     #[error(
         "nvcc not found (looked at: {}); set WEFT_NVCC to the nvcc binary or CUDA_HOME to a CUDA 13 toolkit, \
-         or run `cargo xtask doctor` to provision one",
+         or run `cargo xtask provision` in weft's workspace to install one from pip",
         list_paths(searched)
     )]
     NvccNotFound {
@@ -121,6 +121,22 @@ pub enum JitError {
     #[error("no user cache directory to keep compiled kernels in (is HOME set?); set WEFT_CACHE_DIR to a writable directory")]
     NoCacheDir,
 
+    /// The kernel cache directory (or a directory above it that weft created) belongs to another user or can be
+    /// written by group or others, so a cubin read from it could be anyone's code.
+    #[error(
+        "kernel cache directory {} {problem}; weft will not load kernels from it, since whoever can write it can \
+         run code in this process: run `chmod 700 {}` if the directory is yours, or set WEFT_CACHE_DIR to a \
+         private directory of your own",
+        dir.display(),
+        dir.display()
+    )]
+    CacheDirInsecure {
+        /// The offending directory: the cache directory or a weft-made directory above it.
+        dir: PathBuf,
+        /// What is wrong ("is writable by group or others (mode 777)", "is owned by uid 0, …").
+        problem: String,
+    },
+
     /// Reading or writing a file of the kernel cache failed.
     #[error(
         "kernel cache: could not {action} {}: {source}; set WEFT_CACHE_DIR to a writable directory with free space",
@@ -155,6 +171,24 @@ pub enum JitError {
         status: String,
         /// nvcc's complete output (stderr, then stdout).
         output: String,
+    },
+
+    /// A cubin is not a well-formed CUDA ELF image, so it was not handed to the driver: nvcc reported success
+    /// but wrote something else, or a cubin was altered after it was compiled. (A malformed *cache entry* is
+    /// not an error: it is recompiled.)
+    #[error(
+        "the cubin of kernel `{kernel}` is not a valid CUDA ELF image ({problem}); it was not loaded. Kept at {}; \
+         if nvcc just wrote it, check that WEFT_NVCC (or CUDA_HOME) names a working CUDA 13 nvcc and that the disk \
+         is not full, then retry",
+        path.display()
+    )]
+    MalformedCubin {
+        /// The kernel's name.
+        kernel: String,
+        /// Where the bytes are: nvcc's output kept for inspection, or the cache entry.
+        path: PathBuf,
+        /// What is wrong with the ELF structure.
+        problem: String,
     },
 
     /// An entry-point name cannot be passed to the driver (it is empty or contains a NUL byte).

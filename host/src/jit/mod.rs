@@ -6,9 +6,9 @@
 //! than NVRTC, because NVRTC cannot compile NCCL's GIN backend headers. `docs/jit.md` describes discovery, the
 //! cache layout and every failure.
 //!
-//! Environment: `WEFT_NVCC`, `CUDA_HOME`, `WEFT_TOOLCHAIN_DIR` (nvcc); `WEFT_NCCL_INCLUDE`, `NCCL_HOME` (NCCL
-//! headers); `WEFT_CACHE_DIR` (cache); `WEFT_PRINT_CUDA=1` (print each kernel's source to stderr when this
-//! process first needs it).
+//! Environment: `WEFT_NVCC`, `CUDA_HOME`, `PATH`, `WEFT_TOOLCHAIN_DIR` (nvcc); `WEFT_NCCL_INCLUDE`, `NCCL_HOME`
+//! (NCCL headers); `WEFT_CACHE_DIR` (cache), all searched by [`crate::discovery`]; `WEFT_PRINT_CUDA=1` (print
+//! each kernel's source to stderr when this process first needs it).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -17,6 +17,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DriverError};
 
 mod cache;
 mod compile;
+mod elf;
 mod error;
 mod registry;
 mod toolchain;
@@ -24,7 +25,7 @@ mod toolchain;
 #[cfg(test)]
 mod gpu_tests;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;
 
@@ -32,7 +33,10 @@ pub use cache::{CacheKey, KernelCache};
 pub use compile::{CacheOrigin, CompileRequest, CompiledKernel, GpuArch};
 pub use error::JitError;
 pub use registry::{ArgAlignment, KernelRegistry, KernelSpec};
-pub use toolchain::{LoadedNccl, Toolchain};
+pub use toolchain::{
+    check_nccl_include, find_cuda_include, find_nccl_include, find_nvcc, nvcc_version, parse_nvcc_release, LoadedNccl,
+    Toolchain,
+};
 
 /// The launch function of `spec` in `ctx` compiled for 16-byte-aligned slice and window arguments (the form every
 /// launch on weft or cudarc allocations runs), compiled and loaded on first use (process-wide registry). Its
@@ -70,17 +74,18 @@ pub fn compile_cubin(tc: &Toolchain, req: &CompileRequest<'_>) -> Result<Compile
     KernelCache::global()?.get_or_compile(tc, req)
 }
 
-/// Loads a compiled kernel's cubin into `ctx`.
+/// Loads a compiled kernel's cubin into `ctx`, after checking it is a well-formed CUDA ELF image (the driver
+/// does not check, and malformed tables can crash it).
 pub fn load(ctx: &Arc<CudaContext>, compiled: &CompiledKernel) -> Result<Arc<CudaModule>, JitError> {
+    let cubin = checked_cubin(compiled)?;
     let started = Instant::now();
-    let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(compiled.cubin.to_vec())).map_err(|source| {
-        JitError::ModuleLoad {
+    let module =
+        ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin.to_vec())).map_err(|source| JitError::ModuleLoad {
             kernel: compiled.name.clone(),
             arch: compiled.arch.to_string(),
             device: ctx.ordinal(),
             source,
-        }
-    })?;
+        })?;
     tracing::debug!(
         "loaded kernel `{}` on device {} in {:.2} ms",
         compiled.name,
@@ -88,6 +93,16 @@ pub fn load(ctx: &Arc<CudaContext>, compiled: &CompiledKernel) -> Result<Arc<Cud
         started.elapsed().as_secs_f64() * 1e3
     );
     Ok(module)
+}
+
+/// `compiled.cubin` if it passes the ELF check, else [`JitError::MalformedCubin`].
+fn checked_cubin(compiled: &CompiledKernel) -> Result<&[u8], JitError> {
+    elf::check_cubin(&compiled.cubin).map_err(|problem| JitError::MalformedCubin {
+        kernel: compiled.name.clone(),
+        path: compiled.path.clone(),
+        problem,
+    })?;
+    Ok(&compiled.cubin)
 }
 
 /// The entry point `entry_point` of `kernel`'s loaded module.

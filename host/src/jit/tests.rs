@@ -139,3 +139,39 @@ fn real_nvcc_errors_name_the_kernel_and_keep_the_diagnostic() {
     assert_eq!(std::fs::read_to_string(source_path).unwrap(), source);
     assert!(output.contains("error"), "{output}");
 }
+
+/// What nvcc really emits passes the ELF check for every NCCL, and the damage the check exists for is caught
+/// on the real thing too, not only on the hand-made image of `elf::tests`.
+#[test]
+fn real_cubins_pass_the_elf_check_and_damaged_ones_do_not() {
+    for tc in real_toolchains() {
+        let dir = tempfile::tempdir().unwrap();
+        let req = CompileRequest::new("weft_jit_probe", PROBE, HEADER, GpuArch::SM_90);
+        let compiled = KernelCache::new(dir.path()).get_or_compile(&tc, &req).unwrap();
+        let cubin = compiled.cubin.to_vec();
+        elf::check_cubin(&cubin).unwrap_or_else(|p| panic!("NCCL {}: a real cubin was refused: {p}", tc.nccl_version));
+        assert!(checked_cubin(&compiled).is_ok());
+
+        let shoff = u64::from_le_bytes(cubin[40..48].try_into().unwrap()) as usize;
+        let mut wrong_machine = cubin.clone();
+        wrong_machine[18..20].copy_from_slice(&62u16.to_le_bytes());
+        let mut table_outside = cubin.clone();
+        table_outside[40..48].copy_from_slice(&(cubin.len() as u64).to_le_bytes());
+        let mut overflowing = cubin.clone();
+        overflowing[40..48].copy_from_slice(&(u64::MAX - 8).to_le_bytes());
+        let damaged = [
+            ("truncated to half", cubin[..cubin.len() / 2].to_vec()),
+            ("truncated inside the section table", cubin[..shoff + 100].to_vec()),
+            ("wrong machine", wrong_machine),
+            ("section table outside", table_outside),
+            ("overflowing offset", overflowing),
+        ];
+        for (what, bytes) in damaged {
+            assert!(elf::check_cubin(&bytes).is_err(), "NCCL {}: {what} was accepted", tc.nccl_version);
+        }
+        let mut altered = compiled.clone();
+        altered.cubin = cubin[..cubin.len() / 2].into();
+        let err = checked_cubin(&altered).unwrap_err();
+        assert!(matches!(err, JitError::MalformedCubin { .. }), "{err}");
+    }
+}

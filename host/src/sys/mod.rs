@@ -25,4 +25,4 @@ pub use bindings::*;
 pub mod v2_28;
 
 mod loader;
-pub use loader::{library, Library};
+pub use loader::{library, search, Library, Search};

@@ -2,7 +2,7 @@ use std::fs;
 use std::path::Path;
 
 use super::*;
-use crate::jit::test_support::{fake_compiles, fake_cuda, fake_nccl_include};
+use crate::jit::test_support::{fake_compiles, fake_cuda, fake_nccl_include, minimal_cubin};
 use crate::jit::GpuArch;
 
 const SOURCE: &str = "#include \"weft.cuh\"\nextern \"C\" __global__ void k() {}\n";
@@ -112,7 +112,7 @@ fn a_miss_compiles_then_memory_and_disk_hit() {
     let cold = cache.get_or_compile(&tc, &request(SOURCE)).unwrap();
     assert_eq!(cold.origin, CacheOrigin::Compiled);
     assert!(!cold.from_cache());
-    assert!(cold.cubin.starts_with(b"FAKECUBIN\n#include \"weft.cuh\""));
+    assert!(cold.cubin.starts_with(&minimal_cubin()) && cold.cubin.ends_with(SOURCE.as_bytes()));
     assert_eq!(cold.path, cache.dir().join(format!("{}.cubin", cold.key)));
     assert_eq!(fs::read_to_string(&cold.source_path).unwrap(), SOURCE);
     assert_eq!(decode_entry(&fs::read(&cold.path).unwrap()).unwrap(), &cold.cubin[..]);
@@ -219,4 +219,84 @@ fn threads_asking_for_one_kernel_compile_it_once() {
         }
     });
     assert_eq!(fake_compiles(&root.path().join("cuda")), 1);
+}
+
+/// The checksum proves the entry is what was stored, not that it is safe to load: an entry holding a
+/// checksum-valid but malformed cubin is recompiled, never handed on.
+#[test]
+fn a_checksummed_but_malformed_entry_is_recompiled_not_trusted() {
+    let root = tempfile::tempdir().unwrap();
+    let tc = fake_toolchain(root.path());
+    let dir = root.path().join("cache");
+    let first = KernelCache::new(&dir).get_or_compile(&tc, &request(SOURCE)).unwrap();
+    let stored = fs::read(&first.path).unwrap();
+
+    let mut bad_machine = first.cubin.to_vec();
+    bad_machine[18] = 62; // EM_X86_64
+    let mut table_out_of_bounds = first.cubin.to_vec();
+    table_out_of_bounds[40..48].copy_from_slice(&u64::MAX.to_le_bytes());
+    for (round, malformed) in [b"not an ELF image at all".to_vec(), bad_machine, table_out_of_bounds].iter().enumerate()
+    {
+        fs::write(&first.path, encode_entry(malformed)).unwrap();
+        assert!(decode_entry(&fs::read(&first.path).unwrap()).is_ok(), "the checksum matches");
+        let again = KernelCache::new(&dir).get_or_compile(&tc, &request(SOURCE)).unwrap();
+        assert_eq!(again.origin, CacheOrigin::Compiled, "round {round}");
+        assert_eq!(again.cubin, first.cubin);
+        assert_eq!(fs::read(&first.path).unwrap(), stored, "the entry was replaced");
+        assert_eq!(fake_compiles(&root.path().join("cuda")), round + 2);
+    }
+}
+
+#[test]
+fn nvcc_output_that_is_not_a_cubin_is_a_typed_error() {
+    let root = tempfile::tempdir().unwrap();
+    let tc = fake_toolchain(root.path());
+    let cache = KernelCache::new(root.path().join("cache"));
+    let source = "#include \"weft.cuh\"\n// WEFT_TEST_MALFORMED\n";
+    let err = cache.get_or_compile(&tc, &CompileRequest::new("odd", source, HEADER, GpuArch::SM_90)).unwrap_err();
+    let text = err.to_string();
+    let JitError::MalformedCubin { kernel, path, problem } = err else {
+        panic!("expected MalformedCubin, got {text}");
+    };
+    assert_eq!(kernel, "odd");
+    assert!(problem.contains("shorter than an ELF header"), "{problem}");
+    assert_eq!(fs::read(&path).unwrap(), b"FAKECUBIN\n", "nvcc's output is kept for inspection");
+    assert!(text.contains("WEFT_NVCC") && text.contains(path.to_str().unwrap()), "{text}");
+    let entries: Vec<_> = fs::read_dir(cache.dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp") || n.ends_with(".cubin"))
+        .collect();
+    assert!(entries.is_empty(), "nothing was cached: {entries:?}");
+    // Nothing was memoised either: the next request runs nvcc again.
+    let _ = cache.get_or_compile(&tc, &CompileRequest::new("odd", source, HEADER, GpuArch::SM_90));
+    assert_eq!(fake_compiles(&root.path().join("cuda")), 2);
+}
+
+#[test]
+fn the_cache_is_created_private_and_a_writable_one_is_never_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let root = tempfile::tempdir().unwrap();
+    let tc = fake_toolchain(root.path());
+    let dir = root.path().join("made/by/weft");
+    let cache = KernelCache::new(&dir);
+    assert!(!cache.check_dir().unwrap());
+    let cold = cache.get_or_compile(&tc, &request(SOURCE)).unwrap();
+    for made in ["made", "made/by", "made/by/weft", "made/by/weft/src", "made/by/weft/include"] {
+        assert_eq!(mode(&root.path().join(made)), 0o700, "{made}");
+    }
+    assert!(cache.check_dir().unwrap());
+
+    // Someone opens the directory up: a fresh process (a new cache object) refuses to read the entry.
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let err = KernelCache::new(&dir).get_or_compile(&tc, &request(SOURCE)).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, JitError::CacheDirInsecure { .. }), "{text}");
+    assert!(text.contains(&format!("chmod 700 {}", dir.display())), "{text}");
+    assert_eq!(fake_compiles(&root.path().join("cuda")), 1, "nothing compiled either");
+    assert!(KernelCache::new(&dir).check_dir().is_err());
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+    let warm = KernelCache::new(&dir).get_or_compile(&tc, &request(SOURCE)).unwrap();
+    assert_eq!((warm.origin, warm.cubin), (CacheOrigin::Disk, cold.cubin));
 }

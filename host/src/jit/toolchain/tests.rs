@@ -5,13 +5,12 @@ use crate::jit::test_support::{fake_cuda, fake_nccl_include, write};
 
 const V2_28_9: Version = Version::new(2, 28, 9);
 
-fn empty_env(root: &Path) -> DiscoveryEnv {
-    DiscoveryEnv {
-        toolchain_dir: root.join("no-toolchain"),
-        system_cuda: root.join("no-system-cuda"),
-        system_include: root.join("no-system-include"),
-        ..DiscoveryEnv::default()
-    }
+fn empty_env(root: &Path) -> Environment {
+    let mut env = Environment::isolated(root);
+    env.default_toolchain_dir = root.join("no-toolchain");
+    env.system_cuda = root.join("no-system-cuda");
+    env.system_include = root.join("no-system-include");
+    env
 }
 
 #[test]
@@ -53,23 +52,23 @@ fn nvcc_is_looked_for_in_documented_order() {
     let provisioned = fake_cuda(&toolchain_dir.join("venv/lib/python3.12/site-packages/nvidia/cu13"));
     let system = fake_cuda(&r.join("system-cuda"));
 
-    let mut env = DiscoveryEnv {
+    let mut env = Environment {
         weft_nvcc: Some(explicit.clone()),
         cuda_home: Some(cuda_home),
         path: Some(std::env::join_paths([r.join("empty"), on_path.parent().unwrap().to_path_buf()]).unwrap()),
-        toolchain_dir,
+        default_toolchain_dir: toolchain_dir,
         system_cuda: r.join("system-cuda"),
         ..empty_env(r)
     };
-    assert_eq!(find_nvcc(&env).unwrap(), explicit);
+    assert_eq!(find_nvcc(&env).unwrap().path, explicit);
     env.weft_nvcc = None;
-    assert_eq!(find_nvcc(&env).unwrap(), from_home);
+    assert_eq!(find_nvcc(&env).unwrap().path, from_home);
     env.cuda_home = Some(r.join("cuda-home-without-nvcc"));
-    assert_eq!(find_nvcc(&env).unwrap(), on_path);
+    assert_eq!(find_nvcc(&env).unwrap().path, on_path);
     env.path = None;
-    assert_eq!(find_nvcc(&env).unwrap(), provisioned);
-    env.toolchain_dir = r.join("not-provisioned");
-    assert_eq!(find_nvcc(&env).unwrap(), system);
+    assert_eq!(find_nvcc(&env).unwrap().path, provisioned);
+    env.default_toolchain_dir = r.join("not-provisioned");
+    assert_eq!(find_nvcc(&env).unwrap().path, system);
     env.system_cuda = r.join("no-system-cuda");
     let err = find_nvcc(&env).unwrap_err();
     let text = err.to_string();
@@ -80,7 +79,7 @@ fn nvcc_is_looked_for_in_documented_order() {
 #[test]
 fn a_wrong_weft_nvcc_is_an_error_not_a_fallthrough() {
     let root = tempfile::tempdir().unwrap();
-    let env = DiscoveryEnv {
+    let env = Environment {
         weft_nvcc: Some(root.path().join("missing/nvcc")),
         system_cuda: root.path().join("system-cuda"),
         ..empty_env(root.path())
@@ -121,18 +120,18 @@ fn nccl_include_is_looked_for_in_documented_order() {
     let system = fake_nccl_include(&r.join("usr-include"), 22809, true);
     let loaded = LoadedNccl { library: &wheel.join("lib/libnccl.so.2"), version: V2_28_9 };
 
-    let mut env = DiscoveryEnv {
+    let mut env = Environment {
         weft_nccl_include: Some(explicit.clone()),
         nccl_home: Some(home.clone()),
         system_include: system.clone(),
         ..empty_env(r)
     };
-    assert_eq!(find_nccl_include(&env, Some(loaded)).unwrap(), explicit);
+    assert_eq!(find_nccl_include(&env, Some(loaded)).unwrap().path, explicit);
     env.weft_nccl_include = None;
-    assert_eq!(find_nccl_include(&env, Some(loaded)).unwrap(), home.join("include"));
+    assert_eq!(find_nccl_include(&env, Some(loaded)).unwrap().path, home.join("include"));
     env.nccl_home = Some(r.join("nccl-home-without-headers"));
-    assert_eq!(find_nccl_include(&env, Some(loaded)).unwrap(), wheel.join("include"));
-    assert_eq!(find_nccl_include(&env, None).unwrap(), system);
+    assert_eq!(find_nccl_include(&env, Some(loaded)).unwrap().path, wheel.join("include"));
+    assert_eq!(find_nccl_include(&env, None).unwrap().path, system);
     env.system_include = r.join("nothing");
     let elsewhere = LoadedNccl { library: &r.join("elsewhere/lib/libnccl.so.2"), version: V2_28_9 };
     let text = find_nccl_include(&env, Some(elsewhere)).unwrap_err().to_string();
@@ -175,7 +174,7 @@ fn discovery_assembles_a_complete_toolchain() {
     let nvcc = fake_cuda(&root.path().join("cuda"));
     std::fs::create_dir_all(root.path().join("cuda/include/cccl")).unwrap();
     let include = fake_nccl_include(&root.path().join("nccl"), 22809, true);
-    let env = DiscoveryEnv {
+    let env = Environment {
         cuda_home: Some(root.path().join("cuda")),
         weft_nccl_include: Some(include.clone()),
         ..empty_env(root.path())
