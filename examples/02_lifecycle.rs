@@ -30,8 +30,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Result;
+use std::sync::Arc;
 use weft::host::caps::{Lsa, LsaGin};
-use weft::host::placement::shared_gpu_config;
+
+use weft::host::placement::{shared_gpu_config, LocalGroup};
 use weft::host::{
     Communicator, Config, DevComm, Error, MemStat, Placement, Polled, ReduceOp, Requirements, SuspendFlags, UniqueId,
     WindowFlags,
@@ -59,13 +61,15 @@ fn main() -> Result<()> {
     let (blocking_id, aborted_id, nonblocking_id) = (UniqueId::new()?, UniqueId::new()?, UniqueId::new()?);
     println!("unique id of the first communicator: {blocking_id}");
     let outcomes: Vec<std::result::Result<Vec<String>, Error>> = std::thread::scope(|scope| {
+        // The ranks (threads) sharing a GPU line up after each collective setup call (placement::LocalGroup).
+        let groups = placement.local_groups();
         let handles: Vec<_> = (0..placement.nranks())
             .map(|rank| {
                 let ids = (&blocking_id, &aborted_id, &nonblocking_id);
-                let placement = &placement;
+                let (placement, group) = (&placement, groups[rank].clone());
                 scope.spawn(move || {
                     let mut log = Vec::new();
-                    let outcome = rank_lifecycle(rank, placement, ids, &mut log);
+                    let outcome = rank_lifecycle(rank, placement, &group, ids, &mut log);
                     outcome.map(|()| log)
                 })
             })
@@ -100,6 +104,7 @@ fn failure(what: &'static str, problem: &str) -> Error {
 fn rank_lifecycle(
     rank: usize,
     placement: &Placement,
+    group: &Arc<LocalGroup>,
     (blocking_id, aborted_id, nonblocking_id): (&UniqueId, &UniqueId, &UniqueId),
     log: &mut Vec<String>,
 ) -> std::result::Result<(), Error> {
@@ -107,8 +112,9 @@ fn rank_lifecycle(
     // Ranks sharing a GPU cap NCCL's CTAs per kernel (what `spmd` does for them).
     let config = |name: &str| shared_gpu_config(&Config::new().comm_name(name), sharing);
 
-    // 1. Uninit -> Active, and what the communicator can do. `sharing_gpu` says how many ranks share this GPU.
-    let uninit = Communicator::uninit(device)?.sharing_gpu(sharing)?;
+    // 1. Uninit -> Active, and what the communicator can do. `sharing_gpu_in` says which ranks (threads of this
+    // process) share this GPU.
+    let uninit = Communicator::uninit(device)?.sharing_gpu_in(group)?;
     let comm = uninit.init(nranks, rank, blocking_id, &config("weft-lifecycle"))?;
     log.push(format!(
         "init: Communicator<Active>, rank {}/{} (NCCL {})",

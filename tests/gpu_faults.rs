@@ -7,10 +7,11 @@
 #[path = "kernels/mod.rs"]
 mod kernels;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weft::host::caps::Lsa;
-use weft::host::placement::shared_gpu_config;
+use weft::host::placement::{shared_gpu_config, LocalGroup};
 use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, Placement, ReduceOp, UniqueId};
 
 /// The placement, or `None` (the test then skips) when it has a single rank.
@@ -24,11 +25,16 @@ fn placement() -> Option<Placement> {
     Some(placement)
 }
 
-/// Rank `rank`'s blocking communicator of `id`, told how many ranks share its GPU.
-fn init(placement: &Placement, rank: usize, id: &UniqueId) -> Result<Communicator, Error> {
-    let sharing = placement.ranks_on_gpu(rank);
-    let config = shared_gpu_config(&Config::new().comm_name("weft-faults"), sharing);
-    Communicator::uninit(placement.devices()[rank])?.sharing_gpu(sharing)?.init(placement.nranks(), rank, id, &config)
+/// Rank `rank`'s blocking communicator of `id`, in the group of the ranks sharing its GPU (`groups[rank]`, from
+/// `placement.local_groups()`).
+fn init(placement: &Placement, groups: &[Arc<LocalGroup>], rank: usize, id: &UniqueId) -> Result<Communicator, Error> {
+    let config = shared_gpu_config(&Config::new().comm_name("weft-faults"), groups[rank].size());
+    Communicator::uninit(placement.devices()[rank])?.sharing_gpu_in(&groups[rank])?.init(
+        placement.nranks(),
+        rank,
+        id,
+        &config,
+    )
 }
 
 /// Runs `body(rank)` on one thread per rank of `ranks` and returns the results in rank order.
@@ -125,8 +131,9 @@ fn a_rank_that_stops_arriving_at_a_device_barrier_times_out_then_aborts_on_every
     let before = warm_up(&placement);
     let n = placement.nranks();
     let id = UniqueId::new().unwrap();
+    let groups = placement.local_groups();
     let outcomes = on_threads(n, |rank| -> Result<u32, Error> {
-        let comm = init(&placement, rank, &id)?;
+        let comm = init(&placement, &groups, rank, &id)?;
         let s = comm.context().new_stream()?;
         let cfg = LaunchConfig::linear(2, 32);
         let mut outcome = s.clone_htod(&[u32::MAX; 2])?;
@@ -160,8 +167,9 @@ fn a_rank_that_aborts_in_the_middle_of_a_collective_leaves_the_others_a_typed_er
     let n = placement.nranks();
     let id = UniqueId::new().unwrap();
     let len = 4 << 20;
+    let groups = placement.local_groups();
     let outcomes = on_threads(n, |rank| -> Result<Option<Error>, Error> {
-        let comm = init(&placement, rank, &id)?;
+        let comm = init(&placement, &groups, rank, &id)?;
         let s = comm.context().new_stream()?;
         let send = s.clone_htod(&vec![1.0f32; len])?;
         let mut recv = s.alloc_zeros::<f32>(len)?;
@@ -198,8 +206,9 @@ fn revoke_then_shrink_to_the_survivors_then_a_correct_collective_on_every_rank()
     let before = warm_up(&placement);
     let n = placement.nranks();
     let id = UniqueId::new().unwrap();
+    let groups = placement.local_groups();
     let sums = on_threads(n, |rank| -> Result<Option<Vec<f32>>, Error> {
-        let comm = init(&placement, rank, &id)?;
+        let comm = init(&placement, &groups, rank, &id)?;
         if rank == n - 1 {
             // The failed rank: it leaves without a word.
             comm.abort()?;

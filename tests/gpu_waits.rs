@@ -45,6 +45,8 @@ struct Spinner {
     word: *mut u32,
     stream: Arc<CudaStream>,
     function: cudarc::driver::CudaFunction,
+    /// Blocks of the spinning kernel.
+    grid: u32,
 }
 
 impl Spinner {
@@ -55,7 +57,7 @@ impl Spinner {
         // Unified addressing: page-locked host memory has the same address on the device.
         let word = release.as_mut_ptr().unwrap();
         let function = jit::function(ctx, &SPIN).unwrap();
-        Spinner { _release: release, word, stream: ctx.new_stream().unwrap(), function }
+        Spinner { _release: release, word, stream: ctx.new_stream().unwrap(), function, grid: 1 }
     }
 
     /// A plain store, no driver call: the watchdog must be able to release the spinner whatever the driver is doing.
@@ -74,7 +76,7 @@ impl Spinner {
         args.push(self.word as u64);
         // SAFETY: spin_until_released(const volatile unsigned*) gets the device address of a live page-locked word,
         // which outlives the kernel (the stream is synchronized below before this function returns).
-        unsafe { launch_raw(&self.function, &self.stream, &LaunchConfig::linear(1, 32), &mut args).unwrap() };
+        unsafe { launch_raw(&self.function, &self.stream, &LaunchConfig::linear(self.grid, 32), &mut args).unwrap() };
         drop(args);
         std::thread::sleep(Duration::from_millis(20)); // let the spinner start
         let done = AtomicBool::new(false);
@@ -109,71 +111,26 @@ impl Spinner {
     }
 }
 
+/// Every probe in both spinner shapes: one block, and enough blocks to fill most of the GPU as co-resident peers'
+/// kernels do (a call could behave differently when the GPU is full).
+fn shapes(ctx: &Arc<CudaContext>, spinner: &Spinner) -> [(&'static str, u32); 2] {
+    let resident =
+        weft::host::launch::resident_blocks(&spinner.function, &spinner.stream, &LaunchConfig::linear(1, 32))
+            .unwrap_or(132);
+    let _ = ctx;
+    [("1 block", 1), ("most of the GPU", u32::try_from(resident * 3 / 4).unwrap_or(u32::MAX).max(1))]
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn calls_on_a_ranks_way_to_a_launch_never_wait_for_the_whole_device() {
     let comm = Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap();
     let ctx = comm.context().clone();
-    let spinner = Spinner::new(&ctx);
+    let mut spinner = Spinner::new(&ctx);
     let s = ctx.new_stream().unwrap();
     let n = 16 << 20;
     let mut must_not_wait = Vec::new();
-    let mut check = |what: &'static str, waited: bool| {
-        if waited {
-            must_not_wait.push(what);
-        }
-    };
-
-    // The probe sees a call that waits for the device.
-    assert!(spinner.waits("control: cuCtxSynchronize", || ctx.synchronize().unwrap()), "the probe cannot see a wait");
-
-    // weft's own calls.
-    check(
-        "new stream on weft's shared context",
-        spinner.waits("weft: new stream on the shared context", || {
-            drop(weft::host::cuda::context(0).unwrap().new_stream().unwrap())
-        }),
-    );
-    let mut staged = None;
-    check(
-        "cudarc clone_htod 64 MB",
-        spinner.waits("cudarc: clone_htod 64 MB (pool alloc + pageable copy)", || {
-            staged = Some(s.clone_htod(&vec![1.0f32; n]).unwrap())
-        }),
-    );
-    check("cudarc free", spinner.waits("cudarc: drop a CudaSlice (stream-ordered free)", || drop(staged.take())));
-    let mut buffer = None;
-    check(
-        "DeviceBuffer::new",
-        spinner.waits("weft: DeviceBuffer::new 64 MB (ncclMemAlloc)", || {
-            buffer = Some(DeviceBuffer::<f32>::new(&s, n).unwrap())
-        }),
-    );
-    check(
-        "DeviceBuffer::copy_from_host",
-        spinner.waits("weft: DeviceBuffer::copy_from_host 64 MB", || {
-            buffer.as_mut().unwrap().copy_from_host(&vec![2.0f32; n]).unwrap()
-        }),
-    );
-    check("DeviceBuffer drop", spinner.waits("weft: drop a DeviceBuffer (ncclMemFree)", || drop(buffer.take())));
-    let mut window = None;
-    check(
-        "alloc_window",
-        spinner.waits("weft: alloc_window (ncclMemAlloc + ncclCommWindowRegister)", || {
-            window = Some(comm.alloc_window::<f32>(&s, n, WindowFlags::COLL_SYMMETRIC).unwrap())
-        }),
-    );
-    let cfg = LaunchConfig::linear(4, 128);
-    let mut dev: Option<DevComm<'_, Lsa>> = None;
-    check(
-        "dev_comm",
-        spinner.waits("weft: dev_comm (ncclDevCommCreate)", || {
-            dev = Some(comm.dev_comm(&kernels::barrier_round_trips::requirements(&cfg)).unwrap())
-        }),
-    );
-    let mut done = s.clone_htod(&[0u32; 4]).unwrap();
-    // Compile the kernel beforehand (nvcc takes seconds, which would look like waiting): the probed launch then
-    // loads its module and function into the context and launches, as a rank's first launch does.
+    // Compile the probed kernel beforehand (nvcc takes seconds, which would look like waiting).
     let arch = jit::GpuArch::from_compute_capability(ctx.compute_capability().unwrap());
     let request = jit::CompileRequest::new(
         kernels::barrier_round_trips::NAME,
@@ -182,30 +139,139 @@ fn calls_on_a_ranks_way_to_a_launch_never_wait_for_the_whole_device() {
         arch,
     )
     .with_flags(jit::ArgAlignment::Aligned16.flags());
-    jit::compile_cubin(jit::toolchain().unwrap(), &request).unwrap();
-    check(
-        "first launch",
-        spinner.waits("weft: first launch of a kernel (module load + cuFuncLoad + launch)", || {
-            kernels::barrier_round_trips::launch(&s, cfg, dev.as_ref().unwrap(), 10, &mut done).unwrap()
-        }),
-    );
-    s.synchronize().unwrap();
-    assert!(s.clone_dtoh(&done).unwrap().iter().all(|&d| d == 10), "the probed launch must still run correctly");
-    check("dev_comm drop", spinner.waits("weft: drop a DevComm (ncclDevCommDestroy)", || drop(dev.take())));
-    check("window drop", spinner.waits("weft: drop a Window (deregister + ncclMemFree)", || drop(window.take())));
+    let compiled = jit::compile_cubin(jit::toolchain().unwrap(), &request).unwrap();
+    let entry = kernels::barrier_round_trips::ENTRY_POINTS[0];
+    let cfg = LaunchConfig::linear(4, 128);
 
-    // Calls outside weft's control, for the record (docs/multi-rank.md).
-    spinner.waits("fact: cudarc CudaContext::new + first new_stream", || {
-        drop(CudaContext::new(0).unwrap().new_stream().unwrap())
-    });
-    spinner.waits("fact: one-rank ncclCommInitRank + finalize + destroy", || {
-        let other = Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap();
-        other.finalize().unwrap().destroy().unwrap();
-    });
+    for (shape, grid) in shapes(&ctx, &spinner) {
+        spinner.grid = grid;
+        println!("--- spinner: {shape} ({grid} blocks)");
+        let mut check = |what: &'static str, waited: bool| {
+            if waited {
+                must_not_wait.push(format!("{what} ({shape})"));
+            }
+        };
+        // The probe sees a call that waits for the device.
+        assert!(
+            spinner.waits("control: cuCtxSynchronize", || ctx.synchronize().unwrap()),
+            "the probe cannot see a wait"
+        );
 
-    drop((dev, window));
+        // weft's own calls on a rank's way to a launch.
+        let shared = || drop(weft::host::cuda::context(0).unwrap().new_stream().unwrap());
+        check("new stream", spinner.waits("weft: new stream on the shared context", shared));
+        let mut staged = None;
+        check(
+            "clone_htod",
+            spinner.waits("cudarc: clone_htod 64 MB (pool alloc + pageable copy)", || {
+                staged = Some(s.clone_htod(&vec![1.0f32; n]).unwrap())
+            }),
+        );
+        check(
+            "CudaSlice drop",
+            spinner.waits("cudarc: drop a CudaSlice (stream-ordered free)", || drop(staged.take())),
+        );
+        let mut buffer = None;
+        check(
+            "DeviceBuffer::new",
+            spinner.waits("weft: DeviceBuffer::new 64 MB (ncclMemAlloc)", || {
+                buffer = Some(DeviceBuffer::<f32>::new(&s, n).unwrap())
+            }),
+        );
+        check(
+            "DeviceBuffer::copy_from_host",
+            spinner.waits("weft: DeviceBuffer::copy_from_host 64 MB", || {
+                buffer.as_mut().unwrap().copy_from_host(&vec![2.0f32; n]).unwrap()
+            }),
+        );
+        check("DeviceBuffer drop", spinner.waits("weft: drop a DeviceBuffer (ncclMemFree)", || drop(buffer.take())));
+
+        // Collective calls: with one rank they show the call's own work; the two-rank test below adds peers.
+        let mut window = None;
+        spinner.waits("fact, one rank: alloc_window (ncclMemAlloc + ncclCommWindowRegister)", || {
+            window = Some(comm.alloc_window::<f32>(&s, n, WindowFlags::COLL_SYMMETRIC).unwrap())
+        });
+        let mut dev: Option<DevComm<'_, Lsa>> = None;
+        spinner.waits("fact, one rank: dev_comm (ncclDevCommCreate)", || {
+            dev = Some(comm.dev_comm(&kernels::barrier_round_trips::requirements(&cfg)).unwrap())
+        });
+
+        // Kernel loading, step by step, then a launch of an already-loaded kernel.
+        let mut module = None;
+        spinner.waits("fact: cuModuleLoadData of a cubin", || module = Some(jit::load(&ctx, &compiled).unwrap()));
+        let module = module.unwrap();
+        let function = jit::load_function(&module, kernels::barrier_round_trips::NAME, entry).unwrap();
+        spinner.waits("fact: cuFuncLoad (weft::host::cuda::load_now)", || {
+            weft::host::cuda::load_now(&function, &ctx).unwrap()
+        });
+        spinner.waits("fact: cuModuleUnload", || drop((function, module)));
+        let mut done = s.clone_htod(&[0u32; 4]).unwrap();
+        let mut launch =
+            || kernels::barrier_round_trips::launch(&s, cfg, dev.as_ref().unwrap(), 10, &mut done).unwrap();
+        spinner.waits("fact: first launch (compiled, not loaded: module load + cuFuncLoad + launch)", &mut launch);
+        check("launch of a loaded kernel", spinner.waits("weft: launch of a loaded kernel", &mut launch));
+        s.synchronize().unwrap();
+        assert!(s.clone_dtoh(&done).unwrap().iter().all(|&d| d == 10), "the probed launches must still run correctly");
+        check("DevComm drop", spinner.waits("weft: drop a DevComm (ncclDevCommDestroy)", || drop(dev.take())));
+        check("Window drop", spinner.waits("weft: drop a Window (deregister + ncclMemFree)", || drop(window.take())));
+        // The next shape loads the kernel afresh.
+        weft::host::jit::KernelRegistry::global().clear();
+
+        // Calls outside weft's control, for the record (docs/multi-rank.md).
+        spinner.waits("fact: cudarc CudaContext::new + first new_stream", || {
+            drop(CudaContext::new(0).unwrap().new_stream().unwrap())
+        });
+        spinner.waits("fact: one-rank ncclCommInitRank + finalize + destroy", || {
+            let other = Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap();
+            other.finalize().unwrap().destroy().unwrap();
+        });
+    }
     assert!(must_not_wait.is_empty(), "these waited for the whole device: {must_not_wait:?}");
     comm.finalize().unwrap().destroy().unwrap();
+}
+
+/// Two ranks sharing the GPU set up together (init, a window, a device communicator) while a kernel of the same
+/// context spins on most of the GPU: whether NCCL's setup calls wait for the whole device once there are peers. A
+/// fact for docs/multi-rank.md; weft does not rely on the answer (it lines up the ranks of a process after each
+/// such call instead). Needs NCCL ≥ 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1, and skips without.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn setup_with_a_peer_on_the_same_gpu_while_a_kernel_spins() {
+    let version = weft::host::sys::library().unwrap().version();
+    if !version.at_least(weft::host::placement::MULTI_RANK_GPU_NCCL) || !weft::host::placement::multi_rank_gpu_enabled()
+    {
+        println!("skipped: two ranks on one GPU need NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL {version})");
+        return;
+    }
+    let ctx = weft::host::cuda::context(0).unwrap();
+    let mut spinner = Spinner::new(&ctx);
+    spinner.grid = shapes(&ctx, &spinner)[1].1;
+    let placement = weft::host::Placement::new(vec![0, 0]).unwrap();
+    let id = UniqueId::new().unwrap();
+    spinner.waits("fact, two ranks: init + window + dev_comm + drops", || {
+        std::thread::scope(|scope| {
+            for rank in 0..2 {
+                let (placement, id) = (&placement, &id);
+                scope.spawn(move || {
+                    let config = weft::host::placement::shared_gpu_config(&Config::new(), 2);
+                    let started = Instant::now();
+                    let comm =
+                        Communicator::uninit(0).unwrap().sharing_gpu(2).unwrap().init(2, rank, id, &config).unwrap();
+                    let init = started.elapsed();
+                    let s = comm.context().new_stream().unwrap();
+                    let window = comm.alloc_window::<f32>(&s, 1 << 20, WindowFlags::COLL_SYMMETRIC).unwrap();
+                    let registered = started.elapsed();
+                    let dev: DevComm<'_, Lsa> =
+                        comm.dev_comm(&weft::host::Requirements::new().lsa_barriers(8)).unwrap();
+                    let created = started.elapsed();
+                    drop((dev, window));
+                    comm.finalize().unwrap().destroy().unwrap();
+                    let _ = placement;
+                    println!("  rank {rank}: init {init:.2?}, window {registered:.2?}, dev_comm {created:.2?}");
+                });
+            }
+        })
+    });
 }
 
 // SAFETY: the raw pointer is to page-locked memory the spinner owns for its whole life; the watchdog thread only

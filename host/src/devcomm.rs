@@ -378,7 +378,7 @@ impl<M: Mode> Communicator<Active, M> {
         let id = self.register_resource(Native::DevComm(bytes.clone()));
         let team_multimem = multimem_handles.iter().map(|h| h._bindgen_opaque_blob.0).collect();
         let last_use = Some(self.context().new_event(None)?);
-        Ok(DevComm {
+        let dev = DevComm {
             comm: self,
             id,
             bytes,
@@ -387,7 +387,10 @@ impl<M: Mode> Communicator<Active, M> {
             team_multimem,
             last_use,
             capabilities: PhantomData,
-        })
+        };
+        // Ranks sharing this GPU in this process go on together (placement::LocalGroup).
+        self.line_up("device communicator creation")?;
+        Ok(dev)
     }
 }
 

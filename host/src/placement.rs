@@ -128,6 +128,18 @@ impl Placement {
         }
     }
 
+    /// One [`LocalGroup`] per GPU, indexed by rank: the ranks on a GPU share theirs. For ranks that are threads of
+    /// this process ([`Communicator::sharing_gpu_in`](crate::Communicator::sharing_gpu_in)).
+    pub fn local_groups(&self) -> Vec<std::sync::Arc<LocalGroup>> {
+        let mut groups: Vec<std::sync::Arc<LocalGroup>> = Vec::with_capacity(self.nranks());
+        for rank in 0..self.nranks() {
+            let first = self.devices.iter().position(|&d| d == self.devices[rank]).unwrap_or(rank);
+            let group = if first < rank { groups[first].clone() } else { LocalGroup::new(self.ranks_on_gpu(rank)) };
+            groups.push(group);
+        }
+        groups
+    }
+
     /// Describes the placement for logs: `8 ranks on 1 GPU (8 per GPU)`.
     pub fn describe(&self) -> String {
         let mut gpus = self.devices.clone();
@@ -224,6 +236,10 @@ mod tests {
         assert_eq!(Placement::spread(8, 1).unwrap().describe(), "8 ranks on 1 GPU (up to 8 per GPU, sharing its SMs)");
         assert_eq!(Placement::spread(2, 2).unwrap().describe(), "2 ranks on 2 GPUs (one per GPU)");
         assert_eq!(Placement::spread(4, 2).unwrap().ranks_on_gpu(9), 0);
+        let groups = Placement::new(vec![0, 1, 0, 1, 1]).unwrap().local_groups();
+        assert!(std::sync::Arc::ptr_eq(&groups[0], &groups[2]) && std::sync::Arc::ptr_eq(&groups[1], &groups[4]));
+        assert!(!std::sync::Arc::ptr_eq(&groups[0], &groups[1]));
+        assert_eq!((groups[0].size(), groups[1].size()), (2, 3));
     }
 
     #[test]
@@ -263,5 +279,107 @@ mod tests {
         assert_eq!(shared, base.clone().max_ctas(SHARED_GPU_MAX_CTAS).min_ctas(1));
         let chosen = base.clone().max_ctas(16);
         assert_eq!(shared_gpu_config(&chosen, 4), chosen.clone().min_ctas(1));
+    }
+}
+
+/// The ranks of one communicator that share a GPU *and this process* (threads), lined up after each collective
+/// setup call.
+///
+/// Such ranks share one CUDA context. A collective setup call (communicator init, window registration, device
+/// communicator creation) returns in each rank when that rank is done with it, and some ranks are done before
+/// others: a fast rank may launch a kernel that waits at a barrier for a slow rank, while the slow rank is still
+/// inside the call and, with peers mapped, may wait for the whole device there. That deadlock was seen on an H200
+/// with NCCL 2.30.7 at 4 ranks (docs/multi-rank.md). So after each such call weft waits until every rank of the
+/// group has returned from it before any of them goes on. [`spmd`](crate::spmd) and `init_all` make the groups;
+/// threads of your own join one with [`Communicator::sharing_gpu_in`](crate::Communicator::sharing_gpu_in).
+#[derive(Debug)]
+pub struct LocalGroup {
+    size: usize,
+    /// (round, ranks arrived in this round).
+    state: std::sync::Mutex<(u64, usize)>,
+    turn: std::sync::Condvar,
+}
+
+/// How long a rank waits for the others of its [`LocalGroup`] after a setup call before giving up with
+/// [`Error::Stalled`]: they return from the same collective call, so seconds apart at most.
+pub const LINE_UP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+impl LocalGroup {
+    /// A group of `size` ranks (threads of this process on one GPU).
+    pub fn new(size: usize) -> std::sync::Arc<LocalGroup> {
+        std::sync::Arc::new(LocalGroup {
+            size: size.max(1),
+            state: std::sync::Mutex::new((0, 0)),
+            turn: std::sync::Condvar::new(),
+        })
+    }
+
+    /// The number of ranks in the group.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Waits until every rank of the group has called this for the same round; [`Error::Stalled`] after `timeout`
+    /// (the rank then withdraws from the round, so the others keep waiting for it, and time out too).
+    pub(crate) fn line_up(&self, after: &'static str, timeout: std::time::Duration) -> Result<(), Error> {
+        use std::sync::PoisonError;
+        if self.size <= 1 {
+            return Ok(());
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let round = state.0;
+        state.1 += 1;
+        if state.1 == self.size {
+            *state = (round + 1, 0);
+            self.turn.notify_all();
+            return Ok(());
+        }
+        loop {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                state.1 -= 1;
+                return Err(Error::Stalled { operation: after, after: timeout });
+            }
+            state = self.turn.wait_timeout(state, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
+            if state.0 != round {
+                return Ok(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod group_tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_group_lines_up_every_round_and_a_missing_rank_is_a_stall_not_a_hang() {
+        let group = LocalGroup::new(4);
+        let passed = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..50 {
+                        group.line_up("test", Duration::from_secs(10)).unwrap();
+                        passed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        assert_eq!(passed.into_inner(), 200);
+
+        let group = LocalGroup::new(3);
+        let started = Instant::now();
+        let outcomes: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..2)
+                .map(|_| scope.spawn(|| group.line_up("window registration", Duration::from_millis(100))))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(outcomes.iter().all(|o| matches!(o, Err(Error::Stalled { operation: "window registration", .. }))));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(LocalGroup::new(1).line_up("alone", Duration::ZERO).is_ok());
     }
 }

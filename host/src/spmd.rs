@@ -34,17 +34,17 @@ pub fn spmd<R: Send>(
     }
     let id = UniqueId::new()?;
     let nranks = devices.len();
+    // The ranks (threads) sharing a GPU line up after each collective setup call.
+    let groups = placement.local_groups();
     let outcomes: Vec<Result<R, Error>> = std::thread::scope(|scope| {
         let handles: Vec<_> = devices
             .iter()
             .enumerate()
             .map(|(rank, &device)| {
-                let (body, placement) = (&body, &placement);
+                let (body, placement, group) = (&body, &placement, &groups[rank]);
                 scope.spawn(move || -> Result<R, Error> {
-                    let ranks_on_gpu = placement.ranks_on_gpu(rank);
-                    let config = shared_gpu_config(config, ranks_on_gpu);
-                    let comm =
-                        Communicator::uninit(device)?.sharing_gpu(ranks_on_gpu)?.init(nranks, rank, &id, &config)?;
+                    let config = shared_gpu_config(config, placement.ranks_on_gpu(rank));
+                    let comm = Communicator::uninit(device)?.sharing_gpu_in(group)?.init(nranks, rank, &id, &config)?;
                     match body(&comm) {
                         Ok(value) => {
                             let finalized = comm.finalize()?;

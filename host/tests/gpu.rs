@@ -573,8 +573,13 @@ fn nccl_2_29_host_features_on_every_rank() {
         let (next, previous) = ((me + 1) % nranks, (me + nranks - 1) % nranks);
         let window = comm.alloc_window::<f32>(&s, n, WindowFlags::COLL_SYMMETRIC)?;
         assert_eq!(window.user_address()?, window.buffer().device_address(), "ncclWinGetUserPtr");
-        let local = s.clone_htod(&inputs[me])?;
-        window.put_signal(&local, next, 0, 0, &s)?;
+        // NCCL puts only from a symmetric window (2.30.7 refuses other memory): the source is one.
+        let mut source = comm.alloc_window::<f32>(&s, n, WindowFlags::COLL_SYMMETRIC)?;
+        source.buffer_mut().copy_from_host(&inputs[me])?;
+        let plain = comm.alloc_window::<f32>(&s, n, WindowFlags::DEFAULT)?;
+        let refused = window.put_signal(&plain, 0, n, next, 0, 0, &s).unwrap_err();
+        assert!(matches!(refused, Error::InvalidArgument { argument: "source", .. }), "{refused}");
+        window.put_signal(&source, 0, n, next, 0, 0, &s)?;
         comm.wait_signal(previous, 0, 1, &s)?;
         trace!("rank {me}: wait_signal enqueued");
         let got = window.buffer().copy_to_host()?;
@@ -583,7 +588,7 @@ fn nccl_2_29_host_features_on_every_rank() {
         report.push(format!("put_signal ring: rank {previous}'s data {}", if ok { "arrived" } else { "is WRONG" }));
         assert!(ok, "rank {me}: the window does not hold rank {previous}'s data");
         s.synchronize()?;
-        drop(window);
+        drop((window, source, plain));
         comm.finalize().map_err(Error::from)?.destroy().map_err(Error::from)?;
         Ok(report)
     });
@@ -601,14 +606,14 @@ fn on_every_rank<R: Send>(
     id: &UniqueId,
     body: impl Fn(Communicator) -> Result<R, Error> + Sync,
 ) -> Vec<Result<R, Error>> {
+    let groups = placement.local_groups();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..placement.nranks())
             .map(|rank| {
-                let body = &body;
+                let (body, group) = (&body, &groups[rank]);
                 scope.spawn(move || {
-                    let sharing = placement.ranks_on_gpu(rank);
-                    let config = weft_host::placement::shared_gpu_config(&Config::new(), sharing);
-                    let comm = Communicator::uninit(placement.devices()[rank])?.sharing_gpu(sharing)?.init(
+                    let config = weft_host::placement::shared_gpu_config(&Config::new(), group.size());
+                    let comm = Communicator::uninit(placement.devices()[rank])?.sharing_gpu_in(group)?.init(
                         placement.nranks(),
                         rank,
                         id,

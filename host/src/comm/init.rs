@@ -194,6 +194,14 @@ impl<M: Mode> Communicator<Uninit, M> {
         Ok(self.with_ranks_on_gpu_unchecked(ranks))
     }
 
+    /// [`sharing_gpu`](Communicator::sharing_gpu) for ranks that are threads of this process: `group` holds them
+    /// all (one [`LocalGroup`](crate::placement::LocalGroup) per GPU, shared by its ranks' threads), and after each
+    /// collective setup call (this init, window registration, device communicator creation) every rank waits for
+    /// the others to return from it too. [`spmd`](crate::spmd) does this for you.
+    pub fn sharing_gpu_in(self, group: &Arc<crate::placement::LocalGroup>) -> Result<Self, Error> {
+        Ok(self.sharing_gpu(group.size())?.with_local_group(Some(group.clone())))
+    }
+
     /// The ranks-per-GPU count initialisation will record, checked against what the loaded NCCL allows.
     pub(super) fn settle_ranks_on_gpu(&self) -> Result<usize, Error> {
         let ranks = match self.ranks_on_gpu_given() {
@@ -263,8 +271,10 @@ impl<M: Mode> Communicator<Uninit, M> {
         ranks_on_gpu: usize,
     ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
         let comm: Communicator<Active, M> = Communicator::from_parts(raw, self.library(), self.context().clone(), None)
-            .with_ranks_on_gpu_unchecked(ranks_on_gpu);
+            .with_ranks_on_gpu_unchecked(ranks_on_gpu)
+            .with_local_group(self.local_group().cloned());
         let comm = if M::BLOCKING { comm.finish()? } else { comm };
+        comm.line_up("communicator initialisation")?;
         Ok(M::wrap(comm, progress))
     }
 }

@@ -149,6 +149,8 @@ pub struct Communicator<S: State = Active, M: Mode = Blocking> {
     /// Ranks of this communicator on this rank's GPU, this one included (see [`Communicator::ranks_on_gpu`]);
     /// 0 until initialisation settles it, if nobody said.
     ranks_on_gpu: usize,
+    /// The ranks of this communicator that share its GPU in this process, lined up after setup calls.
+    local_group: Option<Arc<crate::placement::LocalGroup>>,
     resources: crate::resources::RegistryCell,
     state: PhantomData<(S, M)>,
 }
@@ -171,6 +173,7 @@ impl<S: State, M: Mode> Communicator<S, M> {
             context,
             identity,
             ranks_on_gpu: 0,
+            local_group: None,
             resources: Default::default(),
             state: PhantomData,
         }
@@ -191,6 +194,7 @@ impl<S: State, M: Mode> Communicator<S, M> {
             context: self.context.clone(),
             identity: self.identity,
             ranks_on_gpu: self.ranks_on_gpu,
+            local_group: self.local_group.take(),
             resources: std::mem::take(&mut self.resources),
             state: PhantomData,
         }
@@ -248,6 +252,27 @@ impl<S: State, M: Mode> Communicator<S, M> {
     /// The count given before initialisation, if any (0: none).
     pub(crate) fn ranks_on_gpu_given(&self) -> usize {
         self.ranks_on_gpu
+    }
+
+    pub(crate) fn with_local_group(mut self, group: Option<Arc<crate::placement::LocalGroup>>) -> Self {
+        self.local_group = group;
+        self
+    }
+
+    pub(crate) fn local_group(&self) -> Option<&Arc<crate::placement::LocalGroup>> {
+        self.local_group.as_ref()
+    }
+
+    /// After a collective setup call: waits until every rank of this communicator that shares the GPU in this
+    /// process has returned from it too ([`crate::placement::LocalGroup`]). Nothing to do without such ranks, on a
+    /// non-blocking communicator, or inside an NCCL group (the call only queued; the group's end completes it).
+    pub(crate) fn line_up(&self, after: &'static str) -> Result<(), Error> {
+        match &self.local_group {
+            Some(group) if M::BLOCKING && !crate::group::in_group() => {
+                group.line_up(after, crate::placement::LINE_UP_TIMEOUT)
+            }
+            _ => Ok(()),
+        }
     }
 }
 

@@ -357,20 +357,24 @@ pub fn resident_blocks(function: &CudaFunction, stream: &CudaStream, cfg: &Launc
     use std::collections::HashMap;
     use std::sync::{Mutex, PoisonError};
     type Shape = (usize, u64, u32, usize);
-    static KNOWN: Mutex<Option<HashMap<Shape, u64>>> = Mutex::new(None);
-    // The handle only keys the table. Loaded modules stay loaded for the process (jit's registry), so a handle is
-    // not reused by another function while remembered.
-    let handle = function.cu_function() as usize;
+    // Each entry keeps its function (and so its module) alive, so a handle in the table is never reused by another
+    // function while it is remembered.
+    static KNOWN: Mutex<Option<HashMap<Shape, (u64, CudaFunction)>>> = Mutex::new(None);
     let context = stream.context();
-    let key: Shape = (handle, cfg.block_size(), cfg.shared_mem_bytes, context.ordinal());
-    if let Some(&known) = KNOWN.lock().unwrap_or_else(PoisonError::into_inner).as_ref().and_then(|m| m.get(&key)) {
-        return Ok(known);
+    let key: Shape = (function.cu_function() as usize, cfg.block_size(), cfg.shared_mem_bytes, context.ordinal());
+    let known = KNOWN.lock().unwrap_or_else(PoisonError::into_inner).as_ref().and_then(|m| m.get(&key).map(|e| e.0));
+    if let Some(resident) = known {
+        return Ok(resident);
     }
     let sms = context.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     let block = u32::try_from(cfg.block_size()).unwrap_or(u32::MAX);
     let per_sm = function.occupancy_max_active_blocks_per_multiprocessor(block, cfg.shared_mem_bytes as usize, None)?;
     let resident = u64::try_from(sms).unwrap_or(0) * u64::from(per_sm);
-    KNOWN.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert_with(HashMap::new).insert(key, resident);
+    KNOWN
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_or_insert_with(HashMap::new)
+        .insert(key, (resident, function.clone()));
     Ok(resident)
 }
 

@@ -55,7 +55,10 @@ impl<M: Mode> Communicator<Active, M> {
             )
         }?;
         let id = self.register_resource(Native::Window(raw));
-        Ok(Window { comm: self, id, raw, buffer: Some(buffer) })
+        let window = Window { comm: self, id, raw, flags, buffer: Some(buffer) };
+        // Ranks sharing this GPU in this process go on together (placement::LocalGroup).
+        self.line_up("window registration")?;
+        Ok(window)
     }
 
     /// Allocates `len` elements with `ncclMemAlloc` on `stream`'s device and registers them as a window.
@@ -102,6 +105,11 @@ impl WindowFlags {
         WindowFlags(self.0 | other.0)
     }
 
+    /// Whether every flag of `other` is set here.
+    pub const fn contains(self, other: WindowFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
     fn check(self, found: Version) -> Result<(), Error> {
         let needs = |flag: WindowFlags, needs: Version, call: &'static str| {
             if self.0 & flag.0 != 0 && !found.at_least(needs) {
@@ -122,6 +130,7 @@ pub struct Window<'comm, T: DeviceRepr, M: Mode = crate::Blocking> {
     comm: &'comm Communicator<Active, M>,
     id: ResourceId,
     raw: sys::ncclWindow_t,
+    flags: WindowFlags,
     buffer: Option<DeviceBuffer<T>>,
 }
 
@@ -194,22 +203,52 @@ impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
         Ok(ptr as u64)
     }
 
-    /// Host-initiated one-sided write (`ncclPutSignal`, NCCL 2.29+): copies `local` into `peer`'s part of
-    /// this window at element `offset`, then raises signal `signal_index` there.
+    /// The flags the window was registered with.
+    pub fn flags(&self) -> WindowFlags {
+        self.flags
+    }
+
+    /// Host-initiated one-sided write (`ncclPutSignal`, NCCL 2.29+): copies `count` elements of this rank's part of
+    /// `source`, from element `source_offset`, into `peer`'s part of this window at element `offset`, then raises
+    /// signal `signal_index` there (the peer waits for it with
+    /// [`Communicator::wait_signal`](crate::Communicator::wait_signal)).
+    ///
+    /// The source is a window, not any device buffer: NCCL (seen with 2.30.7) only puts from memory inside a
+    /// window registered with [`WindowFlags::COLL_SYMMETRIC`] on the same communicator, and refuses anything else
+    /// with `ncclInvalidArgument`. `source` may be this window itself.
+    #[allow(clippy::too_many_arguments)]
     pub fn put_signal(
         &self,
-        local: &impl DevicePtr<T>,
+        source: &Window<'comm, T, M>,
+        source_offset: usize,
+        count: usize,
         peer: usize,
         offset: usize,
         signal_index: u32,
         stream: &CudaStream,
     ) -> Result<(), Error> {
         let raw = self.raw()?;
-        let end = offset.checked_add(local.len()).filter(|end| *end <= self.len());
-        if end.is_none() {
+        source.raw()?;
+        if !std::ptr::eq(source.comm, self.comm) {
+            return Err(Error::invalid("source", "belongs to another communicator than the destination window"));
+        }
+        if !source.flags.contains(WindowFlags::COLL_SYMMETRIC) {
+            return Err(Error::invalid(
+                "source",
+                "NCCL puts only from a window registered with WindowFlags::COLL_SYMMETRIC: register the source so",
+            ));
+        }
+        let within = |start: usize, len: usize| start.checked_add(count).is_some_and(|end| end <= len);
+        if !within(source_offset, source.len()) {
+            return Err(Error::invalid(
+                "source_offset",
+                format!("{count} elements at {source_offset} overrun the source window's {} elements", source.len()),
+            ));
+        }
+        if !within(offset, self.len()) {
             return Err(Error::invalid(
                 "offset",
-                format!("{} elements at {offset} overrun the window's {} elements", local.len(), self.len()),
+                format!("{count} elements at {offset} overrun the window's {} elements", self.len()),
             ));
         }
         if peer >= self.comm.nranks() {
@@ -219,18 +258,20 @@ impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
             return Err(Error::invalid("stream", "belongs to another device than this rank"));
         }
         let signal = i32::try_from(signal_index).map_err(|_| Error::invalid("signal_index", "exceeds i32::MAX"))?;
-        let (ptr, _guard) = local.device_ptr(stream);
-        // SAFETY: our live communicator and window, a stream of its device, a local buffer of `len` Ts and a
-        // destination range inside the peer's (same-sized) part of the window.
+        let size = std::mem::size_of::<T>();
+        let local = source.buffer().device_address() + (source_offset * size) as u64;
+        let (_read, _write) = (source.buffer().use_guard(stream), self.buffer().use_guard(stream));
+        // SAFETY: our live communicator and windows, a stream of its device, `count` Ts inside this rank's part of
+        // the source window and a destination range inside the peer's (same-sized) part of this window.
         let progress = unsafe {
             result::put_signal(
                 self.comm.library(),
-                ptr as _,
-                local.len(),
+                local as _,
+                count,
                 T::DATATYPE,
                 peer as i32,
                 raw,
-                offset * std::mem::size_of::<T>(),
+                offset * size,
                 signal,
                 0,
                 0,
