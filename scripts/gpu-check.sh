@@ -11,8 +11,8 @@
 #   ranks     NCCL 2.30.7, WEFT_RANKS=2,4,8 (all on the one GPU): every multi-rank test (named `…every_rank…`), the
 #             fault tests, examples 01-06 (each checks f32 and bf16 against its f64 host reference)
 #   bench     the benchmarks: 1 rank on 2.28.9, 1/2/4/8 ranks on 2.30.7 (WEFT_GPU_CHECK_QUICK=1: quick mode)
-#   smoke     (not in the default) NCCL 2.30.7: the wait probe, then at 2, 8 and 4 ranks the multi-rank tests and the
-#             quickstart: a few minutes, for a first look at a change
+#   smoke     (not in the default) NCCL 2.30.7: the wait probes, then at 2, 4 and 8 ranks the multi-rank tests (with
+#             WEFT_TRACE=1: each rank's steps) and the quickstart, 45 s each at most: a first look at a change
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s).
 # Full logs and the benchmarks' CSV/SVG go to one archive, $OUT/gpu-logs.tgz (the device tool brings back few files),
 # and a summary (one line per run: name, exit status, last result line) is printed last.
@@ -30,7 +30,8 @@ multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_f
 run() { # name, timeout (s), command...
   local name=$1 limit=${WEFT_GPU_CHECK_TIMEOUT:-$2}; shift 2
   local started=$SECONDS
-  timeout --kill-after=10 "$limit" "$@" > "$out/$name.log" 2>&1; local rc=$?
+  # hang-dump prints every thread's stack (kernel view) before killing a run that passes its limit.
+  "$root/scripts/hang-dump.sh" "$limit" "$@" > "$out/$name.log" 2>&1; local rc=$?
   local last
   last=$(grep -E 'test result:|check against|speedup|FAILED|panicked|Error|error:' "$out/$name.log" | tail -1 | cut -c1-110)
   printf '%-44s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - started))" "$last" | tee -a "$summary"
@@ -73,14 +74,16 @@ ranks() {
 }
 
 smoke() {
-  run "2.30.7 test-gpu_waits" 120 .gpu/bin/test-gpu_waits --include-ignored --nocapture
-  for n in 2 8 4; do
+  run "2.30.7 test-gpu_waits" 60 .gpu/bin/test-gpu_waits --include-ignored --nocapture --test-threads=1
+  export WEFT_TRACE=1
+  for n in 2 4 8; do
     export WEFT_RANKS=$n
-    run "2.30.7 x$n test-gpu" 120 .gpu/bin/test-gpu --include-ignored --test-threads=1 every_rank
-    run "2.30.7 x$n test-gpu_kernels" 120 .gpu/bin/test-gpu_kernels --include-ignored --test-threads=1 every_rank
-    run "2.30.7 x$n example-quickstart" 120 .gpu/bin/example-quickstart
+    run "2.30.7 x$n test-gpu" 45 .gpu/bin/test-gpu --include-ignored --test-threads=1 --nocapture every_rank
+    run "2.30.7 x$n test-gpu_kernels" 45 .gpu/bin/test-gpu_kernels --include-ignored --test-threads=1 --nocapture every_rank
+    run "2.30.7 x$n test-gpu_faults" 45 .gpu/bin/test-gpu_faults --include-ignored --test-threads=1 --nocapture
+    run "2.30.7 x$n example-quickstart" 45 .gpu/bin/example-quickstart
   done
-  unset WEFT_RANKS
+  unset WEFT_RANKS WEFT_TRACE
 }
 
 bench() { # release, rank counts...
@@ -106,5 +109,5 @@ echo "=== summary"
 cat "$summary"
 failed=$(awk '$0 ~ / rc=/ { for (i = 1; i <= NF; i++) if ($i ~ /^rc=/ && $i != "rc=0") n++ } END { print n + 0 }' "$summary")
 echo "runs that failed: $failed"
-tar czf "${OUT:-.}/gpu-logs.tgz" -C "$out" .
+mkdir -p "${OUT:-.}" && tar czf "${OUT:-.}/gpu-logs.tgz" -C "$out" .
 [ "$failed" = 0 ]

@@ -382,6 +382,7 @@ fn every_collective_matches_a_host_reference_on_every_rank() {
         let (me, s) = (comm.rank(), comm.context().new_stream()?);
         let mut seen: Vec<(String, Vec<f32>, Vec<f32>)> = Vec::new();
         trace!("rank {me}: starting the collectives");
+        trace!("rank {me}: uploads");
         let send = s.clone_htod(&inputs[me][..n])?;
         let send_all = s.clone_htod(&inputs[me])?;
         let poison = |len: usize| s.clone_htod(&vec![POISON; len]);
@@ -394,29 +395,32 @@ fn every_collective_matches_a_host_reference_on_every_rank() {
         ];
         for (op, name, f) in ops {
             let mut recv = poison(n)?;
+            trace!("rank {me}: all_reduce");
             comm.all_reduce(&send, &mut recv, op, &s)?;
             seen.push((format!("all_reduce {name}"), s.clone_dtoh(&recv)?, across(f, 0..n)));
         }
         let mut recv = poison(n)?;
+        trace!("rank {me}: all_reduce");
         comm.all_reduce(&send, &mut recv, ReduceOp::Avg, &s)?;
-        trace!("rank {me}: done ");
         seen.push(("all_reduce avg".into(), s.clone_dtoh(&recv)?, sum.iter().map(|v| v / nranks as f32).collect()));
         let mut inplace = s.clone_htod(&inputs[me][..n])?;
+        trace!("rank {me}: all_reduce_in_place");
         comm.all_reduce_in_place(&mut inplace, ReduceOp::Sum, &s)?;
-        trace!("rank {me}: done ");
         seen.push(("all_reduce in place".into(), s.clone_dtoh(&inplace)?, sum.clone()));
 
         for root in [0, last] {
             let mut recv = poison(n)?;
+            trace!("rank {me}: broadcast");
             comm.broadcast(&send, &mut recv, root, &s)?;
             seen.push((format!("broadcast from {root}"), s.clone_dtoh(&recv)?, first(root)));
         }
         let mut inplace = s.clone_htod(&inputs[me][..n])?;
+        trace!("rank {me}: broadcast_in_place");
         comm.broadcast_in_place(&mut inplace, last, &s)?;
-        trace!("rank {me}: done ");
         seen.push(("broadcast in place".into(), s.clone_dtoh(&inplace)?, first(last)));
 
         let mut recv = poison(n)?;
+        trace!("rank {me}: reduce");
         comm.reduce(&send, &mut recv, ReduceOp::Sum, last, &s)?;
         if me == last {
             seen.push(("reduce".into(), s.clone_dtoh(&recv)?, sum.clone()));
@@ -424,55 +428,58 @@ fn every_collective_matches_a_host_reference_on_every_rank() {
 
         let gathered: Vec<f32> = (0..nranks).flat_map(first).collect();
         let mut recv = poison(n * nranks)?;
+        trace!("rank {me}: all_gather");
         comm.all_gather(&send, &mut recv, &s)?;
-        trace!("rank {me}: done ");
         seen.push(("all_gather".into(), s.clone_dtoh(&recv)?, gathered.clone()));
         let mut inplace = poison(n * nranks)?;
         s.memcpy_htod(&inputs[me][..n], &mut inplace.slice_mut(me * n..(me + 1) * n))?;
+        trace!("rank {me}: all_gather_in_place");
         comm.all_gather_in_place(&mut inplace, &s)?;
-        trace!("rank {me}: done ");
         seen.push(("all_gather in place".into(), s.clone_dtoh(&inplace)?, gathered.clone()));
 
         let mine = across(|a, b| a + b, me * n..(me + 1) * n);
         let mut recv = poison(n)?;
+        trace!("rank {me}: reduce_scatter");
         comm.reduce_scatter(&send_all, &mut recv, ReduceOp::Sum, &s)?;
-        trace!("rank {me}: done ");
         seen.push(("reduce_scatter".into(), s.clone_dtoh(&recv)?, mine.clone()));
         let mut inplace = s.clone_htod(&inputs[me])?;
+        trace!("rank {me}: reduce_scatter_in_place");
         comm.reduce_scatter_in_place(&mut inplace, ReduceOp::Sum, &s)?;
         let got = s.clone_dtoh(&inplace)?[me * n..(me + 1) * n].to_vec();
-        trace!("rank {me}: done ");
         seen.push(("reduce_scatter in place".into(), got, mine));
 
         let mut recv = poison(n * nranks)?;
+        trace!("rank {me}: all_to_all");
         comm.all_to_all(&send_all, &mut recv, &s)?;
-        trace!("rank {me}: done ");
         seen.push(("all_to_all".into(), s.clone_dtoh(&recv)?, (0..nranks).flat_map(|r| block(r, me)).collect()));
 
         let mut recv = poison(n * nranks)?;
+        trace!("rank {me}: gather");
         comm.gather(&send, (me == last).then_some(&mut recv), last, &s)?;
         if me == last {
             seen.push(("gather".into(), s.clone_dtoh(&recv)?, gathered.clone()));
         }
         let mut recv = poison(n)?;
+        trace!("rank {me}: scatter");
         comm.scatter((me == 0).then_some(&send_all), &mut recv, 0, &s)?;
-        trace!("rank {me}: done ");
         seen.push(("scatter".into(), s.clone_dtoh(&recv)?, block(0, me)));
 
         // A ring: send to the next rank, receive from the previous one, in one group.
         let (next, previous) = ((me + 1) % nranks, (me + nranks - 1) % nranks);
         let mut recv = poison(n)?;
+        trace!("rank {me}: send/recv group");
         group(|| {
+            trace!("rank {me}: send");
             comm.send(&send, next, &s)?;
+            trace!("rank {me}: recv");
             comm.recv(&mut recv, previous, &s)
         })?;
-        trace!("rank {me}: done ");
         seen.push(("send/recv ring".into(), s.clone_dtoh(&recv)?, first(previous)));
 
         let half = comm.pre_mul_sum::<f32>(Scalar::Host(0.5))?;
         let mut recv = poison(n)?;
+        trace!("rank {me}: all_reduce");
         comm.all_reduce(&send, &mut recv, ReduceOp::Custom(half.op()), &s)?;
-        trace!("rank {me}: done ");
         seen.push(("pre_mul_sum".into(), s.clone_dtoh(&recv)?, sum.iter().map(|v| v * 0.5).collect()));
         drop(half);
 
