@@ -476,3 +476,45 @@ fn barrier_timeout_when_a_peer_never_arrives_on_every_rank() {
     assert_eq!(outcomes[0], u32::MAX);
     assert!(outcomes[1..].iter().all(|&o| o == 1), "{outcomes:?}");
 }
+
+/// Ranks sharing a GPU get their share of it, and a launch larger than the share is refused with a typed error, not
+/// a hang: one rank that says it shares its GPU with another (NCCL ≥ 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1 lets it
+/// say so; on an older NCCL the claim itself must be refused with the error that names both).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_launch_larger_than_the_ranks_share_of_a_shared_gpu_is_refused() {
+    let claim = Communicator::uninit(0).unwrap().sharing_gpu(2).unwrap();
+    let version = weft::host::sys::library().unwrap().version();
+    let comm = match claim.init(1, 0, &UniqueId::new().unwrap(), &Config::new()) {
+        Ok(comm) => comm,
+        Err(error) => {
+            println!("NCCL {version}: {error}");
+            assert!(matches!(error, Error::GpuSharing { ranks: 2, device: 0, .. }), "{error}");
+            return;
+        }
+    };
+    assert_eq!(comm.ranks_on_gpu(), 2);
+    let s = stream(&comm);
+    let spec = KernelSpec {
+        name: kernels::barrier_round_trips::NAME,
+        source: kernels::barrier_round_trips::SOURCE,
+        entry_point: kernels::barrier_round_trips::ENTRY_POINTS[0],
+    };
+    let function = jit::function(comm.context(), &spec).unwrap();
+    let whole = LaunchConfig::one_wave(&function, &s, 256).unwrap();
+    let share = comm.one_wave(&function, &s, 256).unwrap();
+    println!("whole GPU {} blocks, this rank's share {}", whole.grid_dim.0, share.grid_dim.0);
+    assert_eq!(share.grid_dim.0, whole.grid_dim.0 / 2);
+    let dev: DevComm<'_, Lsa> = comm.dev_comm(&kernels::barrier_round_trips::requirements(&whole)).unwrap();
+    let mut done = s.clone_htod(&vec![0u32; whole.grid_dim.0 as usize]).unwrap();
+    let refused = kernels::barrier_round_trips::launch(&s, whole, &dev, 1, &mut done).unwrap_err();
+    println!("{refused}");
+    assert!(
+        matches!(refused, Error::NotCoResident { ranks_on_gpu: 2, blocks, fits, .. } if blocks == u64::from(whole.grid_dim.0) && fits == u64::from(share.grid_dim.0)),
+        "{refused}"
+    );
+    kernels::barrier_round_trips::launch(&s, share, &dev, 1, &mut done).unwrap();
+    s.synchronize().unwrap();
+    let done = s.clone_dtoh(&done).unwrap();
+    assert!(done[..share.grid_dim.0 as usize].iter().all(|&d| d == 1), "the share's launch must run");
+}

@@ -633,3 +633,27 @@ fn on_every_rank<R: Send>(
         handles.into_iter().map(|h| h.join().expect("a rank's thread panicked")).collect()
     })
 }
+
+/// Two ranks on one GPU: without NCCL ≥ 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1, `spmd` refuses with the error that
+/// names both, before any communicator exists (NCCL's own refusal says neither). Where both are present the
+/// multi-rank tests cover the placement, and this test says so.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn two_ranks_on_one_gpu_need_nccl_2_30_and_the_switch() {
+    let version = weft_host::sys::library().unwrap().version();
+    let allowed =
+        version.at_least(weft_host::placement::MULTI_RANK_GPU_NCCL) && weft_host::placement::multi_rank_gpu_enabled();
+    let outcome = spmd(&[0, 0], &Config::new(), |comm| Ok(comm.ranks_on_gpu()));
+    match outcome {
+        Ok(ranks) => {
+            assert!(allowed, "NCCL {version} without the switch must not run two ranks on one GPU");
+            assert_eq!(ranks, vec![2, 2]);
+            println!("NCCL {version} with NCCL_MULTI_RANK_GPU_ENABLE=1: two ranks ran on GPU 0");
+        }
+        Err(error) => {
+            println!("NCCL {version}: {error}");
+            assert!(!allowed, "{error}");
+            assert!(matches!(error, Error::GpuSharing { ranks: 2, device: 0, .. }), "{error}");
+        }
+    }
+}
