@@ -146,3 +146,16 @@ fn invalid_launch_configs_never_reach_the_driver() {
     let err = unsafe { launch_raw(&fill, &stream, &LaunchConfig::linear(1, 2048), &mut args) }.unwrap_err();
     assert!(err.to_string().contains("at most 1024"), "{err}");
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn one_source_at_two_addresses_is_one_module() {
+    let ctx = crate::cuda::context(0).expect("CUDA device 0");
+    let cache = tempfile::tempdir().unwrap();
+    let registry = registry(cache.path());
+    let copy: &'static str = String::leak(FILL.source.to_owned());
+    assert_ne!(copy.as_ptr(), FILL.source.as_ptr());
+    let first = registry.function(&ctx, &FILL).unwrap();
+    let second = registry.function(&ctx, &KernelSpec { source: copy, ..FILL }).unwrap();
+    assert_eq!(first.cu_function(), second.cu_function(), "the copy must reuse the loaded module");
+}

@@ -74,6 +74,27 @@ struct LoadedModule {
 /// A module's slot; its mutex keeps two threads from compiling or loading the same module at once.
 type Slot = Arc<Mutex<Option<Arc<LoadedModule>>>>;
 
+/// Identifies a module by its source's content, for sources seen at more than one address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct ContentKey {
+    name_hash: u64,
+    source_hash: u64,
+    source_len: usize,
+    alignment: ArgAlignment,
+    device: usize,
+    context: usize,
+}
+
+/// The loaded modules, by source address (the fast path of every launch) and by source content.
+#[derive(Debug, Default)]
+struct Tables {
+    by_address: HashMap<ModuleKey, Slot>,
+    /// One slot per distinct source: a kernel module's `SOURCE` constant and its launcher's static may live at two
+    /// addresses, and loading the same module twice would both waste memory and load a kernel at its first launch,
+    /// which waits for the whole device (docs/multi-rank.md).
+    by_content: HashMap<ContentKey, Slot>,
+}
+
 /// Compiles, caches and loads kernels on demand, and remembers the loaded modules per CUDA context.
 ///
 /// Generated launchers use the process-wide one through [`super::function`]. Loaded modules (and so their
@@ -85,7 +106,7 @@ pub struct KernelRegistry {
     toolchain: Option<Toolchain>,
     /// `None`: [`KernelCache::global`].
     cache: Option<KernelCache>,
-    modules: Mutex<HashMap<ModuleKey, Slot>>,
+    modules: Mutex<Tables>,
 }
 
 impl KernelRegistry {
@@ -134,7 +155,7 @@ impl KernelRegistry {
 
     /// Forgets every loaded module; functions already handed out stay valid (they hold their module).
     pub fn clear(&self) {
-        self.modules.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        *self.modules.lock().unwrap_or_else(PoisonError::into_inner) = Tables::default();
     }
 
     fn module(
@@ -150,7 +171,31 @@ impl KernelRegistry {
             device: ctx.ordinal(),
             context: ctx.cu_ctx() as usize,
         };
-        let slot = self.modules.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().clone();
+        let slot = {
+            let mut tables = self.modules.lock().unwrap_or_else(PoisonError::into_inner);
+            match tables.by_address.get(&key) {
+                Some(slot) => slot.clone(),
+                None => {
+                    let hash = |text: &str| {
+                        use std::hash::{Hash, Hasher};
+                        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                        text.hash(&mut hasher);
+                        hasher.finish()
+                    };
+                    let content = ContentKey {
+                        name_hash: hash(spec.name),
+                        source_hash: hash(spec.source),
+                        source_len: spec.source.len(),
+                        alignment,
+                        device: key.device,
+                        context: key.context,
+                    };
+                    let slot = tables.by_content.entry(content).or_default().clone();
+                    tables.by_address.insert(key, slot.clone());
+                    slot
+                }
+            }
+        };
         let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(loaded) = slot.as_ref() {
             return Ok(loaded.clone());
