@@ -13,6 +13,8 @@
 #   bench     the benchmarks: 1 rank on 2.28.9, 1/2/4/8 ranks on 2.30.7 (WEFT_GPU_CHECK_QUICK=1: quick mode)
 #   smoke     (not in the default) NCCL 2.30.7: the wait probes, then at 2, 4 and 8 ranks the multi-rank tests (with
 #             WEFT_TRACE=1: each rank's steps) and the quickstart, 45 s each at most: a first look at a change
+#   variants  (not in the default) NCCL 2.30.7, 4 ranks: the collectives test under NCCL settings that change what
+#             NCCL does at a first collective (to find what waits for the device there; docs/multi-rank.md)
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s).
 # Full logs and the benchmarks' CSV/SVG go to one archive, $OUT/gpu-logs.tgz (the device tool brings back few files),
 # and a summary (one line per run: name, exit status, last result line) is printed last.
@@ -86,6 +88,17 @@ smoke() {
   unset WEFT_RANKS WEFT_TRACE
 }
 
+variants() {
+  export WEFT_RANKS=4 WEFT_TRACE=1
+  local t=".gpu/bin/test-gpu --include-ignored --test-threads=1 --nocapture every_collective"
+  run "2.30.7 x4 collectives" 45 $t
+  NCCL_LOCAL_REGISTER=0 run "2.30.7 x4 collectives LOCAL_REGISTER=0" 45 $t
+  CUDA_MODULE_LOADING=EAGER run "2.30.7 x4 collectives MODULE_LOADING=EAGER" 45 $t
+  NCCL_RUNTIME_CONNECT=0 NCCL_LOCAL_REGISTER=0 CUDA_MODULE_LOADING=EAGER run "2.30.7 x4 collectives all three" 45 $t
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL,P2P,NET,ALLOC run "2.30.7 x4 collectives NCCL_DEBUG=INFO" 45 $t
+  unset WEFT_RANKS WEFT_TRACE
+}
+
 bench() { # release, rank counts...
   local release=$1; shift
   for n in "$@"; do
@@ -100,6 +113,7 @@ bench() { # release, rank counts...
 
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 case $parts in *,smoke,*) with_nccl 2.30.7 smoke ;; esac
+case $parts in *,variants,*) with_nccl 2.30.7 variants ;; esac
 case $parts in *,suite,*) with_nccl 2.28.9 suite 2.28.9 ;; esac
 case $parts in *,suite30,*) with_nccl 2.30.7 suite 2.30.7 ;; esac
 case $parts in *,ranks,*) with_nccl 2.30.7 ranks ;; esac
