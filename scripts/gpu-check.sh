@@ -106,6 +106,9 @@ bench() { # release, rank counts...
     for b in fused allreduce_overhead; do
       [ -x ".gpu/bin/test-$b" ] && run "$release x$n bench-$b" 600 ".gpu/bin/test-$b"
     done
+    # The plain all-reduce at small sizes: weft's one-shot LSA kernel against ncclAllReduce, 4 KB to 1 MB.
+    WEFT_BENCH_OUT="$out/bench-$release-x$n-small" WEFT_BENCH_CASES=allreduce WEFT_BENCH_SIZES=4K,16K,64K,256K,1M \
+      run "$release x$n bench-allreduce-small" 300 .gpu/bin/test-fused
     [ "$n" = 1 ] && [ -x .gpu/bin/test-dsl ] && run "$release x1 bench-dsl" 600 .gpu/bin/test-dsl
   done
   unset WEFT_RANKS WEFT_BENCH_OUT
