@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Everything weft can check on a GPU machine, in one call: run from the repository root there after
-# `../shared/tools/gpu-pack` packed the binaries into .gpu/ (the device tool carries .gpu).
+# Everything weft can check on a GPU machine, in one call, from the repository root.
 #
-#   bash scripts/gpu-check.sh                 every part below
+#   bash scripts/gpu-check.sh                                     every default part below
 #   WEFT_GPU_CHECK_PARTS=suite,ranks bash scripts/gpu-check.sh    some of them
 #
-# Parts (each on the NCCL release it names; .gpu/env.sh selects it):
+# To reproduce it on your machine: the test, example and bench binaries are taken from .gpu/bin/ (test-<name>,
+# example-<name>); where there is none, scripts/gpu-build.sh builds them there (release mode; it needs Rust, so on a
+# GPU machine without it run that script elsewhere and copy .gpu/ over). The NCCL releases come from
+# WEFT_NCCL_2_28_HOME and WEFT_NCCL_2_30_HOME (each a directory with lib/libnccl.so.2 and include/ of that release;
+# the script sets NCCL_MULTI_RANK_GPU_ENABLE=1 for 2.30), or, where .gpu/env.sh exists (the packing tool of weft's
+# own GPU machines writes it), from that script. nvcc comes from CUDA_HOME (default /usr/local/cuda). NVLink
+# multicast stays off (NCCL_NVLS_ENABLE=0).
+#
+# Parts (each on the NCCL release it names):
 #   suite     NCCL 2.28.9 (the image's), 1 rank: every test binary with --include-ignored, every example
 #   suite30   NCCL 2.30.7, 1 rank: the same
 #   ranks     NCCL 2.30.7, WEFT_RANKS=2,4,8 (all on the one GPU): every multi-rank test (named `…every_rank…`), the
@@ -39,14 +46,29 @@ run() { # name, timeout (s), command...
   printf '%-44s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - started))" "$last" | tee -a "$summary"
 }
 
-# One NCCL release's environment, in a subshell per part (env.sh prepends its paths).
+# One NCCL release's environment, in a subshell per part.
 with_nccl() { # release (2.28.9 | 2.30.7), command...
   local release=$1; shift
   (
-    if [ "$release" = 2.30.7 ]; then export WEFT_GPU_NCCL=2.30.7; else unset WEFT_GPU_NCCL; fi
-    source "$root/.gpu/env.sh"
+    local home
+    if [ "$release" = 2.30.7 ]; then
+      home=${WEFT_NCCL_2_30_HOME:-}
+      export NCCL_MULTI_RANK_GPU_ENABLE=1
+    else
+      home=${WEFT_NCCL_2_28_HOME:-}
+    fi
+    if [ -n "$home" ]; then
+      export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} NCCL_HOME="$home" NCCL_NVLS_ENABLE=0
+      export PATH="$CUDA_HOME/bin:$PATH" LD_LIBRARY_PATH="$home/lib:$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}"
+    elif [ -f "$root/.gpu/env.sh" ]; then
+      if [ "$release" = 2.30.7 ]; then export WEFT_GPU_NCCL=2.30.7; else unset WEFT_GPU_NCCL; fi
+      source "$root/.gpu/env.sh"
+    else
+      echo "gpu-check: no NCCL $release: set WEFT_NCCL_2_28_HOME / WEFT_NCCL_2_30_HOME to its directory" >&2
+      exit 2
+    fi
     # CPU-side compile tests need nvcc and one NCCL header set: the loaded library's own.
-    export WEFT_NVCC=/usr/local/cuda/bin/nvcc WEFT_CODEGEN_NCCL_INCLUDES="$release=$NCCL_HOME/include"
+    export WEFT_NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" WEFT_CODEGEN_NCCL_INCLUDES="$release=$NCCL_HOME/include"
     "$@"
   )
 }
@@ -114,6 +136,9 @@ bench() { # release, rank counts...
   unset WEFT_RANKS WEFT_BENCH_OUT
 }
 
+if [ ! -d .gpu/bin ]; then
+  if [ -f .gpu/bin.tar.xz ]; then tar -C .gpu -xJf .gpu/bin.tar.xz; else bash "$root/scripts/gpu-build.sh" || exit 2; fi
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 case $parts in *,smoke,*) with_nccl 2.30.7 smoke ;; esac
 case $parts in *,variants,*) with_nccl 2.30.7 variants ;; esac
