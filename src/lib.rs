@@ -13,6 +13,8 @@
 
 pub use weft_device as device;
 pub use weft_host as host;
+/// cudarc, the CUDA driver API weft uses for streams and buffers: the same version weft was built with.
+pub use weft_host::cudarc;
 pub use weft_macros::{device_fn, kernel};
 
 /// The kernel vocabulary, the attributes and the common host items.

@@ -9,7 +9,7 @@ use crate::version::Version;
 ///
 /// NCCL failures keep the result code, NCCL's description of it and the text of `ncclGetLastError`;
 /// every other variant says what to change.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// libnccl could not be opened: none of the candidate paths held a loadable NCCL.
@@ -268,6 +268,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn debug_prints_the_display_text_so_main_shows_weft_s_message() {
+        let error = Error::invalid("devices", "list at least one CUDA device");
+        assert_eq!(format!("{error:?}"), format!("{error}"));
+        assert_eq!(format!("{error:?}"), "invalid argument `devices`: list at least one CUDA device");
+        let jit = Error::from(crate::jit::JitError::InvalidEntryPoint { name: "x\0".into() });
+        assert_eq!(format!("{jit:?}"), format!("{jit}"));
+    }
+
     use super::*;
 
     #[test]
@@ -298,5 +307,13 @@ mod tests {
         };
         assert_eq!(nccl.nccl_code(), Some(ResultCode::InvalidArgument));
         assert!(nccl.to_string().ends_with(": count is 0"), "{nccl}");
+    }
+}
+
+/// The same text as `Display`, which already carries every field (NCCL's result code and messages included): a
+/// `main` that returns `Result<(), Error>` prints weft's message, not a dump of the enum.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
     }
 }

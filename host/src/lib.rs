@@ -33,6 +33,8 @@ pub mod placement;
 pub mod resources;
 pub mod spmd;
 
+/// The cudarc weft is built on (streams, buffers, contexts), re-exported so that programs use the same version.
+pub use cudarc;
 pub use datatype::{Element, ReduceOp};
 pub use devcomm::{DevComm, Requirements, Team};
 pub use group::{group, Group};

@@ -8,7 +8,7 @@ use crate::version::Version;
 /// it into a CUDA context.
 ///
 /// Each message says what to change. `weft_host::Error` wraps this type.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum JitError {
     /// No nvcc was found in any of the places weft looks.
@@ -249,4 +249,12 @@ fn list_paths(paths: &[PathBuf]) -> String {
         return "nothing".into();
     }
     paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// The same text as `Display`, which already carries every field (NCCL's result code and messages included): a
+/// `main` that returns `Result<(), JitError>` prints weft's message, not a dump of the enum.
+impl std::fmt::Debug for JitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
