@@ -266,6 +266,14 @@ impl Error {
 /// `Result` with weft-host's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The same text as `Display`, which already carries every field (NCCL's result code and messages included): a
+/// `main` that returns `Result<(), Error>` prints weft's message, not a dump of the enum.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -307,13 +315,5 @@ mod tests {
         };
         assert_eq!(nccl.nccl_code(), Some(ResultCode::InvalidArgument));
         assert!(nccl.to_string().ends_with(": count is 0"), "{nccl}");
-    }
-}
-
-/// The same text as `Display`, which already carries every field (NCCL's result code and messages included): a
-/// `main` that returns `Result<(), Error>` prints weft's message, not a dump of the enum.
-impl std::fmt::Debug for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(self, f)
     }
 }
