@@ -342,6 +342,7 @@ fn barrier_timeout_when_a_constructed_member_never_arrives() {
         // bytes, the deadline and `blocks` outcome words; it reads its own barrier resources within their buffer
         // (4·blocks barriers, see above) and writes only `outcome`; `dev` and `outcome` outlive the synchronization.
         unsafe { launch_raw(&function, &s, &cfg, &mut args).unwrap() };
+        dev.note_launch(&s);
     }
     s.synchronize().unwrap();
     let elapsed = started.elapsed();

@@ -294,8 +294,8 @@ pub struct DevComm<'comm, C: CapabilitySet, M: Mode = crate::Blocking> {
     requirements: Requirements,
     resource_buffers: Vec<u32>,
     team_multimem: Vec<[u8; 8]>,
-    /// Recorded after every launch that takes this device communicator: what its destruction waits for.
-    last_use: Option<cudarc::driver::CudaEvent>,
+    /// The streams kernels taking this device communicator were launched on: what its destruction waits for.
+    launches: crate::resources::StreamsUsed,
     capabilities: PhantomData<C>,
 }
 
@@ -377,7 +377,6 @@ impl<M: Mode> Communicator<Active, M> {
         }
         let id = self.register_resource(Native::DevComm(bytes.clone()));
         let team_multimem = multimem_handles.iter().map(|h| h._bindgen_opaque_blob.0).collect();
-        let last_use = Some(self.context().new_event(None)?);
         let dev = DevComm {
             comm: self,
             id,
@@ -385,7 +384,7 @@ impl<M: Mode> Communicator<Active, M> {
             requirements,
             resource_buffers: handles,
             team_multimem,
-            last_use,
+            launches: Default::default(),
             capabilities: PhantomData,
         };
         // Ranks sharing this GPU in this process go on together (placement::LocalGroup).
@@ -542,10 +541,10 @@ impl<'comm, C: CapabilitySet, M: Mode> DevComm<'comm, C, M> {
         }
     }
 
-    /// A guard that records, once dropped after a launch on `stream` that takes this device communicator, that
-    /// launch as its last use (what its destruction waits for).
-    pub fn use_guard<'a>(&'a self, stream: &'a cudarc::driver::CudaStream) -> cudarc::driver::SyncOnDrop<'a> {
-        cudarc::driver::SyncOnDrop::record_event(&self.last_use, stream)
+    /// Records that a kernel taking this device communicator is launched on `stream` (what its destruction waits
+    /// for). Generated launchers call it; a raw launch should too.
+    pub fn note_launch(&self, stream: &std::sync::Arc<cudarc::driver::CudaStream>) {
+        self.launches.note(stream);
     }
 
     /// What this device communicator was created with.
@@ -603,8 +602,8 @@ impl<C: CapabilitySet, M: Mode> Drop for DevComm<'_, C, M> {
     fn drop(&mut self) {
         // A kernel this rank launched may still use it: wait for the last one before destroying. Never for the
         // whole device: on a shared GPU a peer's kernel may be waiting for this rank (docs/multi-rank.md).
-        if let Some(Err(error)) = self.last_use.as_ref().map(cudarc::driver::CudaEvent::synchronize) {
-            tracing::error!(%error, "waiting for the last launch before ncclDevCommDestroy failed");
+        if let Err(error) = self.launches.wait() {
+            tracing::error!(%error, "waiting for the launches that used it before ncclDevCommDestroy failed");
         }
         if let Err(error) = self.comm.release_resource(self.id) {
             tracing::error!(%error, "ncclDevCommDestroy failed");

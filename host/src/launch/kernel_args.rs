@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use weft_device::caps::CapabilitySet;
 
 use super::{launch_raw, ArgBuffer, LaunchConfig, SliceArg, WindowArg};
@@ -28,9 +28,8 @@ pub trait KernelWindow<T> {
     fn window_arg(&self) -> Result<WindowArg>;
     /// The CUDA device the window's local part lives on.
     fn cuda_device(&self) -> usize;
-    /// A guard that records, once dropped after the launch, the launch as the window's last use (what freeing
-    /// the window waits for).
-    fn use_guard<'s>(&'s self, stream: &'s CudaStream) -> SyncOnDrop<'s>;
+    /// Records that a kernel using the window is launched on `stream` (what freeing the window waits for).
+    fn note_launch(&self, stream: &Arc<CudaStream>);
 }
 
 impl<T: crate::Element, M: Mode> KernelWindow<T> for Window<'_, T, M> {
@@ -40,8 +39,8 @@ impl<T: crate::Element, M: Mode> KernelWindow<T> for Window<'_, T, M> {
     fn cuda_device(&self) -> usize {
         self.communicator().cuda_device()
     }
-    fn use_guard<'s>(&'s self, stream: &'s CudaStream) -> SyncOnDrop<'s> {
-        self.buffer().use_guard(stream)
+    fn note_launch(&self, stream: &Arc<CudaStream>) {
+        self.buffer().note_launch(stream);
     }
 }
 
@@ -91,7 +90,7 @@ impl<'a> KernelArgs<'a> {
         }
         self.ranks_on_gpu = self.ranks_on_gpu.max(dev.communicator().ranks_on_gpu());
         self.args.push_bytes(dev.kernel_arg_bytes()?, DevComm::<C, M>::KERNEL_ARG_ALIGN)?;
-        self.args.keep_guard(dev.use_guard(self.stream));
+        dev.note_launch(self.stream);
         Ok(())
     }
 
@@ -103,7 +102,7 @@ impl<'a> KernelArgs<'a> {
         let arg = window.window_arg()?;
         self.alignment = self.alignment.and(arg.offset_bytes as u64);
         self.args.push(arg);
-        self.args.keep_guard(window.use_guard(self.stream));
+        window.note_launch(self.stream);
         Ok(arg.len)
     }
 

@@ -277,12 +277,6 @@ impl<'a> ArgBuffer<'a> {
         Ok(())
     }
 
-    /// Keeps `guard` until this `ArgBuffer` is dropped (after the launch): a use of a window or device
-    /// communicator that records the launch as its last use.
-    pub fn keep_guard(&mut self, guard: SyncOnDrop<'a>) {
-        self.guards.push(guard);
-    }
-
     /// The [`SliceArg`] for reading `buffer` in a kernel launched on `stream`; `stream` first waits for pending
     /// writes to `buffer`, and the read is recorded when this `ArgBuffer` is dropped.
     ///

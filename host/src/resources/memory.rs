@@ -26,7 +26,10 @@ pub struct DeviceBuffer<T> {
     ptr: CUdeviceptr,
     len: usize,
     stream: Arc<CudaStream>,
+    /// Recorded after each use through cudarc's `DevicePtr` traits (collectives, copies, slice arguments).
     last_use: Option<CudaEvent>,
+    /// The streams weft launched kernels on that use the buffer (as a window).
+    launches: StreamsUsed,
     library: &'static Library,
     element: PhantomData<T>,
 }
@@ -57,6 +60,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             len,
             stream: stream.clone(),
             last_use,
+            launches: StreamsUsed::default(),
             library,
             element: PhantomData,
         })
@@ -120,12 +124,18 @@ impl<T> DeviceBuffer<T> {
         SyncOnDrop::record_event(&self.last_use, stream)
     }
 
-    /// Waits for the buffer's last recorded use and for its own stream: after this, nothing this rank enqueued
-    /// still touches it. Never waits for the whole device.
+    /// Records that a kernel using the buffer was launched on `stream` (what its drop waits for).
+    pub(crate) fn note_launch(&self, stream: &Arc<CudaStream>) {
+        self.launches.note(stream);
+    }
+
+    /// Waits for the buffer's last recorded use, the streams kernels using it were launched on, and its own stream:
+    /// after this, nothing this rank enqueued still touches it. Never waits for the whole device.
     pub(crate) fn wait_for_uses(&self) -> Result<(), Error> {
         if let Some(event) = &self.last_use {
             event.synchronize()?;
         }
+        self.launches.wait()?;
         self.stream.synchronize()?;
         Ok(())
     }
@@ -172,5 +182,27 @@ impl<T> Drop for DeviceBuffer<T> {
 impl<T> std::fmt::Debug for DeviceBuffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceBuffer").field("ptr", &format_args!("{:#x}", self.ptr)).field("len", &self.len).finish()
+    }
+}
+
+/// The streams weft launched kernels on that use a resource: noting one costs a lock and a pointer comparison on
+/// the launch path (an event record would cost a driver call per launch); freeing the resource waits for each.
+#[derive(Debug, Default)]
+pub(crate) struct StreamsUsed(std::sync::Mutex<Vec<Arc<CudaStream>>>);
+
+impl StreamsUsed {
+    pub(crate) fn note(&self, stream: &Arc<CudaStream>) {
+        let mut streams = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !streams.iter().any(|known| Arc::ptr_eq(known, stream)) {
+            streams.push(stream.clone());
+        }
+    }
+
+    pub(crate) fn wait(&self) -> Result<(), Error> {
+        let streams = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for stream in streams.iter() {
+            stream.synchronize()?;
+        }
+        Ok(())
     }
 }

@@ -19,6 +19,7 @@ mod redop;
 mod window;
 
 pub use memory::DeviceBuffer;
+pub(crate) use memory::StreamsUsed;
 pub use redop::{CustomOp, PreMulSum, Scalar};
 pub use window::{Registration, Window, WindowFlags};
 
