@@ -183,6 +183,12 @@ impl Communicator<Uninit, NonBlocking> {
 }
 
 impl<M: Mode> Communicator<Uninit, M> {
+    /// An uninitialised communicator of mode `M` for CUDA device `device` ([`Communicator::uninit`] and
+    /// [`Communicator::uninit_nonblocking`] name the mode).
+    pub(crate) fn uninit_on(device: usize) -> Result<Self, Error> {
+        Ok(Communicator::from_parts(NULL, crate::sys::library()?, cuda_context(device)?, None))
+    }
+
     /// Records that `ranks` ranks of the communicator about to be initialised run on this GPU, this one included
     /// (threads or processes of one job): launches then give each its share of the GPU
     /// ([`Communicator::ranks_on_gpu`]). Without this, initialisation takes `WEFT_RANKS_PER_GPU`, else 1.

@@ -1,0 +1,56 @@
+//! N processes started with a synthetic launcher environment (torchrun's variables) must agree on the NCCL unique id
+//! without any networking of weft's own: each runs `Job::from_env()?.unique_id()` against the real libnccl 2.28.9
+//! that `cargo xtask test` provisions (NCCL's `NCCL_COMM_ID` path needs no GPU).
+
+use std::process::Command;
+
+const CHILD: &str = "WEFT_TEST_JOB_CHILD";
+
+/// The part each child process runs: prints its rank and the id. Skips (passes) outside the parent's children.
+#[test]
+#[ignore = "run by every_rank_of_a_synthetic_torchrun_job_derives_the_same_unique_id in child processes"]
+fn job_child_prints_its_unique_id() {
+    if std::env::var_os(CHILD).is_none() {
+        println!("skipped: the parent test runs this in child processes");
+        return;
+    }
+    let job = weft_host::Job::from_env().unwrap().expect("the parent set torchrun's variables");
+    let id = job.unique_id().unwrap();
+    println!("weft-job-child rank={} id={id}", job.rank);
+}
+
+#[test]
+fn every_rank_of_a_synthetic_torchrun_job_derives_the_same_unique_id() {
+    let library = std::env::var("WEFT_TEST_LIBNCCL_2_28_9").unwrap_or_else(|_| {
+        panic!(
+            "WEFT_TEST_LIBNCCL_2_28_9 is not set: run the tests through `cargo xtask test`, which provisions libnccl"
+        )
+    });
+    let me = std::env::current_exe().unwrap();
+    let world = 4;
+    let mut ids = Vec::new();
+    for rank in 0..world {
+        let out = Command::new(&me)
+            .args(["--ignored", "--exact", "job_child_prints_its_unique_id", "--nocapture"])
+            .env(CHILD, "1")
+            .env("WEFT_LIBNCCL", &library)
+            .env_remove("NCCL_COMM_ID")
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", world.to_string())
+            .env("LOCAL_RANK", rank.to_string())
+            .env("LOCAL_WORLD_SIZE", world.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", "29555")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "rank {rank}: {text}{}", String::from_utf8_lossy(&out.stderr));
+        let line =
+            text.lines().find(|l| l.starts_with("weft-job-child")).unwrap_or_else(|| panic!("rank {rank}: {text}"));
+        assert!(line.contains(&format!("rank={rank} ")), "{line}");
+        ids.push(line.split("id=").nth(1).unwrap().to_owned());
+    }
+    println!("{world} processes, one id: {}…", &ids[0][..16]);
+    assert!(ids.iter().all(|id| *id == ids[0]), "the ranks disagree on the unique id: {ids:#?}");
+    assert_eq!(ids[0].len(), 256);
+}
