@@ -19,8 +19,8 @@ pub mod properties;
 
 pub use comm::SuspendFlags;
 pub use comm::{
-    Abortable, Active, Blocking, Communicator, Finalized, Initialized, MemStat, Mode, NonBlocking, Pending, Polled,
-    Revoked, State, Suspended, TransitionError, Uninit, UniqueId,
+    Abortable, Active, Adopted, Blocking, Communicator, Finalized, Initialized, MemStat, Mode, NonBlocking, Pending,
+    Polled, Revoked, State, Suspended, TransitionError, Uninit, UniqueId,
 };
 pub use config::{Config, CtaPolicy};
 pub use properties::{GinConnectionType, GinType, Properties};

@@ -657,3 +657,29 @@ fn two_ranks_on_one_gpu_need_nccl_2_30_and_the_switch() {
         }
     }
 }
+
+/// A communicator weft did not create (here: one weft made, seen through its raw handle as C code would hand it
+/// over), adopted: an all-reduce works through it, and dropping the `Adopted` leaves the communicator to its owner,
+/// which can still use and finalize it.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_adopted_communicator_works_and_stays_its_owner_s() {
+    let owner = one_rank();
+    let s = stream(&owner);
+    {
+        // SAFETY: `owner` is a live, blocking communicator of the libnccl weft loaded; nobody finalizes it while
+        // `adopted` lives (it is dropped at the end of this block), and this thread is its only user.
+        let adopted = unsafe { Communicator::adopt(owner.as_raw()) }.unwrap();
+        assert_eq!((adopted.rank(), adopted.nranks(), adopted.cuda_device()), (0, 1, 0));
+        let send = upload(&s, &[1.5f32; 64]);
+        let mut recv = poisoned(&s, 64);
+        adopted.all_reduce(&send, &mut recv, ReduceOp::Sum, &s).unwrap();
+        assert_eq!(download(&s, &recv), vec![1.5f32; 64]);
+    }
+    // Still the owner's, and alive.
+    let send = upload(&s, &[2.0f32; 64]);
+    let mut recv = poisoned(&s, 64);
+    owner.all_reduce(&send, &mut recv, ReduceOp::Sum, &s).unwrap();
+    assert_eq!(download(&s, &recv), vec![2.0f32; 64]);
+    owner.finalize().unwrap().destroy().unwrap();
+}

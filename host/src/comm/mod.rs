@@ -31,11 +31,13 @@ use crate::error::Error;
 use crate::result;
 use crate::sys::{ncclComm_t, Library};
 
+mod adopt;
 mod init;
 mod lifecycle;
 mod pending;
 mod status;
 
+pub use adopt::Adopted;
 pub use init::UniqueId;
 pub use lifecycle::SuspendFlags;
 pub use pending::{Pending, Polled};
