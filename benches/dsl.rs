@@ -13,10 +13,7 @@
 //! `cargo bench --bench dsl` (or the packed binary on the GPU machine). Prints a table; with `WEFT_BENCH_OUT`
 //! set, also writes `dsl.csv` there.
 
-#[path = "../examples/kernels/mod.rs"]
-mod kernels;
-#[path = "fused/spin.rs"]
-mod spin;
+use weft_kit::{kernels, spin};
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,7 +28,7 @@ use weft::host::jit::{
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Communicator, Config, DevComm, LaunchConfig, UniqueId, WindowFlags};
 
-const HAND: &str = include_str!("cuda/hand_allreduce.cu");
+const HAND: &str = weft_kit::baselines::HAND_ALLREDUCE;
 /// Long enough to cover enqueuing two launches and four event records (~15 µs) many times over.
 const SPIN_NS: u64 = 100_000;
 /// Timed pairs per size: a 4 MB launch takes ~9 µs, where launch-to-launch jitter of ~0.5 µs needs many samples for

@@ -11,10 +11,8 @@
 //! sm_90 against each NCCL release's headers it can find (proving the toolchain), says that no GPU was found and
 //! what it would have run, and exits successfully.
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "kernels/mod.rs"]
-mod kernels;
+use weft_kit::common;
+use weft_kit::kernels;
 
 use common::{median, relative_error, Result};
 use kernels::allreduce::lsa_allreduce;

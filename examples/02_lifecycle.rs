@@ -24,8 +24,7 @@
 //! Every rank prints what happened; the example exits non-zero if anything not explained by the NCCL version or
 //! the machine failed. On a machine without a GPU it says so and exits 0 (it has no kernels to compile).
 
-#[path = "common/mod.rs"]
-mod common;
+use weft_kit::common;
 
 use std::time::{Duration, Instant};
 

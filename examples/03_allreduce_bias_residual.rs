@@ -30,10 +30,8 @@
 //! On a machine without a GPU it compiles the kernels and the baseline with nvcc against every NCCL release's
 //! headers it finds, says so, and exits 0.
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "kernels/mod.rs"]
-mod kernels;
+use weft_kit::common;
+use weft_kit::kernels;
 
 use std::sync::Arc;
 
@@ -47,7 +45,7 @@ use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, ReduceOp, Requirements, WindowFlags};
 
 /// The hand-written epilogue of the unfused baseline.
-const BASELINE: &str = include_str!("../benches/cuda/allreduce_epilogue.cu");
+const BASELINE: &str = weft_kit::baselines::ALLREDUCE_EPILOGUE;
 /// `(rows, hidden)`: a decode step, a small prefill, a large prefill.
 const SHAPES: &[(usize, usize)] = &[(16, 4096), (256, 4096), (2048, 8192)];
 const BLOCK: u32 = 512;

@@ -30,10 +30,8 @@
 //! Needs every rank in one LSA team (NVLink-connected GPUs of one host). On a machine without a GPU it compiles the
 //! kernel and the baseline with nvcc against every NCCL release's headers it finds, says so, and exits 0.
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "kernels/mod.rs"]
-mod kernels;
+use weft_kit::common;
+use weft_kit::kernels;
 
 use std::sync::Arc;
 
@@ -44,7 +42,7 @@ use weft::host::caps::Lsa;
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, ReduceOp, Window, WindowFlags};
 
-const BASELINE: &str = include_str!("../benches/cuda/rmsnorm_epilogue.cu");
+const BASELINE: &str = weft_kit::baselines::RMSNORM_EPILOGUE;
 /// `(rows, hidden)` before rounding `rows` up to a multiple of the rank count.
 const SHAPES: &[(usize, usize)] = &[(64, 4096), (512, 4096), (2048, 8192)];
 const EPS: f32 = 1e-5;

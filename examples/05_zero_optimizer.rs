@@ -31,10 +31,8 @@
 //! Needs every rank in one LSA team. On a machine without a GPU it compiles the kernel and the baseline with nvcc
 //! against every NCCL release's headers it finds, says so, and exits 0.
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "kernels/mod.rs"]
-mod kernels;
+use weft_kit::common;
+use weft_kit::kernels;
 
 use std::sync::Arc;
 
@@ -45,7 +43,7 @@ use weft::host::caps::Lsa;
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, ReduceOp, Window, WindowFlags};
 
-const BASELINE: &str = include_str!("../benches/cuda/zero_adam_epilogue.cu");
+const BASELINE: &str = weft_kit::baselines::ZERO_ADAM_EPILOGUE;
 /// Parameter counts before rounding up to a multiple of `4 x ranks`.
 const SIZES: &[usize] = &[1 << 18, 1 << 21, 1 << 24];
 const BLOCK: u32 = 512;

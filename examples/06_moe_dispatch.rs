@@ -28,10 +28,8 @@
 //! interleaved). Needs every rank in one LSA team, at most 64 ranks. On a machine without a GPU it compiles the
 //! kernels and the baseline with nvcc against every NCCL release's headers it finds, says so, and exits 0.
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "kernels/mod.rs"]
-mod kernels;
+use weft_kit::common;
+use weft_kit::kernels;
 #[path = "moe/unfused.rs"]
 mod unfused;
 

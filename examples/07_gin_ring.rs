@@ -16,10 +16,8 @@
 //! On a machine without a GPU it compiles the kernel with nvcc against every NCCL release's headers it finds,
 //! says so, and exits 0.
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "kernels/mod.rs"]
-mod kernels;
+use weft_kit::common;
+use weft_kit::kernels;
 
 use common::Result;
 use kernels::gin_ring::gin_ring_allgather as ring;

@@ -1,17 +1,6 @@
-//! CPU tests of the fused benchmark's pure parts (`benches/fused/{options,stats,report,plot}.rs`). The bench
-//! target has no test harness (`harness = false`) and cargo builds it with `cfg(test)` set, so its tests cannot
-//! sit in `#[cfg(test)]` modules beside the code: they are here, compiled against the same files.
+//! CPU tests of the fused benchmark's pure parts (`weft_kit::bench`: options, statistics, report, plot).
 
-#![allow(dead_code)] // the bench uses every item of these files; the tests only some
-
-#[path = "../benches/fused/options.rs"]
-mod options;
-#[path = "../benches/fused/plot.rs"]
-mod plot;
-#[path = "../benches/fused/report.rs"]
-mod report;
-#[path = "../benches/fused/stats.rs"]
-mod stats;
+use weft_kit::bench::{options, plot, report, stats};
 
 mod options_tests {
     use std::path::PathBuf;

@@ -3,10 +3,8 @@
 //! both forms a launch may pick (16-byte-aligned arguments, any arguments; docs/kernel-abi.md); so is the
 //! hand-written CUDA of tests/cuda/.
 
-#[path = "../examples/kernels/mod.rs"]
-mod example_kernels;
-#[path = "kernels/mod.rs"]
-mod kernels;
+use weft_kit::kernels as example_kernels;
+use weft_kit::test_kernels as kernels;
 
 use weft::host::jit::{ArgAlignment, CompileRequest, GpuArch, KernelCache, Toolchain};
 

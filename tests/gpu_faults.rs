@@ -4,8 +4,7 @@
 //! hangs, the device memory the failed communicators held comes back, and a new communicator works afterwards.
 //! Each needs two or more ranks and skips, saying so, with one.
 
-#[path = "kernels/mod.rs"]
-mod kernels;
+use weft_kit::test_kernels as kernels;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

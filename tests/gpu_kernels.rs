@@ -2,10 +2,8 @@
 //! barrier round trips, the barrier timeout form (all members present, and a constructed member that never
 //! arrives), the MoE routing step for any rank count, and a GIN kernel's clean refusal on an NVLink-only machine.
 
-#[path = "../examples/kernels/mod.rs"]
-mod example_kernels;
-#[path = "kernels/mod.rs"]
-mod kernels;
+use weft_kit::kernels as example_kernels;
+use weft_kit::test_kernels as kernels;
 
 use example_kernels::allreduce::lsa_allreduce;
 
@@ -358,7 +356,7 @@ fn barrier_timeout_when_a_constructed_member_never_arrives() {
 
 /// The MoE examples' routing step for any rank count, on one GPU: `moe_route_counts`, the unfused baseline's kernel
 /// (`benches/cuda/moe_dispatch_epilogue.cu`), takes the rank count as an argument, so 1 to 64 destinations run here;
-/// the fused `moe_route` (examples/kernels/moe.rs) is the same algorithm over the LSA team's size. Tokens must be
+/// the fused `moe_route` (kit/src/kernels/moe.rs) is the same algorithm over the LSA team's size. Tokens must be
 /// grouped by destination stably (token order within a group); a token whose expert is on no rank keeps its slot.
 #[test]
 #[ignore = "needs a CUDA GPU"]

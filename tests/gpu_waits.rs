@@ -8,8 +8,7 @@
 //! device. The watchdog then releases the spinner, so nothing hangs. A positive control (`cuCtxSynchronize`) must
 //! be seen waiting, which proves the probe can see it; calls outside weft's control are printed as facts.
 
-#[path = "kernels/mod.rs"]
-mod kernels;
+use weft_kit::test_kernels as kernels;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

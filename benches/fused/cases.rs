@@ -1,18 +1,13 @@
-//! The cases: each fused kernel of `examples/kernels/` against its unfused baseline (the NCCL collective(s),
+//! The cases: each fused kernel of `kit/src/kernels/` against its unfused baseline (the NCCL collective(s),
 //! then the epilogue as a separate hand-written CUDA C++ kernel from `benches/cuda/*_epilogue.cu`, compiled by
 //! the same nvcc).
 
 use crate::harness::Case;
 
-#[path = "cases/allreduce.rs"]
 mod allreduce;
-#[path = "cases/allreduce_bias_residual.rs"]
 mod allreduce_bias_residual;
-#[path = "cases/moe.rs"]
 mod moe;
-#[path = "cases/rmsnorm.rs"]
 mod rmsnorm;
-#[path = "cases/zero_adam.rs"]
 mod zero_adam;
 
 /// Every case that can be measured, in table order.

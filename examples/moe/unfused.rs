@@ -1,22 +1,20 @@
 //! The unfused baseline of `06_moe_dispatch.rs`: the kernels of `benches/cuda/moe_dispatch_epilogue.cu` around
 //! NCCL's variable-size all-to-all (an `ncclAllToAll` of the counts, a host round trip for the sizes, grouped
 //! `ncclSend`/`ncclRecv`), with its buffers. Part of the example, in a file of its own for length; the run itself
-//! is `unfused_run.rs`, which the fused benchmark's MoE case runs too.
+//! is `weft_kit::moe_unfused` (kit/src/moe_unfused.rs), which the fused benchmark's MoE case runs too.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream};
 use weft::host::{Communicator, Error, LaunchConfig, Window};
 
-use super::common::{self, Real};
 use super::{check, Reference, EXPERTS_PER_RANK, ROUTE_BLOCK};
+use weft_kit::common::{self, Real};
 
-#[path = "unfused_run.rs"]
-mod unfused_run;
-use unfused_run::{Outputs, Problem, Scratch, UnfusedKernels};
+use weft_kit::moe_unfused::{Outputs, Problem, Scratch, UnfusedKernels};
 
 /// The hand-written kernels.
-pub(super) const BASELINE: &str = include_str!("../../benches/cuda/moe_dispatch_epilogue.cu");
+pub(super) const BASELINE: &str = weft_kit::baselines::MOE_DISPATCH_EPILOGUE;
 
 /// The baseline's kernels, one set per element type where they differ.
 pub(super) struct BaselineKernels {
@@ -48,7 +46,7 @@ impl BaselineKernels {
     }
 }
 
-/// The unfused baseline's kernels and buffers for one element type (the run itself: `unfused_run.rs`, shared with
+/// The unfused baseline's kernels and buffers for one element type (the run itself: `weft_kit::moe_unfused` (kit/src/moe_unfused.rs), shared with
 /// the fused benchmark).
 pub(super) struct Unfused<'a, T: Real> {
     comm: &'a Communicator,
@@ -110,7 +108,7 @@ impl<'a, T: Real> Unfused<'a, T> {
             recv_total: &mut self.recv_total,
             out: &mut self.out,
         };
-        unfused_run::run(
+        weft_kit::moe_unfused::run(
             self.comm,
             self.stream,
             &self.kernels,

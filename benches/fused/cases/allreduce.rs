@@ -1,4 +1,4 @@
-//! The quickstart's one-shot LSA all-reduce (`examples/kernels/allreduce.rs`) against `ncclAllReduce`.
+//! The quickstart's one-shot LSA all-reduce (`kit/src/kernels/allreduce.rs`) against `ncclAllReduce`.
 //!
 //! Nothing is fused here: this is the plain all-reduce every fused case builds on, and the check that the
 //! harness measures a weft kernel and an NCCL collective the same way. With one rank NCCL's all-reduce is a
@@ -28,7 +28,7 @@ impl Case for AllReduce {
     }
 
     fn fused(&self) -> &'static str {
-        "lsa_allreduce (examples/kernels/allreduce.rs): one-shot all-reduce over LSA"
+        "lsa_allreduce (kit/src/kernels/allreduce.rs): one-shot all-reduce over LSA"
     }
 
     fn baseline(&self) -> &'static str {

@@ -1,5 +1,5 @@
 //! All-reduce + bias + residual, the epilogue of a tensor-parallel row-parallel linear layer
-//! (`examples/kernels/allreduce_epilogue.rs`), against `ncclAllReduce` followed by the hand-written epilogue
+//! (`kit/src/kernels/allreduce_epilogue.rs`), against `ncclAllReduce` followed by the hand-written epilogue
 //! kernel of `benches/cuda/allreduce_epilogue.cu`:
 //!
 //! ```text
@@ -23,7 +23,7 @@ use crate::options::Dtype;
 use crate::stats::seed;
 
 /// The baseline's epilogue kernel.
-const EPILOGUE: &str = include_str!("../../cuda/allreduce_epilogue.cu");
+const EPILOGUE: &str = weft_kit::baselines::ALLREDUCE_EPILOGUE;
 const EPILOGUE_NAME: &str = "allreduce_epilogue";
 /// The hidden dimension (columns): a typical transformer width; smaller messages are one row of all elements.
 const HIDDEN: usize = 4096;
@@ -52,9 +52,9 @@ impl Case for AllReduceBiasResidual {
 
     fn fused(&self) -> &'static str {
         if self.two_shot {
-            "allreduce_bias_residual_two_shot (examples/kernels/allreduce_epilogue.rs)"
+            "allreduce_bias_residual_two_shot (kit/src/kernels/allreduce_epilogue.rs)"
         } else {
-            "allreduce_bias_residual_one_shot (examples/kernels/allreduce_epilogue.rs)"
+            "allreduce_bias_residual_one_shot (kit/src/kernels/allreduce_epilogue.rs)"
         }
     }
 

@@ -1,5 +1,5 @@
 //! Mixture-of-experts dispatch + expert + combine, top-1 routing with variable token counts per peer
-//! (`examples/kernels/moe.rs`: route, dispatch, stand-in expert, combine over LSA, no host round trip), against
+//! (`kit/src/kernels/moe.rs`: route, dispatch, stand-in expert, combine over LSA, no host round trip), against
 //! the usual route + `ncclAllToAll` of the counts + copy to the host and synchronize + pack + grouped
 //! `ncclSend`/`ncclRecv` + expert + grouped send/receive back + unpack (`benches/cuda/moe_dispatch_epilogue.cu`),
 //! as `examples/06_moe_dispatch.rs` does.
@@ -23,12 +23,10 @@ use crate::options::Dtype;
 use crate::stats::seed;
 
 /// The baseline's run, the same code as `examples/06_moe_dispatch.rs` runs.
-#[path = "../../../examples/moe/unfused_run.rs"]
-mod unfused_run;
-use unfused_run::{Outputs, Problem, Scratch, UnfusedKernels};
+use weft_kit::moe_unfused::{Outputs, Problem, Scratch, UnfusedKernels};
 
 /// The baseline's route, pack and unpack kernels.
-const BASELINE: &str = include_str!("../../cuda/moe_dispatch_epilogue.cu");
+const BASELINE: &str = weft_kit::baselines::MOE_DISPATCH_EPILOGUE;
 const BASELINE_NAME: &str = "moe_dispatch_epilogue";
 const HIDDEN: usize = 4096;
 const EXPERTS_PER_RANK: u32 = 4;
@@ -51,7 +49,7 @@ impl Case for Moe {
     }
 
     fn fused(&self) -> &'static str {
-        "moe_route + moe_dispatch + moe_toy_expert + moe_combine (examples/kernels/moe.rs)"
+        "moe_route + moe_dispatch + moe_toy_expert + moe_combine (kit/src/kernels/moe.rs)"
     }
 
     fn baseline(&self) -> &'static str {
@@ -303,7 +301,7 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
             recv_total: &mut s.recv_total,
             out: &mut s.out,
         };
-        unfused_run::run(
+        weft_kit::moe_unfused::run(
             self.comm,
             stream,
             &self.kernels.baseline,

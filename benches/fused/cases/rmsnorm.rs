@@ -1,5 +1,5 @@
 //! Tensor-parallel residual add + RMSNorm fused with the reduce-scatter before it and the all-gather after it
-//! (`examples/kernels/rmsnorm.rs`), against `ncclReduceScatter`, the hand-written epilogue of
+//! (`kit/src/kernels/rmsnorm.rs`), against `ncclReduceScatter`, the hand-written epilogue of
 //! `benches/cuda/rmsnorm_epilogue.cu` and `ncclAllGather`:
 //!
 //! ```text
@@ -26,7 +26,7 @@ use crate::options::Dtype;
 use crate::stats::seed;
 
 /// The baseline's epilogue kernel.
-const EPILOGUE: &str = include_str!("../../cuda/rmsnorm_epilogue.cu");
+const EPILOGUE: &str = weft_kit::baselines::RMSNORM_EPILOGUE;
 const EPILOGUE_NAME: &str = "rmsnorm_epilogue";
 /// The hidden dimension (columns): a typical transformer width, narrower when the message has fewer rows than
 /// ranks otherwise.
@@ -59,7 +59,7 @@ impl Case for RmsNorm {
     }
 
     fn fused(&self) -> &'static str {
-        "rmsnorm_residual_tp (examples/kernels/rmsnorm.rs): residual + reduce-scatter + RMSNorm + all-gather"
+        "rmsnorm_residual_tp (kit/src/kernels/rmsnorm.rs): residual + reduce-scatter + RMSNorm + all-gather"
     }
 
     fn baseline(&self) -> &'static str {

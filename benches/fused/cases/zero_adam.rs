@@ -1,4 +1,4 @@
-//! A ZeRO-style optimizer step (`examples/kernels/zero_adam.rs`): reduce-scatter of the gradients, AdamW on this
+//! A ZeRO-style optimizer step (`kit/src/kernels/zero_adam.rs`): reduce-scatter of the gradients, AdamW on this
 //! rank's shard (f32 master weights and moments), all-gather of the parameters, in one kernel; against
 //! `ncclReduceScatter`, the hand-written update of `benches/cuda/zero_adam_epilogue.cu` and `ncclAllGather`.
 //!
@@ -20,7 +20,7 @@ use crate::options::Dtype;
 use crate::stats::seed;
 
 /// The baseline's update kernel.
-const EPILOGUE: &str = include_str!("../../cuda/zero_adam_epilogue.cu");
+const EPILOGUE: &str = weft_kit::baselines::ZERO_ADAM_EPILOGUE;
 const EPILOGUE_NAME: &str = "zero_adam_epilogue";
 const BLOCK: u32 = 512;
 /// Elements a thread of the baseline's update handles per trip.
@@ -68,7 +68,7 @@ impl Case for ZeroAdam {
     }
 
     fn fused(&self) -> &'static str {
-        "zero_adam_step (examples/kernels/zero_adam.rs): reduce-scatter + AdamW on the shard + all-gather"
+        "zero_adam_step (kit/src/kernels/zero_adam.rs): reduce-scatter + AdamW on the shard + all-gather"
     }
 
     fn baseline(&self) -> &'static str {

@@ -2,8 +2,8 @@
 //!
 //! Pure (no GPU); `tests/bench_harness.rs` tests it.
 
-use crate::options::{format_size, Dtype};
-use crate::stats::Summary;
+use super::options::{format_size, Dtype};
+use super::stats::Summary;
 
 /// What was measured for one case at one element type and size (the slowest rank's timings, the worst
 /// rank's errors).

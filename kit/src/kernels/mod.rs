@@ -1,8 +1,6 @@
 //! The examples' kernels, shared with `tests/codegen.rs` (every one is compiled there against each NCCL
 //! release's headers) and with the benchmark suite.
 
-#![allow(dead_code)] // each example uses some of these kernels, the codegen test all of them
-
 pub mod allreduce;
 pub mod allreduce_epilogue;
 pub mod gin_ring;

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::options::{format_size, Dtype};
-use crate::report::Row;
+use super::options::{format_size, Dtype};
+use super::report::Row;
 
 const WIDTH: u32 = 1000;
 const HEIGHT: u32 = 620;

@@ -1,9 +1,7 @@
 //! What the numbered examples share: deterministic inputs, the relative-error check, CUDA-event timing, loading
 //! the hand-written baselines of `benches/cuda/`, and the path taken on a machine without a GPU.
 //!
-//! Each example includes this file with `#[path = "common/mod.rs"] mod common;`; it is not an example itself.
-
-#![allow(dead_code)] // each example uses part of it
+//! The examples use it as `weft_kit::common`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -333,7 +331,7 @@ fn header_sets() -> Result<(PathBuf, Vec<PathBuf>)> {
         let dirs = spec.split(';').filter_map(|e| e.split_once('=')).map(|(_, dir)| PathBuf::from(dir)).collect();
         return Ok((PathBuf::from(nvcc), dirs));
     }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     let toolchain = root.join("target/weft-toolchain");
     if !toolchain.join("stamp").is_file() {
         println!("Provisioning the CUDA/NCCL toolchain first (`cargo xtask provision`, once; pip downloads)...");

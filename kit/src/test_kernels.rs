@@ -105,7 +105,6 @@ pub fn bounded_fill(out: &mut [f32], value: f32, n: usize) {
 }
 
 /// Every kernel's name and generated CUDA C++, for the codegen test.
-#[allow(dead_code)] // used by tests/codegen.rs, not by every test that includes this module
 pub const ALL: &[(&str, &str)] = &[
     (copy_from_next_peer::NAME, copy_from_next_peer::SOURCE),
     (barrier_round_trips::NAME, barrier_round_trips::SOURCE),

@@ -3,7 +3,7 @@
 //! around NCCL's variable-size all-to-all — route, `ncclAllToAll` of the counts, a host round trip for the sizes,
 //! pack, grouped `ncclSend`/`ncclRecv`, the stand-in expert, grouped send/receive back, unpack.
 //!
-//! Included by `#[path]` from both crates; it names the kernels module as `crate::kernels` (both have one).
+//! Both use it as `weft_kit::moe_unfused`.
 
 use std::sync::Arc;
 

@@ -11,23 +11,11 @@
 //! arguments are ignored (cargo passes `--bench`, test runners pass their own flags); the knobs are environment
 //! variables. Without a GPU it says so, measures nothing and exits 0; with one it exits 1 if any check failed.
 
-#[path = "../examples/kernels/mod.rs"]
-mod kernels;
-
-#[path = "fused/cases.rs"]
 mod cases;
-#[path = "fused/harness.rs"]
 mod harness;
-#[path = "fused/options.rs"]
-mod options;
-#[path = "fused/plot.rs"]
-mod plot;
-#[path = "fused/report.rs"]
-mod report;
-#[path = "fused/spin.rs"]
-mod spin;
-#[path = "fused/stats.rs"]
-mod stats;
+
+use weft_kit::bench::{options, plot, report, stats};
+use weft_kit::{kernels, spin};
 
 use std::process::ExitCode;
 use std::time::Duration;
