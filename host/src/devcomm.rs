@@ -6,43 +6,52 @@
 //! `DevComm<C>` with `C: HasGin` — checked by rustc.
 
 use std::marker::PhantomData;
-use std::mem::offset_of;
 
 use weft_device::caps::{Capabilities, CapabilitySet};
 
+use crate::abi::{verified_list, Abi, RequirementsLayout};
 use crate::comm::{Active, Communicator, Mode};
 use crate::error::Error;
 use crate::properties::{GinConnectionType, GinType};
 use crate::resources::{Native, ResourceId};
 use crate::result;
 use crate::sys::{self, v2_28};
-use crate::version::{Version, V2_29};
+use crate::version::Version;
 
-/// Room for the loaded library's `ncclDevComm` (200 to 248 bytes in 2.28–2.32), 16-byte aligned.
-#[repr(C, align(16))]
+/// Heap storage for one `ncclDevComm` of exactly the loaded release's size ([`crate::abi`]), 8-byte aligned as
+/// the struct is. NCCL writes it (at the end of the creating group, or when a non-blocking creation completes);
+/// kernels receive exactly these bytes.
 #[derive(Clone)]
-pub(crate) struct DevCommStorage([u8; 1024]);
+pub(crate) struct DevCommStorage {
+    words: Box<[u64]>,
+    size: usize,
+}
 
 impl DevCommStorage {
+    /// Zeroed storage of `size` bytes.
+    pub(crate) fn zeroed(size: usize) -> DevCommStorage {
+        DevCommStorage { words: vec![0u64; size.div_ceil(8)].into_boxed_slice(), size }
+    }
+
     pub(crate) fn as_ptr(&self) -> *const core::ffi::c_void {
-        self.0.as_ptr().cast()
+        self.words.as_ptr().cast()
+    }
+
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut core::ffi::c_void {
+        self.words.as_mut_ptr().cast()
+    }
+
+    /// The `size` bytes, as the kernel parameter takes them.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: `words` holds at least `size` initialised bytes (`size.div_ceil(8)` zeroed u64s, since written
+        // only by NCCL with plain data), u8 has no alignment requirement, and the borrow of `self` keeps them alive.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.size) }
     }
 }
 
 impl std::fmt::Debug for DevCommStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("DevCommStorage")
-    }
-}
-
-/// `sizeof(ncclDevComm)` for each release (verified by compiling each release's headers: 2.28.9: 200,
-/// 2.29.7: 224, 2.30.7: 240, 2.31.2 and 2.32.3: 248).
-fn dev_comm_size(found: Version) -> usize {
-    match found.minor() {
-        ..=28 => 200,
-        29 => 224,
-        30 => 240,
-        _ => 248,
+        write!(f, "DevCommStorage({} bytes)", self.size)
     }
 }
 
@@ -268,15 +277,17 @@ impl Requirements {
         Ok(())
     }
 
-    fn check_version(&self, found: Version) -> Result<(), Error> {
-        let need = |used: bool, needs: Version, call: &'static str| {
-            if used && !found.at_least(needs) {
-                Err(Error::Unsupported { call, needs, found })
-            } else {
-                Ok(())
+    /// Refuses fields the layout weft declares to the loaded release lacks (never silently dropped).
+    fn check_version(&self, abi: &Abi) -> Result<(), Error> {
+        let need = |used: bool, needs: Version, call: &'static str| match () {
+            _ if !used || abi.declared.at_least(needs) => Ok(()),
+            _ if abi.found.at_least(needs) => {
+                Err(Error::UnverifiedRelease { found: abi.found, what: call.to_owned(), verified: verified_list() })
             }
+            _ => Err(Error::Unsupported { call, needs, found: abi.found }),
         };
-        need(self.gin_connection.is_some(), V2_29, "ncclDevCommRequirements.ginConnectionType")?;
+        // 2.29.2 and 2.29.3 end their requirements at ginCounterCount; 2.29.7 is the first measured with more.
+        need(self.gin_connection.is_some(), Version::new(2, 29, 7), "ncclDevCommRequirements.ginConnectionType")?;
         need(self.world_gin_barriers > 0, Version::new(2, 30, 0), "ncclDevCommRequirements.worldGinBarrierCount")
     }
 }
@@ -308,10 +319,12 @@ impl<M: Mode> Communicator<Active, M> {
     /// 2.28, which cannot report them, LSA is attempted and GIN and multimem are refused (a failed GIN
     /// attempt would poison the communicator for later device communicators).
     pub fn dev_comm<C: CapabilitySet>(&self, requirements: &Requirements) -> Result<DevComm<'_, C, M>, Error> {
-        let found = self.library().version();
+        let abi = Abi::for_release(self.library().version())?;
+        let layout = abi.requirements()?;
         let props = self.properties()?;
         check_capabilities(C::CAPABILITIES, &props)?;
-        requirements.check_version(found)?;
+        requirements.check_version(&abi)?;
+        let dev_comm_size = abi.dev_comm_size(props.dev_comm_runtime_version_size)?;
         let mut requirements = requirements.clone();
         if C::MULTIMEM {
             requirements.lsa_multimem = true;
@@ -357,16 +370,16 @@ impl<M: Mode> Communicator<Active, M> {
             teams[i - 1].next = next;
         }
         let team_list = teams.first_mut().map_or(std::ptr::null_mut(), |first| first as *mut _);
-        let mut bytes = Box::new(DevCommStorage([0; 1024]));
-        let out = bytes.0.as_mut_ptr().cast::<core::ffi::c_void>();
+        let mut bytes = Box::new(DevCommStorage::zeroed(dev_comm_size));
+        let out = bytes.as_mut_ptr();
         self.context().bind_to_thread()?;
-        if found.at_least(V2_29) {
-            let mut raw = new_layout(&requirements, found, C::GIN)?;
+        if let RequirementsLayout::Versioned { size } = layout {
+            let mut raw = new_layout(&requirements, size, abi.declared, abi.layout.runtime_version, C::GIN)?;
             raw.resourceRequirementsList = list;
             raw.teamRequirementsList = team_list;
             // SAFETY: our live, active communicator; `raw` is laid out and sized for the loaded release and
-            // its list points into `resources`/`handles`, alive across the call; `out` has room for any
-            // release's ncclDevComm.
+            // its list points into `resources`/`handles`, alive across the call; `out` has room for the
+            // ncclDevComm NCCL writes (the declared release's, or with useRuntimeVersion the size NCCL reported).
             unsafe { result::dev_comm_create(self.library(), self.raw(), std::ptr::from_ref(&raw).cast(), out) }?;
         } else {
             let mut raw = old_layout(&requirements, C::GIN)?;
@@ -449,20 +462,22 @@ fn props_version_hint() -> String {
     crate::sys::library().map(|l| l.version().to_string()).unwrap_or_else(|_| "?".into())
 }
 
-/// `ncclDevCommRequirements` in the 2.29+ layout, sized for `found`.
-fn new_layout(req: &Requirements, found: Version, gin: bool) -> Result<sys::ncclDevCommRequirements_t, Error> {
-    let end = |offset: usize| offset.next_multiple_of(std::mem::align_of::<sys::ncclDevCommRequirements_t>());
+/// `ncclDevCommRequirements` in the 2.29+ layout: the newest layout, `size` bytes of it declared as release
+/// `declared` (see [`crate::abi`]). With `runtime_version` (2.31+) NCCL writes the device communicator in the
+/// loaded release's own layout, the one kernels compiled against its headers expect.
+fn new_layout(
+    req: &Requirements,
+    size: usize,
+    declared: Version,
+    runtime_version: bool,
+    gin: bool,
+) -> Result<sys::ncclDevCommRequirements_t, Error> {
     type R = sys::ncclDevCommRequirements_t;
-    let size = match found.minor() {
-        29 => end(offset_of!(R, ginTrafficClass)),
-        30 => end(offset_of!(R, ginCustomStride)),
-        _ => std::mem::size_of::<R>(),
-    };
     let (blocks, slots) = req.ll_a2a.unwrap_or((0, 0));
     Ok(R {
         size,
         magic: sys::NCCL_API_MAGIC,
-        version: found.code as u32,
+        version: declared.code as u32,
         resourceRequirementsList: std::ptr::null_mut(),
         teamRequirementsList: std::ptr::null_mut(),
         lsaMultimem: req.lsa_multimem,
@@ -490,7 +505,7 @@ fn new_layout(req: &Requirements, found: Version, gin: bool) -> Result<sys::nccl
         ginVaSignalsRequired: true,
         ginCustomStride: 1,
         ginType: sys::ncclGinType_t::NCCL_GIN_TYPE_NONE,
-        useRuntimeVersion: false,
+        useRuntimeVersion: runtime_version,
         cftCaps: 0,
         cftBarrierCount: 0,
     })
@@ -520,7 +535,7 @@ impl<'comm, C: CapabilitySet, M: Mode> DevComm<'comm, C, M> {
     /// Fails if `close_all_resources` destroyed the device communicator.
     pub fn kernel_arg_bytes(&self) -> Result<&[u8], Error> {
         self.comm.check_live(self.id, "dev")?;
-        Ok(&self.bytes.0[..dev_comm_size(self.comm.library().version())])
+        Ok(self.bytes.bytes())
     }
 
     /// The alignment `ncclDevComm` needs as a kernel parameter (for [`crate::launch::ArgBuffer::push_bytes`]).
@@ -623,15 +638,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requirement_layout_sizes_match_each_release_header() {
+    fn requirements_are_declared_as_the_layout_weft_fills() {
         let req = Requirements::new().lsa_barriers(4);
-        let size = |v| new_layout(&req, v, false).unwrap().size;
-        assert_eq!(size(Version::new(2, 29, 7)), 88);
-        assert_eq!(size(Version::new(2, 30, 7)), 96);
-        assert_eq!(size(Version::new(2, 31, 2)), 120);
-        assert_eq!(size(Version::new(2, 32, 3)), 120);
+        let raw = |v: Version| {
+            let abi = Abi::for_release(v).unwrap();
+            let RequirementsLayout::Versioned { size } = abi.requirements().unwrap() else { panic!("{v}") };
+            new_layout(&req, size, abi.declared, abi.layout.runtime_version, false).unwrap()
+        };
+        let fields = |r: sys::ncclDevCommRequirements_t| (r.size, r.version, r.useRuntimeVersion);
+        assert_eq!(fields(raw(Version::new(2, 29, 3))), (72, 22903, false));
+        assert_eq!(fields(raw(Version::new(2, 29, 7))), (88, 22907, false));
+        assert_eq!(fields(raw(Version::new(2, 30, 7))), (96, 23007, false));
+        assert_eq!(fields(raw(Version::new(2, 31, 2))), (120, 23102, true));
+        assert_eq!(fields(raw(Version::new(2, 32, 3))), (120, 23203, true));
+        // Newer than any verified release: 2.32.3's layout, declared as 2.32.3, NCCL writing its own devComm.
+        assert_eq!(fields(raw(Version::new(2, 34, 1))), (120, 23203, true));
         assert_eq!(std::mem::size_of::<v2_28::ncclDevCommRequirements>(), 56);
-        assert_eq!(new_layout(&req, Version::new(2, 32, 3), false).unwrap().lsaBarrierCount, 4);
+        assert_eq!(raw(Version::new(2, 32, 3)).lsaBarrierCount, 4);
+        assert_eq!(DevCommStorage::zeroed(200).bytes().len(), 200, "the kernel argument is exactly the size");
     }
 
     #[test]
@@ -650,9 +674,14 @@ mod tests {
 
     #[test]
     fn features_newer_than_the_library_are_unsupported() {
+        let abi = |major, minor, patch| Abi::for_release(Version::new(major, minor, patch)).unwrap();
         let req = Requirements::new().world_gin_barriers(1);
-        assert!(matches!(req.check_version(Version::new(2, 29, 7)), Err(Error::Unsupported { .. })));
-        assert!(req.check_version(Version::new(2, 30, 7)).is_ok());
+        assert!(matches!(req.check_version(&abi(2, 29, 7)), Err(Error::Unsupported { .. })));
+        assert!(req.check_version(&abi(2, 30, 7)).is_ok());
+        // 2.29.2's requirements stop before ginConnectionType.
+        let connection = Requirements::new().gin_connection(GinConnectionType::Rail);
+        assert!(matches!(connection.check_version(&abi(2, 29, 3)), Err(Error::Unsupported { .. })));
+        assert!(connection.check_version(&abi(2, 29, 7)).is_ok());
     }
 
     fn props(gin: Option<GinType>, multimem: Option<bool>, device_api: Option<bool>) -> crate::Properties {
