@@ -10,8 +10,9 @@ use std::marker::PhantomData;
 use weft_device::caps::{Capabilities, CapabilitySet};
 
 use crate::abi::{verified_list, Abi, RequirementsLayout};
-use crate::comm::{Active, Communicator, Mode};
+use crate::comm::{Active, Communicator, Mode, Pending, Resolve};
 use crate::error::Error;
+use crate::group::{Completion, Group};
 use crate::properties::{GinConnectionType, GinType};
 use crate::resources::{Native, ResourceId};
 use crate::result;
@@ -300,14 +301,117 @@ fn count(value: u32, what: &'static str) -> Result<i32, Error> {
 /// communicator. Destroyed (`ncclDevCommDestroy`) on drop.
 pub struct DevComm<'comm, C: CapabilitySet, M: Mode = crate::Blocking> {
     comm: &'comm Communicator<Active, M>,
-    id: ResourceId,
-    bytes: Box<DevCommStorage>,
+    /// Set once NCCL has written the device communicator and it is registered; a `DevComm` without it is only ever
+    /// inside a [`Pending`](crate::Pending).
+    id: Option<ResourceId>,
+    /// Everything NCCL reads or writes until the creation completed, on the heap, owned here.
+    outputs: Box<DevCommOutputs>,
+    completion: Completion,
     requirements: Requirements,
-    resource_buffers: Vec<u32>,
-    team_multimem: Vec<[u8; 8]>,
     /// Recorded after every launch that takes this device communicator: what its destruction waits for.
     last_use: Option<cudarc::driver::CudaEvent>,
     capabilities: PhantomData<C>,
+}
+
+/// What `ncclDevCommCreate` reads and writes: the device communicator, the resource-buffer and team multimem
+/// handles it assigns, and the requirement struct and lists they are reached through. NCCL writes them at the end
+/// of the creating group or when a non-blocking creation completes, so they live on the heap (a `Box` whose
+/// vectors never grow), owned by the `DevComm`, and are read only after completion.
+struct DevCommOutputs {
+    dev_comm: DevCommStorage,
+    resource_handles: Vec<sys::ncclDevResourceHandle_t>,
+    multimem_handles: Vec<sys::ncclMultimemHandle_t>,
+    resources: Vec<sys::ncclDevResourceRequirements_t>,
+    teams: Vec<sys::ncclTeamRequirements_t>,
+    raw: RawRequirements,
+}
+
+/// The requirements struct in the layout of the loaded release.
+enum RawRequirements {
+    Unversioned(v2_28::ncclDevCommRequirements),
+    Versioned(sys::ncclDevCommRequirements_t),
+    /// In the placeholder that replaces leaked outputs.
+    Empty,
+}
+
+impl DevCommOutputs {
+    /// Lays out `requirements` for NCCL, pointing every list and out-pointer into the returned box.
+    fn new(requirements: &Requirements, raw: RawRequirements, dev_comm_size: usize) -> Box<DevCommOutputs> {
+        let mut outputs = Box::new(DevCommOutputs {
+            dev_comm: DevCommStorage::zeroed(dev_comm_size),
+            resource_handles: vec![0; requirements.resource_buffers.len()],
+            // SAFETY: an all-zero multimem handle is a valid "none yet" value (an opaque blob NCCL overwrites).
+            multimem_handles: requirements.teams.iter().map(|_| unsafe { std::mem::zeroed() }).collect(),
+            resources: Vec::with_capacity(requirements.resource_buffers.len()),
+            teams: Vec::with_capacity(requirements.teams.len()),
+            raw,
+        });
+        let out = &mut *outputs;
+        // Vectors are filled to their capacity and never grow again: the pointers below stay valid.
+        for (&(bytes, align), handle) in requirements.resource_buffers.iter().zip(out.resource_handles.iter_mut()) {
+            out.resources.push(sys::ncclDevResourceRequirements_t {
+                next: std::ptr::null_mut(),
+                bufferSize: bytes,
+                bufferAlign: align,
+                outBufferHandle: handle,
+                ginSignalCount: 0,
+                ginCounterCount: 0,
+                outGinSignalStart: std::ptr::null_mut(),
+                outGinCounterStart: std::ptr::null_mut(),
+            });
+        }
+        for (&(team, multimem), handle) in requirements.teams.iter().zip(out.multimem_handles.iter_mut()) {
+            out.teams.push(sys::ncclTeamRequirements_t {
+                next: std::ptr::null_mut(),
+                team: team.raw(),
+                multimem,
+                outMultimemHandle: handle,
+            });
+        }
+        for i in 1..out.resources.len() {
+            let next: *mut sys::ncclDevResourceRequirements_t = &mut out.resources[i];
+            out.resources[i - 1].next = next;
+        }
+        for i in 1..out.teams.len() {
+            let next: *mut sys::ncclTeamRequirements_t = &mut out.teams[i];
+            out.teams[i - 1].next = next;
+        }
+        let list = out.resources.first_mut().map_or(std::ptr::null_mut(), |first| first as *mut _);
+        let team_list = out.teams.first_mut().map_or(std::ptr::null_mut(), |first| first as *mut _);
+        match &mut out.raw {
+            RawRequirements::Versioned(raw) => {
+                raw.resourceRequirementsList = list;
+                raw.teamRequirementsList = team_list;
+            }
+            // The 2.28 lists have the same layout (56 and 32 bytes, measured), under 2.28's type names.
+            RawRequirements::Unversioned(raw) => {
+                raw.resourceRequirementsList = list.cast();
+                raw.teamRequirementsList = team_list.cast();
+            }
+            RawRequirements::Empty => {}
+        }
+        outputs
+    }
+
+    /// Nothing: what a leaked `DevCommOutputs` is replaced with.
+    fn empty() -> Box<DevCommOutputs> {
+        Box::new(DevCommOutputs {
+            dev_comm: DevCommStorage::zeroed(0),
+            resource_handles: Vec::new(),
+            multimem_handles: Vec::new(),
+            resources: Vec::new(),
+            teams: Vec::new(),
+            raw: RawRequirements::Empty,
+        })
+    }
+
+    fn requirements_ptr(&self) -> *const core::ffi::c_void {
+        match &self.raw {
+            RawRequirements::Versioned(raw) => std::ptr::from_ref(raw).cast(),
+            RawRequirements::Unversioned(raw) => std::ptr::from_ref(raw).cast(),
+            RawRequirements::Empty => std::ptr::null(),
+        }
+    }
 }
 
 impl<M: Mode> Communicator<Active, M> {
@@ -318,7 +422,39 @@ impl<M: Mode> Communicator<Active, M> {
     /// multimem NVLink SHARP support, each as [`properties`](Communicator::properties) reports it. On NCCL
     /// 2.28, which cannot report them, LSA is attempted and GIN and multimem are refused (a failed GIN
     /// attempt would poison the communicator for later device communicators).
-    pub fn dev_comm<C: CapabilitySet>(&self, requirements: &Requirements) -> Result<DevComm<'_, C, M>, Error> {
+    ///
+    /// On a blocking communicator this returns the device communicator; on a non-blocking one a
+    /// [`Pending`](crate::Pending), reachable once NCCL has written it. Inside an NCCL group a blocking
+    /// communicator cannot return one (NCCL writes it when the group ends): that is an error naming
+    /// [`dev_comm_in`](Communicator::dev_comm_in), which returns it pending.
+    pub fn dev_comm<C: CapabilitySet>(&self, requirements: &Requirements) -> Result<M::Wrap<DevComm<'_, C, M>>, Error> {
+        if M::BLOCKING && crate::group::in_group() {
+            return Err(Error::invalid(
+                "self",
+                "inside an NCCL group, ncclDevCommCreate writes the device communicator only when the group ends: \
+                 call `dev_comm_in(&group, ..)`, which returns a Pending device communicator to wait for after \
+                 Group::end",
+            ));
+        }
+        let dev = self.create_dev_comm(requirements)?;
+        let dev = if M::BLOCKING { dev.finish()? } else { dev };
+        Ok(M::wrap(dev, crate::result::Progress::Done))
+    }
+
+    /// [`dev_comm`](Communicator::dev_comm) inside an open NCCL group: the device communicator is
+    /// [`Pending`](crate::Pending) until the outermost group ends (and, on a non-blocking communicator, until NCCL
+    /// reports completion). Collective: every rank's creation must be in a group that ends.
+    pub fn dev_comm_in<C: CapabilitySet>(
+        &self,
+        group: &Group,
+        requirements: &Requirements,
+    ) -> Result<Pending<DevComm<'_, C, M>>, Error> {
+        let _open: &Group = group;
+        Ok(Pending::new(self.create_dev_comm(requirements)?))
+    }
+
+    /// Checks, lays out and queues (or makes) the creation; `DevComm::finish` registers it once NCCL wrote it.
+    fn create_dev_comm<C: CapabilitySet>(&self, requirements: &Requirements) -> Result<DevComm<'_, C, M>, Error> {
         let abi = Abi::for_release(self.library().version())?;
         let layout = abi.requirements()?;
         let props = self.properties()?;
@@ -329,81 +465,60 @@ impl<M: Mode> Communicator<Active, M> {
         if C::MULTIMEM {
             requirements.lsa_multimem = true;
         }
-        let mut handles = vec![0u32; requirements.resource_buffers.len()];
-        let mut resources: Vec<sys::ncclDevResourceRequirements_t> = requirements
-            .resource_buffers
-            .iter()
-            .zip(handles.iter_mut())
-            .map(|(&(bytes, align), handle)| sys::ncclDevResourceRequirements_t {
-                next: std::ptr::null_mut(),
-                bufferSize: bytes,
-                bufferAlign: align,
-                outBufferHandle: handle,
-                ginSignalCount: 0,
-                ginCounterCount: 0,
-                outGinSignalStart: std::ptr::null_mut(),
-                outGinCounterStart: std::ptr::null_mut(),
-            })
-            .collect();
-        // Link the list only now: the vector no longer moves.
-        for i in 1..resources.len() {
-            let next: *mut sys::ncclDevResourceRequirements_t = &mut resources[i];
-            resources[i - 1].next = next;
-        }
-        let list = resources.first_mut().map_or(std::ptr::null_mut(), |first| first as *mut _);
-        // SAFETY: an all-zero multimem handle is a valid "none yet" value (an opaque blob NCCL overwrites).
-        let mut multimem_handles: Vec<sys::ncclMultimemHandle_t> =
-            requirements.teams.iter().map(|_| unsafe { std::mem::zeroed() }).collect();
-        let mut teams: Vec<sys::ncclTeamRequirements_t> = requirements
-            .teams
-            .iter()
-            .zip(multimem_handles.iter_mut())
-            .map(|(&(team, multimem), handle)| sys::ncclTeamRequirements_t {
-                next: std::ptr::null_mut(),
-                team: team.raw(),
-                multimem,
-                outMultimemHandle: handle,
-            })
-            .collect();
-        for i in 1..teams.len() {
-            let next: *mut sys::ncclTeamRequirements_t = &mut teams[i];
-            teams[i - 1].next = next;
-        }
-        let team_list = teams.first_mut().map_or(std::ptr::null_mut(), |first| first as *mut _);
-        let mut bytes = Box::new(DevCommStorage::zeroed(dev_comm_size));
-        let out = bytes.as_mut_ptr();
-        self.context().bind_to_thread()?;
-        if let RequirementsLayout::Versioned { size } = layout {
-            let mut raw = new_layout(&requirements, size, abi.declared, abi.layout.runtime_version, C::GIN)?;
-            raw.resourceRequirementsList = list;
-            raw.teamRequirementsList = team_list;
-            // SAFETY: our live, active communicator; `raw` is laid out and sized for the loaded release and
-            // its list points into `resources`/`handles`, alive across the call; `out` has room for the
-            // ncclDevComm NCCL writes (the declared release's, or with useRuntimeVersion the size NCCL reported).
-            unsafe { result::dev_comm_create(self.library(), self.raw(), std::ptr::from_ref(&raw).cast(), out) }?;
-        } else {
-            let mut raw = old_layout(&requirements, C::GIN)?;
-            raw.resourceRequirementsList = list.cast();
-            raw.teamRequirementsList = team_list.cast();
-            // SAFETY: as above, with the 2.28 layout.
-            unsafe { result::dev_comm_create(self.library(), self.raw(), std::ptr::from_ref(&raw).cast(), out) }?;
-        }
-        let id = self.register_resource(Native::DevComm(bytes.clone()));
-        let team_multimem = multimem_handles.iter().map(|h| h._bindgen_opaque_blob.0).collect();
+        let raw = match layout {
+            RequirementsLayout::Versioned { size } => RawRequirements::Versioned(new_layout(
+                &requirements,
+                size,
+                abi.declared,
+                abi.layout.runtime_version,
+                C::GIN,
+            )?),
+            _ => RawRequirements::Unversioned(old_layout(&requirements, C::GIN)?),
+        };
+        let mut outputs = DevCommOutputs::new(&requirements, raw, dev_comm_size);
         let last_use = Some(self.context().new_event(None)?);
-        let dev = DevComm {
+        self.context().bind_to_thread()?;
+        let (requirements_ptr, out) = (outputs.requirements_ptr(), outputs.dev_comm.as_mut_ptr());
+        // SAFETY: our live, active communicator; the requirements are laid out and sized for the loaded release
+        // (crate::abi), their lists and out-pointers point into `outputs`, and `out` has room for the ncclDevComm
+        // NCCL writes (the declared release's size, or with useRuntimeVersion the size NCCL reported). `outputs`
+        // is a Box owned by the DevComm below, freed only once NCCL has written it or leaked (an unresolved drop).
+        let progress = unsafe { result::dev_comm_create(self.library(), self.raw(), requirements_ptr, out) }?;
+        debug_assert!(progress == result::Progress::Done || !M::BLOCKING || crate::group::in_group());
+        Ok(DevComm {
             comm: self,
-            id,
-            bytes,
+            id: None,
+            outputs,
+            completion: Completion::new(self.library(), self.raw(), M::BLOCKING),
             requirements,
-            resource_buffers: handles,
-            team_multimem,
             last_use,
             capabilities: PhantomData,
-        };
-        // Ranks sharing this GPU in this process go on together (placement::LocalGroup).
-        self.line_up("device communicator creation")?;
-        Ok(dev)
+        })
+    }
+}
+
+impl<C: CapabilitySet, M: Mode> Resolve for DevComm<'_, C, M> {
+    fn handles(&self) -> Vec<(&'static sys::Library, sys::ncclComm_t)> {
+        if M::BLOCKING {
+            Vec::new()
+        } else {
+            vec![(self.comm.library(), self.comm.raw())]
+        }
+    }
+
+    fn awaits_group(&self) -> Result<bool, Error> {
+        self.completion.awaits_group()
+    }
+
+    /// Registers the device communicator NCCL wrote.
+    fn finish(mut self) -> Result<Self, Error> {
+        if self.id.is_none() {
+            self.completion.settle();
+            self.id = Some(self.comm.register_resource(Native::DevComm(Box::new(self.outputs.dev_comm.clone()))));
+            // Ranks sharing this GPU in this process go on together (placement::LocalGroup); never inside a group.
+            self.comm.line_up("device communicator creation")?;
+        }
+        Ok(self)
     }
 }
 
@@ -534,8 +649,9 @@ impl<'comm, C: CapabilitySet, M: Mode> DevComm<'comm, C, M> {
     /// The `ncclDevComm` bytes NCCL wrote, as the kernel parameter expects them (the loaded release's size).
     /// Fails if `close_all_resources` destroyed the device communicator.
     pub fn kernel_arg_bytes(&self) -> Result<&[u8], Error> {
-        self.comm.check_live(self.id, "dev")?;
-        Ok(self.bytes.bytes())
+        let id = self.id.ok_or_else(|| Error::invalid("dev", "NCCL has not written this device communicator yet"))?;
+        self.comm.check_live(id, "dev")?;
+        Ok(self.outputs.dev_comm.bytes())
     }
 
     /// The alignment `ncclDevComm` needs as a kernel parameter (for [`crate::launch::ArgBuffer::push_bytes`]).
@@ -575,13 +691,16 @@ impl<'comm, C: CapabilitySet, M: Mode> DevComm<'comm, C, M> {
 
     /// The handle of resource buffer `index` (in the order of [`Requirements::resource_buffer`] calls).
     pub fn resource_buffer(&self, index: usize) -> Option<u32> {
-        self.resource_buffers.get(index).copied()
+        self.id?;
+        self.outputs.resource_handles.get(index).copied()
     }
 
     /// The multimem handle NCCL assigned to team requirement `index` (its 8 bytes, as a kernel argument
     /// passes them), if that team asked for one.
     pub fn team_multimem_handle(&self, index: usize) -> Option<[u8; 8]> {
-        self.requirements.teams.get(index).filter(|(_, multimem)| *multimem).and(self.team_multimem.get(index).copied())
+        self.id?;
+        let handle = self.outputs.multimem_handles.get(index).map(|h| h._bindgen_opaque_blob.0);
+        self.requirements.teams.get(index).filter(|(_, multimem)| *multimem).and(handle)
     }
 
     /// The communicator it belongs to.
@@ -616,13 +735,45 @@ impl<C: weft_device::caps::HasGin, M: Mode> DevComm<'_, C, M> {
 
 impl<C: CapabilitySet, M: Mode> Drop for DevComm<'_, C, M> {
     fn drop(&mut self) {
+        let Some(id) = self.id else {
+            return self.drop_unresolved();
+        };
         // A kernel this rank launched may still use it: wait for the last one before destroying. Never for the
         // whole device: on a shared GPU a peer's kernel may be waiting for this rank (docs/multi-rank.md).
         if let Some(Err(error)) = self.last_use.as_ref().map(cudarc::driver::CudaEvent::synchronize) {
             tracing::error!(%error, "waiting for the last launch before ncclDevCommDestroy failed");
         }
-        if let Err(error) = self.comm.release_resource(self.id) {
+        if let Err(error) = self.comm.release_resource(id) {
             tracing::error!(%error, "ncclDevCommDestroy failed");
+        }
+    }
+}
+
+impl<C: CapabilitySet, M: Mode> DevComm<'_, C, M> {
+    /// Drop of a device communicator that was never registered (a `Pending` dropped or failed): destroys it if
+    /// NCCL has written it by now; leaks its outputs if NCCL may still write them (its group is open, or the
+    /// creation still runs or failed without saying what it wrote).
+    fn drop_unresolved(&mut self) {
+        match self.completion.progress() {
+            Ok(crate::result::Progress::Done) => {
+                // SAFETY: NCCL created this device communicator on our communicator; it was never registered or
+                // handed to a kernel.
+                let destroyed = unsafe {
+                    result::dev_comm_destroy(self.comm.library(), self.comm.raw(), self.outputs.dev_comm.as_ptr())
+                };
+                if let Err(error) = destroyed {
+                    tracing::error!(%error, "ncclDevCommDestroy of an unresolved device communicator failed");
+                }
+            }
+            outcome => {
+                tracing::warn!(
+                    error = outcome.err().map(|e| e.to_string()),
+                    "dropped a device communicator NCCL has not written (its group is open, or its creation still \
+                     runs or failed): leaking its storage, which NCCL may still write"
+                );
+                let outputs = std::mem::replace(&mut self.outputs, DevCommOutputs::empty());
+                Box::leak(outputs);
+            }
         }
     }
 }
@@ -656,6 +807,37 @@ mod tests {
         assert_eq!(std::mem::size_of::<v2_28::ncclDevCommRequirements>(), 56);
         assert_eq!(raw(Version::new(2, 32, 3)).lsaBarrierCount, 4);
         assert_eq!(DevCommStorage::zeroed(200).bytes().len(), 200, "the kernel argument is exactly the size");
+    }
+
+    #[test]
+    fn every_pointer_nccl_writes_through_points_into_the_heap_outputs_the_dev_comm_owns() {
+        let team = Team { nranks: 2, rank: 0, stride: 1 };
+        let req = Requirements::new().resource_buffer(4096, 256).resource_buffer(128, 128).team(team, true);
+        let raw = RawRequirements::Versioned(new_layout(&req, 120, Version::new(2, 32, 3), true, false).unwrap());
+        let outputs = DevCommOutputs::new(&req, raw, 248);
+        // The DevComm moves (into a Pending, out of it); the box's contents do not.
+        let moved = vec![outputs];
+        let mut outputs = moved.into_iter().next().unwrap();
+        let RawRequirements::Versioned(raw) = &outputs.raw else { unreachable!() };
+        assert_eq!(outputs.requirements_ptr(), std::ptr::from_ref(raw).cast());
+        assert_eq!(raw.resourceRequirementsList.cast_const(), std::ptr::from_ref(&outputs.resources[0]));
+        assert_eq!(raw.teamRequirementsList.cast_const(), std::ptr::from_ref(&outputs.teams[0]));
+        assert_eq!(outputs.resources[0].next.cast_const(), std::ptr::from_ref(&outputs.resources[1]));
+        assert!(outputs.resources[1].next.is_null() && outputs.teams[0].next.is_null());
+        // What NCCL does at the group's end: write the handles through the pointers it was given.
+        let (first, second) = (outputs.resources[0].outBufferHandle, outputs.resources[1].outBufferHandle);
+        let multimem = outputs.teams[0].outMultimemHandle;
+        // SAFETY: each pointer points into `outputs`, alive and not otherwise borrowed here.
+        unsafe {
+            first.write(7);
+            second.write(9);
+            multimem.cast::<u8>().write(5);
+            outputs.dev_comm.as_mut_ptr().cast::<u8>().write(1);
+        }
+        assert_eq!(outputs.resource_handles, [7, 9]);
+        assert_eq!(outputs.multimem_handles[0]._bindgen_opaque_blob.0[0], 5);
+        assert_eq!(outputs.dev_comm.bytes().len(), 248);
+        assert_eq!(outputs.dev_comm.bytes()[0], 1);
     }
 
     #[test]

@@ -159,6 +159,9 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
         call: &'static str,
         run: impl FnOnce(*mut sys::ncclComm_t) -> Result<Progress, Error>,
     ) -> Result<sys::ncclComm_t, Error> {
+        // Inside a group NCCL would start the operation only at the group's end, which this thread cannot reach
+        // while it polls the parent here.
+        super::init::refuse_in_group(call, "call it outside the group")?;
         let mut slot: Box<sys::ncclComm_t> = Box::new(NULL);
         let progress = run(&mut *slot)?;
         // A non-blocking parent may report success for the call while the operation still runs (or has already
@@ -303,6 +306,7 @@ impl<M: Mode> Communicator<Uninit, M> {
             return Err(Error::invalid("rank", format!("rank {rank} is not below nranks {nranks}")));
         }
         let nranks = i32::try_from(nranks).map_err(|_| Error::invalid("nranks", "does not fit in a C int"))?;
+        super::init::refuse_in_group("ncclCommGrow (join)", "join outside the group")?;
         let raw_id = id.to_raw();
         let ranks_on_gpu = self.settle_ranks_on_gpu()?;
         let mut raw_config = config.to_raw(self.library().version(), M::BLOCKING)?;

@@ -38,6 +38,7 @@ mod status;
 
 pub use init::UniqueId;
 pub use lifecycle::SuspendFlags;
+pub(crate) use pending::Resolve;
 pub use pending::{Pending, Polled};
 pub use status::MemStat;
 
@@ -152,6 +153,8 @@ pub struct Communicator<S: State = Active, M: Mode = Blocking> {
     /// The ranks of this communicator that share its GPU in this process, lined up after setup calls.
     local_group: Option<Arc<crate::placement::LocalGroup>>,
     resources: crate::resources::RegistryCell,
+    /// The NCCL group a non-blocking initialisation was queued in: NCCL starts it only when that group ends.
+    init_group: Option<Arc<crate::group::GroupOutcome>>,
     state: PhantomData<(S, M)>,
 }
 
@@ -175,6 +178,7 @@ impl<S: State, M: Mode> Communicator<S, M> {
             ranks_on_gpu: 0,
             local_group: None,
             resources: Default::default(),
+            init_group: None,
             state: PhantomData,
         }
     }
@@ -196,6 +200,7 @@ impl<S: State, M: Mode> Communicator<S, M> {
             ranks_on_gpu: self.ranks_on_gpu,
             local_group: self.local_group.take(),
             resources: std::mem::take(&mut self.resources),
+            init_group: self.init_group.take(),
             state: PhantomData,
         }
     }
@@ -261,6 +266,16 @@ impl<S: State, M: Mode> Communicator<S, M> {
 
     pub(crate) fn local_group(&self) -> Option<&Arc<crate::placement::LocalGroup>> {
         self.local_group.as_ref()
+    }
+
+    /// The same communicator, waiting for the NCCL group open on this thread (if any) before it is initialised.
+    pub(crate) fn with_init_group(mut self) -> Self {
+        self.init_group = crate::group::current();
+        self
+    }
+
+    pub(crate) fn init_group(&self) -> Option<&Arc<crate::group::GroupOutcome>> {
+        self.init_group.as_ref()
     }
 
     /// After a collective setup call: waits until every rank of this communicator that shares the GPU in this
