@@ -3,7 +3,7 @@
 //! Inside a group NCCL only queues collective setup calls (window registration, device communicator creation)
 //! and writes their outputs when the outermost group ends (on non-blocking communicators, when the group's work
 //! completes). Values created in a group therefore come back as a [`Pending`](crate::Pending) that records the
-//! group ([`GroupOutcome`]) and yields its value only once that group has ended and NCCL reports completion.
+//! group and yields its value only once that group has ended and NCCL reports completion.
 
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
@@ -259,9 +259,12 @@ mod tests {
 
     /// A library handle is only needed for non-blocking completions, which these tests do not poll.
     fn leak_library() -> &'static Library {
-        let path = std::env::var_os("WEFT_TEST_LIBNCCL_2_28_9")
-            .expect("WEFT_TEST_LIBNCCL_2_28_9 is not set: run the tests through `cargo xtask test`");
-        Box::leak(Box::new(Library::open(path).expect("the provisioned libnccl 2.28.9 loads without a GPU")))
+        static LIBRARY: std::sync::OnceLock<Library> = std::sync::OnceLock::new();
+        LIBRARY.get_or_init(|| {
+            let path = std::env::var_os("WEFT_TEST_LIBNCCL_2_28_9")
+                .expect("WEFT_TEST_LIBNCCL_2_28_9 is not set: run the tests through `cargo xtask test`");
+            Library::open(path).expect("the provisioned libnccl 2.28.9 loads without a GPU")
+        })
     }
 
     #[test]

@@ -36,7 +36,7 @@ impl<M: Mode> Communicator<Active, M> {
     /// every rank calls it with a buffer of the same length. The window owns the buffer
     /// ([`Window::into_buffer`] gives it back).
     ///
-    /// On a blocking communicator this returns the window; on a non-blocking one a [`Pending`](crate::Pending)
+    /// On a blocking communicator this returns the window; on a non-blocking one a [`Pending`]
     /// window, reachable once NCCL has written its handle. Inside an NCCL group a blocking communicator cannot
     /// return a window (NCCL writes the handle when the group ends): that is an error naming
     /// [`window_in`](Communicator::window_in), which returns it pending.
@@ -60,7 +60,7 @@ impl<M: Mode> Communicator<Active, M> {
         Ok(M::wrap(window, result::Progress::Done))
     }
 
-    /// [`window`](Communicator::window) inside an open NCCL group: the window is [`Pending`](crate::Pending) until
+    /// [`window`](Communicator::window) inside an open NCCL group: the window is [`Pending`] until
     /// the outermost group ends (and, on a non-blocking communicator, until NCCL reports completion). Collective:
     /// every rank's registration must be in a group that ends, in one thread or in each rank's own.
     pub fn window_in<T: Element>(
@@ -179,7 +179,7 @@ impl WindowFlags {
 pub struct Window<'comm, T: DeviceRepr, M: Mode = crate::Blocking> {
     comm: &'comm Communicator<Active, M>,
     /// Set once NCCL has written the handle and it is registered; a window without it is only ever inside a
-    /// [`Pending`](crate::Pending).
+    /// [`Pending`].
     id: Option<ResourceId>,
     /// Where NCCL writes the handle, at the call or when the group / non-blocking operation completes: on the heap,
     /// owned by the window, read only once `completion` says it is written.

@@ -34,7 +34,7 @@ pub unsafe fn comm_query_properties(
 /// # Safety
 /// `comm` live and active; `requirements` points at a requirements struct laid out for the loaded version; it,
 /// its lists and every `out*` pointer in them, and `out` (writable, 8-byte aligned, at least the `ncclDevComm`
-/// size NCCL writes: [`crate::abi`]) stay allocated and unread until the creation completed (the group ended,
+/// size NCCL writes, `crate::abi`) stay allocated and unread until the creation completed (the group ended,
 /// or the communicator reports completion).
 pub unsafe fn dev_comm_create(
     library: &Library,
