@@ -249,6 +249,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_comm_name_nccl_keeps_a_pointer_to_moves_with_the_raw_config() {
+        // NCCL stores config.commName as a pointer and reads it later; the communicator keeps the RawConfig.
+        let raw = Config::new().comm_name("tp-group").to_raw(Version::new(2, 28, 9), true).unwrap();
+        let pointer = raw.raw.commName;
+        let kept = [raw];
+        assert_eq!(kept[0].raw.commName, pointer);
+        // SAFETY: `pointer` is the NUL-terminated commName owned by `kept[0]`, which is alive.
+        let name = unsafe { std::ffi::CStr::from_ptr(pointer) };
+        assert_eq!(name.to_str().unwrap(), "tp-group");
+    }
+
+    #[test]
     fn layout_sizes_match_each_release_header() {
         // sizeof(ncclConfig_t) as nvcc/gcc report it for each release's nccl.h on x86-64.
         assert_eq!(config_size(Version::new(2, 28, 9)).unwrap(), 80);

@@ -243,12 +243,12 @@ impl<M: Mode> Communicator<Uninit, M> {
         let ranks_on_gpu = self.settle_ranks_on_gpu()?;
         let mut raw_config = config.to_raw(self.library().version(), M::BLOCKING)?;
         self.context().bind_to_thread()?;
-        // SAFETY: the device's context is current; the config is laid out for the loaded version and
-        // outlives the call (`raw_config` lives to the end of this function; NCCL copies what it keeps).
+        // SAFETY: the device's context is current; the config is laid out for the loaded version and outlives
+        // the handle (`finish_init` hands it to the communicator: NCCL keeps a pointer to its commName).
         let (raw, progress) = unsafe {
             result::comm_init_rank_config(self.library(), nranks_c, &id.to_raw(), rank as i32, raw_config.as_mut_ptr())
         }?;
-        self.finish_init(raw, progress, ranks_on_gpu)
+        self.finish_init(raw, progress, ranks_on_gpu, raw_config)
     }
 
     /// Initialises this rank from several unique ids (`ncclCommInitRankScalable`), spreading the bootstrap
@@ -284,7 +284,7 @@ impl<M: Mode> Communicator<Uninit, M> {
                 raw_config.as_mut_ptr(),
             )
         }?;
-        self.finish_init(raw, progress, ranks_on_gpu)
+        self.finish_init(raw, progress, ranks_on_gpu, raw_config)
     }
 
     fn finish_init(
@@ -292,11 +292,13 @@ impl<M: Mode> Communicator<Uninit, M> {
         raw: ncclComm_t,
         progress: result::Progress,
         ranks_on_gpu: usize,
+        config: crate::config::RawConfig,
     ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
         let comm: Communicator<Active, M> = Communicator::from_parts(raw, self.library(), self.context().clone(), None)
             .with_ranks_on_gpu_unchecked(ranks_on_gpu)
             .with_local_group(self.local_group().cloned())
-            .with_init_group();
+            .with_init_group()
+            .with_config(Some(config));
         let comm = if M::BLOCKING { comm.finish()? } else { comm };
         comm.line_up("communicator initialisation")?;
         Ok(M::wrap(comm, progress))

@@ -81,7 +81,7 @@ impl<M: Mode> Communicator<Active, M> {
             // the heap slot `create_child` keeps valid until the parent reports completion.
             result::comm_split(self.library(), self.raw(), color, key, config_ptr, out)
         })?;
-        self.child(raw)
+        self.child(raw, raw_config)
     }
 
     /// A new communicator without the ranks in `exclude` (`ncclCommShrink`); called by every remaining
@@ -129,13 +129,18 @@ impl<M: Mode> Communicator<Active, M> {
             // outlive the call, and the slot `create_child` keeps valid until completion.
             result::comm_grow(self.library(), self.raw(), nranks, raw_id.as_ref(), -1, config_ptr, out)
         })?;
-        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow", self.ranks_on_gpu())
+        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow", self.ranks_on_gpu(), raw_config)
     }
 
-    fn child(&self, raw: sys::ncclComm_t) -> Result<M::Wrap<Option<Communicator<Active, M>>>, Error> {
+    fn child(
+        &self,
+        raw: sys::ncclComm_t,
+        config: Option<crate::config::RawConfig>,
+    ) -> Result<M::Wrap<Option<Communicator<Active, M>>>, Error> {
         let child = (!raw.is_null()).then(|| {
             Communicator::from_parts(raw, self.library(), self.context().clone(), None)
                 .with_ranks_on_gpu_unchecked(self.ranks_on_gpu())
+                .with_config(config)
         });
         let child = if M::BLOCKING { pending_finish(child)? } else { child };
         Ok(M::wrap(child, Progress::Done))
@@ -198,6 +203,7 @@ fn new_communicator<M: Mode>(
     raw: sys::ncclComm_t,
     call: &'static str,
     ranks_on_gpu: usize,
+    config: Option<crate::config::RawConfig>,
 ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
     if raw.is_null() {
         return Err(Error::Nccl {
@@ -207,8 +213,9 @@ fn new_communicator<M: Mode>(
             last_error: result::last_error(library, NULL),
         });
     }
-    let comm: Communicator<Active, M> =
-        Communicator::from_parts(raw, library, context.clone(), None).with_ranks_on_gpu_unchecked(ranks_on_gpu);
+    let comm: Communicator<Active, M> = Communicator::from_parts(raw, library, context.clone(), None)
+        .with_ranks_on_gpu_unchecked(ranks_on_gpu)
+        .with_config(config);
     let comm = if M::BLOCKING { pending_finish(comm)? } else { comm };
     Ok(M::wrap(comm, Progress::Done))
 }
@@ -245,7 +252,7 @@ fn shrink<S: Initialized, M: Mode>(
         // was validated, the config outlives the call, and `out` stays valid until completion.
         result::comm_shrink(comm.library(), comm.raw(), &list, config_ptr, flags, out)
     })?;
-    new_communicator::<M>(comm.library(), comm.context(), raw, "ncclCommShrink", comm.ranks_on_gpu())
+    new_communicator::<M>(comm.library(), comm.context(), raw, "ncclCommShrink", comm.ranks_on_gpu(), raw_config)
 }
 
 impl<M: Mode> Communicator<Suspended, M> {
@@ -328,6 +335,6 @@ impl<M: Mode> Communicator<Uninit, M> {
             drop(unsafe { Box::from_raw(slot) });
         }
         let _progress = outcome?; // the new communicator's own Pending polls it
-        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow", ranks_on_gpu)
+        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow", ranks_on_gpu, Some(raw_config))
     }
 }

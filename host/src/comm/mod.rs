@@ -155,6 +155,9 @@ pub struct Communicator<S: State = Active, M: Mode = Blocking> {
     resources: crate::resources::RegistryCell,
     /// The NCCL group a non-blocking initialisation was queued in: NCCL starts it only when that group ends.
     init_group: Option<Arc<crate::group::GroupOutcome>>,
+    /// The config the communicator was created with: NCCL keeps `commName` as a pointer into it and reads it
+    /// during initialisation (which may run after the creating call returned), so it lives as long as the handle.
+    config: Option<crate::config::RawConfig>,
     state: PhantomData<(S, M)>,
 }
 
@@ -179,6 +182,7 @@ impl<S: State, M: Mode> Communicator<S, M> {
             local_group: None,
             resources: Default::default(),
             init_group: None,
+            config: None,
             state: PhantomData,
         }
     }
@@ -201,6 +205,7 @@ impl<S: State, M: Mode> Communicator<S, M> {
             local_group: self.local_group.take(),
             resources: std::mem::take(&mut self.resources),
             init_group: self.init_group.take(),
+            config: self.config.take(),
             state: PhantomData,
         }
     }
@@ -271,6 +276,12 @@ impl<S: State, M: Mode> Communicator<S, M> {
     /// The same communicator, waiting for the NCCL group open on this thread (if any) before it is initialised.
     pub(crate) fn with_init_group(mut self) -> Self {
         self.init_group = crate::group::current();
+        self
+    }
+
+    /// The same communicator, keeping the config it was created with (see the field).
+    pub(crate) fn with_config(mut self, config: Option<crate::config::RawConfig>) -> Self {
+        self.config = config;
         self
     }
 

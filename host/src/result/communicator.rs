@@ -13,8 +13,9 @@ const NULL_COMM: ncclComm_t = std::ptr::null_mut();
 ///
 /// # Safety
 /// The CUDA context of the device this rank uses is current on this thread; `config` points at a config
-/// laid out for the loaded library's version (see `crate::config`) and lives until the call returns (and,
-/// for a non-blocking config, its strings until initialisation completes).
+/// laid out for the loaded library's version (see `crate::config`) and lives until the call returns, and its
+/// `commName` string as long as the communicator: NCCL keeps that pointer (2.30.7 reads it during
+/// initialisation, which runs after the call returns on non-blocking communicators and inside groups).
 pub unsafe fn comm_init_rank_config(
     library: &Library,
     nranks: c_int,
