@@ -76,7 +76,7 @@ impl<M: Mode> Communicator<Active, M> {
         let config_ptr = raw_config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
         self.context().bind_to_thread()?;
         // SAFETY: our live, active communicator; the config (or null: inherit) outlives the call.
-        let raw = self.create_child("ncclCommSplit", |out| unsafe {
+        let raw = self.create_child("ncclCommSplit", &mut raw_config, |out| unsafe {
             // SAFETY: our live, active communicator; the config (or null: inherit) outlives the call; `out` is
             // the heap slot `create_child` keeps valid until the parent reports completion.
             result::comm_split(self.library(), self.raw(), color, key, config_ptr, out)
@@ -124,7 +124,7 @@ impl<M: Mode> Communicator<Active, M> {
         let mut raw_config = config.map(|c| c.to_raw(self.library().version(), M::BLOCKING)).transpose()?;
         let config_ptr = raw_config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
         self.context().bind_to_thread()?;
-        let raw = self.create_child("ncclCommGrow", |out| unsafe {
+        let raw = self.create_child("ncclCommGrow", &mut raw_config, |out| unsafe {
             // SAFETY: our live, active communicator, the existing-rank role (rank -1), an id and a config that
             // outlive the call, and the slot `create_child` keeps valid until completion.
             result::comm_grow(self.library(), self.raw(), nranks, raw_id.as_ref(), -1, config_ptr, out)
@@ -158,10 +158,12 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
     /// Runs a call that creates a child communicator (split, shrink, grow). NCCL writes the child's handle into
     /// the out-pointer when the operation completes, which on a non-blocking communicator is after the call
     /// returned, so the slot lives on the heap and the parent is polled until it reports completion (bounded by
-    /// [`CHILD_TIMEOUT`]; on timeout the slot is leaked rather than freed under NCCL's feet).
+    /// [`CHILD_TIMEOUT`]; on timeout the slot, and the config whose commName NCCL keeps, are leaked rather than
+    /// freed under NCCL's feet).
     fn create_child(
         &self,
         call: &'static str,
+        config: &mut Option<crate::config::RawConfig>,
         run: impl FnOnce(*mut sys::ncclComm_t) -> Result<Progress, Error>,
     ) -> Result<sys::ncclComm_t, Error> {
         // Inside a group NCCL would start the operation only at the group's end, which this thread cannot reach
@@ -174,6 +176,7 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
         if progress == Progress::InProgress || !M::BLOCKING {
             if let Err(error) = self.wait_parent(call, CHILD_TIMEOUT) {
                 Box::leak(slot);
+                std::mem::forget(config.take());
                 return Err(error);
             }
         }
@@ -247,7 +250,7 @@ fn shrink<S: Initialized, M: Mode>(
     let mut raw_config = config.map(|c| c.to_raw(comm.library().version(), M::BLOCKING)).transpose()?;
     let config_ptr = raw_config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
     comm.context().bind_to_thread()?;
-    let raw = comm.create_child("ncclCommShrink", |out| unsafe {
+    let raw = comm.create_child("ncclCommShrink", &mut raw_config, |out| unsafe {
         // SAFETY: a live communicator in a state NCCL allows shrinking from (active or revoked); the rank list
         // was validated, the config outlives the call, and `out` stays valid until completion.
         result::comm_shrink(comm.library(), comm.raw(), &list, config_ptr, flags, out)
