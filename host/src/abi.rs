@@ -7,7 +7,7 @@
 //! So every layout below was measured (`sizeof`/`offsetof` printed by nvcc, x86-64) from the headers of each
 //! published release it names, and a release outside these ranges gets either
 //!
-//! - on 2.31 or later, where NCCL reads a struct through its `size`/`magic`/`version` header and reports
+//! - on 2.31 or a later 2.x, where NCCL reads a struct through its `size`/`magic`/`version` header and reports
 //!   `ncclCommProperties_t.devCommRuntimeVersionSize`: the newest verified layout not newer than the release,
 //!   declared as that verified release in the headers, with `useRuntimeVersion` so that NCCL writes the device
 //!   communicator in the loaded release's own layout (the one the JIT compiles kernels against, headers and
@@ -185,7 +185,8 @@ impl Abi {
         if let Some(layout) = VERIFIED.iter().find(|l| l.first <= found && found <= l.last) {
             return Ok(Abi { found, declared: found, layout: *layout, verified: true });
         }
-        if found.at_least(RUNTIME_VERSION) {
+        // Within major release 2 only: a new major release is free to break what 2.x promised.
+        if found.at_least(RUNTIME_VERSION) && found.major() == RUNTIME_VERSION.major() {
             // The newest verified layout not newer than `found`: NCCL reads older versioned structs.
             if let Some(layout) = VERIFIED.iter().rev().find(|l| l.runtime_version && l.last <= found) {
                 return Ok(Abi { found, declared: layout.last, layout: *layout, verified: false });
@@ -314,6 +315,9 @@ mod tests {
             assert!(error.to_string().contains(&release.to_string()), "{error}");
         }
         assert!(matches!(abi(2, 27, 7), Err(Error::Unsupported { .. })));
+        // A new major release is not assumed to keep 2.x's versioned structs.
+        let major = abi(3, 0, 0).unwrap_err();
+        assert!(matches!(major, Error::UnverifiedRelease { .. }) && major.to_string().contains("3.0.0"), "{major}");
     }
 
     #[test]
