@@ -6,8 +6,8 @@
 //! dropped: setting it is [`Error::Unsupported`].
 
 use std::ffi::CString;
-use std::mem::offset_of;
 
+use crate::abi::Abi;
 use crate::error::Error;
 use crate::sys::{self, ncclConfig_t};
 use crate::version::Version;
@@ -44,10 +44,10 @@ macro_rules! int_fields {
         struct IntFields { $( $setter: Option<i32>, )* }
 
         impl IntFields {
-            fn apply(&self, raw: &mut ncclConfig_t, found: Version) -> Result<(), Error> {
+            fn apply(&self, raw: &mut ncclConfig_t, abi: &Abi) -> Result<(), Error> {
                 $(
                     if let Some(value) = self.$setter {
-                        require(found, Version::new(2, $minor, $patch), concat!("ncclConfig_t.", stringify!($field)))?;
+                        require(abi, Version::new(2, $minor, $patch), concat!("ncclConfig_t.", stringify!($field)))?;
                         raw.$field = value;
                     }
                 )*
@@ -124,11 +124,15 @@ int_fields! {
     nvls_host_mode: i32 => nvlsHostMode since (32, 0),
 }
 
-fn require(found: Version, needs: Version, call: &'static str) -> Result<(), Error> {
-    if found.at_least(needs) {
+/// Whether the layout weft declares to the loaded release has the field `call`, added in `needs`.
+fn require(abi: &Abi, needs: Version, call: &'static str) -> Result<(), Error> {
+    if abi.declared.at_least(needs) {
         Ok(())
+    } else if abi.found.at_least(needs) {
+        // The release has the field, but it is newer than any release whose layout weft verified.
+        Err(Error::UnverifiedRelease { found: abi.found, what: call.to_owned(), verified: crate::abi::verified_list() })
     } else {
-        Err(Error::Unsupported { call, needs, found })
+        Err(Error::Unsupported { call, needs, found: abi.found })
     }
 }
 
@@ -169,11 +173,12 @@ impl Config {
     /// The raw struct for the loaded library, blocking or not. The returned value owns the strings the
     /// struct points to; keep it alive for as long as NCCL may read the config.
     pub(crate) fn to_raw(&self, found: Version, blocking: bool) -> Result<RawConfig, Error> {
-        let mut raw = initializer(found)?;
+        let abi = Abi::for_release(found)?;
+        let mut raw = initializer(&abi);
         raw.blocking = i32::from(blocking);
-        self.ints.apply(&mut raw, found)?;
+        self.ints.apply(&mut raw, &abi)?;
         if let Some(policy) = self.cta_policy {
-            require(found, Version::new(2, 27, 0), "ncclConfig_t.CTAPolicy")?;
+            require(&abi, Version::new(2, 27, 0), "ncclConfig_t.CTAPolicy")?;
             raw.CTAPolicy = policy.raw();
         }
         let strings = (self.net_name.clone(), self.comm_name.clone());
@@ -181,7 +186,7 @@ impl Config {
             raw.netName = name.as_ptr();
         }
         if let Some(name) = &strings.1 {
-            require(found, Version::new(2, 23, 0), "ncclConfig_t.commName")?;
+            require(&abi, Version::new(2, 23, 0), "ncclConfig_t.commName")?;
             raw.commName = name.as_ptr();
         }
         Ok(RawConfig { raw: Box::new(raw), _strings: strings })
@@ -200,14 +205,13 @@ impl RawConfig {
     }
 }
 
-/// `NCCL_CONFIG_INITIALIZER` for the loaded version: the newest layout, with `size` cut to the prefix
-/// `found` knows.
-fn initializer(found: Version) -> Result<ncclConfig_t, Error> {
-    let size = config_size(found)?;
-    Ok(ncclConfig_t {
-        size,
+/// `NCCL_CONFIG_INITIALIZER` for the loaded release: the newest layout, with `size` cut to the prefix the
+/// release knows and `version` the release whose layout that is ([`crate::abi`]).
+fn initializer(abi: &Abi) -> ncclConfig_t {
+    ncclConfig_t {
+        size: abi.layout.config,
         magic: sys::NCCL_API_MAGIC,
-        version: found.code as u32,
+        version: abi.declared.code as u32,
         blocking: UNDEF_INT,
         cgaClusterSize: UNDEF_INT,
         minCTAs: UNDEF_INT,
@@ -231,28 +235,30 @@ fn initializer(found: Version) -> Result<ncclConfig_t, Error> {
         rmaEagerInit: UNDEF_INT,
         hostCftMode: UNDEF_INT,
         nvlsHostMode: UNDEF_INT,
-    })
+    }
 }
 
-/// `sizeof(ncclConfig_t)` in the headers of release `found` (verified against 2.28.9, 2.29.7, 2.30.7,
-/// 2.31.2 and 2.32.3: each release only appends).
-pub(crate) fn config_size(found: Version) -> Result<usize, Error> {
-    let end = |offset: usize| offset.next_multiple_of(std::mem::align_of::<ncclConfig_t>());
-    Ok(match (found.major(), found.minor()) {
-        (2, minor) if minor < 28 => {
-            return Err(Error::Unsupported { call: "weft", needs: crate::version::DEVICE_API, found })
-        }
-        (2, 28) => end(offset_of!(ncclConfig_t, graphUsageMode)),
-        (2, 29) => end(offset_of!(ncclConfig_t, maxP2pPeers)),
-        (2, 30) => end(offset_of!(ncclConfig_t, launchOrderImplicit)),
-        (2, 31) => end(offset_of!(ncclConfig_t, nvlsHostMode)),
-        _ => std::mem::size_of::<ncclConfig_t>(),
-    })
+/// `sizeof(ncclConfig_t)` as weft declares it to release `found` (see [`crate::abi`]).
+#[cfg(test)]
+fn config_size(found: Version) -> Result<usize, Error> {
+    Ok(Abi::for_release(found)?.layout.config)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_comm_name_nccl_keeps_a_pointer_to_moves_with_the_raw_config() {
+        // NCCL stores config.commName as a pointer and reads it later; the communicator keeps the RawConfig.
+        let raw = Config::new().comm_name("tp-group").to_raw(Version::new(2, 28, 9), true).unwrap();
+        let pointer = raw.raw.commName;
+        let kept = [raw];
+        assert_eq!(kept[0].raw.commName, pointer);
+        // SAFETY: `pointer` is the NUL-terminated commName owned by `kept[0]`, which is alive.
+        let name = unsafe { std::ffi::CStr::from_ptr(pointer) };
+        assert_eq!(name.to_str().unwrap(), "tp-group");
+    }
 
     #[test]
     fn layout_sizes_match_each_release_header() {
@@ -263,6 +269,17 @@ mod tests {
         assert_eq!(config_size(Version::new(2, 31, 2)).unwrap(), 112);
         assert_eq!(config_size(Version::new(2, 32, 3)).unwrap(), 120);
         assert!(matches!(config_size(Version::new(2, 27, 7)), Err(Error::Unsupported { .. })));
+        // A release weft has not measured, before NCCL could say its layouts itself, is refused by name.
+        assert!(matches!(config_size(Version::new(2, 30, 0)), Err(Error::UnverifiedRelease { .. })));
+    }
+
+    #[test]
+    fn a_newer_release_gets_the_newest_verified_layout_declared_as_that_release() {
+        let raw = Config::new().max_ctas(4).to_raw(Version::new(2, 33, 0), true).unwrap();
+        assert_eq!((raw.raw.size, raw.raw.version), (120, 23203));
+        assert_eq!(raw.raw.maxCTAs, 4);
+        let verified = Config::new().to_raw(Version::new(2, 30, 4), true).unwrap();
+        assert_eq!((verified.raw.size, verified.raw.version), (96, 23004));
     }
 
     #[test]
@@ -282,5 +299,9 @@ mod tests {
             other => panic!("expected Unsupported, got {:?}", other.map(|_| ())),
         }
         assert!(Config::new().rma_signals(4).to_raw(Version::new(2, 32, 3), true).is_ok());
+        // 2.32.0 has nvlsHostMode, but weft declares 2.31.2's layout to it (2.32.0 is unverified): refused, not
+        // written past the declared size.
+        let beyond = Config::new().nvls_host_mode(1).to_raw(Version::new(2, 32, 0), true);
+        assert!(matches!(beyond, Err(Error::UnverifiedRelease { .. })), "{:?}", beyond.map(|_| ()));
     }
 }

@@ -47,6 +47,22 @@ pub enum Error {
         found: Version,
     },
 
+    /// The loaded libnccl is a release whose struct layouts weft has not verified, and NCCL itself cannot say
+    /// them (before 2.31, or a release whose report contradicts weft's measurement): weft refuses rather than
+    /// hand NCCL or a kernel a mis-sized struct.
+    #[error(
+        "NCCL {found} is not a release weft has verified for {what}; verified releases: {verified}. Install one of \
+         them (for example `pip install nvidia-nccl-cu13==2.32.3`) and point NCCL_HOME or WEFT_LIBNCCL at it"
+    )]
+    UnverifiedRelease {
+        /// The release that was loaded.
+        found: Version,
+        /// What weft cannot lay out for it.
+        what: String,
+        /// The releases weft has verified, as ranges.
+        verified: String,
+    },
+
     /// An argument was rejected before NCCL saw it.
     #[error("invalid argument `{argument}`: {problem}")]
     InvalidArgument {

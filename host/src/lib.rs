@@ -2,6 +2,7 @@
 
 #![warn(missing_docs)]
 
+pub(crate) mod abi;
 pub mod discovery;
 pub mod jit;
 pub mod launch;

@@ -1,13 +1,15 @@
 //! What a communicator can do: `ncclCommQueryProperties` (2.29+), and on 2.28 what can be derived.
 
 use std::fmt;
-use std::mem::offset_of;
 
+use crate::abi::{Abi, PropertiesLayout, BYTE_GIN_TYPE_OFFSET};
 use crate::comm::{Communicator, Initialized, Mode};
 use crate::error::Error;
 use crate::result;
 use crate::sys::{self, ncclCommProperties_t};
-use crate::version::{Version, V2_29};
+
+/// `sizeof(ncclCommProperties_t)` in 2.31, the first layout with `commHash` … `devCommRuntimeVersionSize`.
+const RUNTIME_VERSION_PROPERTIES_SIZE: usize = 144;
 
 /// The GPU-initiated networking backend (`ncclGinType_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -120,17 +122,6 @@ pub struct Properties {
     pub cft_counted_support: Option<bool>,
 }
 
-/// `sizeof(ncclCommProperties_t)` in the headers of release `found` (verified: 2.29.7 and 2.30.7: 56,
-/// 2.31.2: 144, 2.32.3: 152).
-pub(crate) fn properties_size(found: Version) -> usize {
-    let end = |offset: usize| offset.next_multiple_of(std::mem::align_of::<ncclCommProperties_t>());
-    match found.minor() {
-        29 | 30 => end(offset_of!(ncclCommProperties_t, commHash)),
-        31 => end(offset_of!(ncclCommProperties_t, cftSupport)),
-        _ => std::mem::size_of::<ncclCommProperties_t>(),
-    }
-}
-
 impl<S: Initialized, M: Mode> Communicator<S, M> {
     /// The communicator's run-time properties (queried each call; NCCL answers locally).
     pub fn properties(&self) -> Result<Properties, Error> {
@@ -160,15 +151,20 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
             cft_multicast_support: None,
             cft_counted_support: None,
         };
-        if !found.at_least(V2_29) {
+        let abi = Abi::for_release(found)?;
+        let layout = abi.layout.properties;
+        if layout == PropertiesLayout::Absent {
             return Ok(props);
         }
-        // SAFETY: an all-zero ncclCommProperties_t is valid (integers, bools, newtype enums).
-        let mut raw: ncclCommProperties_t = unsafe { std::mem::zeroed() };
-        raw.size = properties_size(found);
+        let mut raw = zeroed_properties();
+        // SAFETY: the offset lies inside `raw`; writing the byte in place makes it initialised whatever the moves
+        // above did to padding, so `decode` may read it even if NCCL leaves it alone.
+        unsafe { std::ptr::from_mut(&mut raw).cast::<u8>().add(BYTE_GIN_TYPE_OFFSET).write(0) };
+        raw.size = layout.size();
         raw.magic = sys::NCCL_API_MAGIC;
-        raw.version = found.code as u32;
-        // SAFETY: live communicator; the header says how many bytes NCCL may write, all inside `raw`.
+        raw.version = abi.declared.code as u32;
+        // SAFETY: live communicator; NCCL writes the layout of the declared release, `raw.size` bytes, a prefix
+        // of `raw` (every verified layout is at most the newest one, which `raw` is).
         unsafe { result::comm_query_properties(library, self.raw(), &mut raw) }?;
         // What NCCL reports must match what weft read through the calls 2.28 has too (ncclCommUserRank, Count,
         // CuDevice): a mismatch means the struct layout weft assumed for this release is wrong.
@@ -184,32 +180,61 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
                 ),
             ));
         }
-        props.nvml_device = usize::try_from(raw.nvmlDev).ok();
-        props.lsa_teams = usize::try_from(raw.nLsaTeams).unwrap_or(props.lsa_teams);
-        props.device_api_support = Some(raw.deviceApiSupport);
-        props.multimem_support = Some(raw.multimemSupport);
-        props.gin_type = Some(GinType::from_raw(raw.ginType));
-        props.host_rma_support = Some(raw.hostRmaSupport);
-        props.railed_gin_type = Some(GinType::from_raw(raw.railedGinType));
-        if found.minor() >= 31 || found.major() > 2 {
-            props.comm_hash = Some(raw.commHash);
-            props.gin_min_stride = Some(raw.ginMinStride);
-            props.gin_connection_type = Some(GinConnectionType::from_raw(raw.ginConnectionType));
-            props.gin_supported = Some(
-                (0u32..)
-                    .zip(raw.ginSupport.iter())
-                    .filter(|(_, supported)| **supported)
-                    .map(|(index, _)| GinType::from_raw(sys::ncclGinType_t(index)))
-                    .collect(),
-            );
-            props.dev_comm_runtime_version_size = Some(raw.devCommRuntimeVersionSize);
-        }
-        if found.minor() >= 32 || found.major() > 2 {
-            props.cft_support = Some(raw.cftSupport);
-            props.cft_multicast_support = Some(raw.cftMulticastSupport);
-            props.cft_counted_support = Some(raw.cftCountedSupport);
-        }
+        decode(&raw, layout, &mut props);
         Ok(props)
+    }
+}
+
+/// An all-zero `ncclCommProperties_t`, padding included (2.29.2's one-byte `ginType` sits in what is padding in
+/// the newest layout).
+fn zeroed_properties() -> ncclCommProperties_t {
+    let mut raw = std::mem::MaybeUninit::<ncclCommProperties_t>::uninit();
+    // SAFETY: every byte, padding included, is zeroed in place; an all-zero ncclCommProperties_t is a valid value
+    // (integers, bools, newtype enums).
+    unsafe {
+        raw.as_mut_ptr().write_bytes(0, 1);
+        raw.assume_init()
+    }
+}
+
+/// Fills `props` from what NCCL wrote into `raw` in `layout`; fields the layout lacks stay `None`.
+fn decode(raw: &ncclCommProperties_t, layout: PropertiesLayout, props: &mut Properties) {
+    props.nvml_device = usize::try_from(raw.nvmlDev).ok();
+    props.device_api_support = Some(raw.deviceApiSupport);
+    props.multimem_support = Some(raw.multimemSupport);
+    let size = match layout {
+        PropertiesLayout::Absent => return,
+        PropertiesLayout::ByteGinType => {
+            // SAFETY: the offset lies inside `raw` (checked by a test against the newest layout); the caller wrote
+            // the byte in place before NCCL (which then writes it), so it is initialised. 2.29.2 and 2.29.3 store
+            // ginType as one byte there, so it is read as a byte rather than through the field.
+            let byte = unsafe { std::ptr::from_ref(raw).cast::<u8>().add(BYTE_GIN_TYPE_OFFSET).read() };
+            props.gin_type = Some(GinType::from_raw(sys::ncclGinType_t(u32::from(byte))));
+            return;
+        }
+        PropertiesLayout::Versioned { size } => size,
+    };
+    props.lsa_teams = usize::try_from(raw.nLsaTeams).unwrap_or(props.lsa_teams);
+    props.gin_type = Some(GinType::from_raw(raw.ginType));
+    props.host_rma_support = Some(raw.hostRmaSupport);
+    props.railed_gin_type = Some(GinType::from_raw(raw.railedGinType));
+    if size >= RUNTIME_VERSION_PROPERTIES_SIZE {
+        props.comm_hash = Some(raw.commHash);
+        props.gin_min_stride = Some(raw.ginMinStride);
+        props.gin_connection_type = Some(GinConnectionType::from_raw(raw.ginConnectionType));
+        props.gin_supported = Some(
+            (0u32..)
+                .zip(raw.ginSupport.iter())
+                .filter(|(_, supported)| **supported)
+                .map(|(index, _)| GinType::from_raw(sys::ncclGinType_t(index)))
+                .collect(),
+        );
+        props.dev_comm_runtime_version_size = Some(raw.devCommRuntimeVersionSize);
+    }
+    if size >= std::mem::size_of::<ncclCommProperties_t>() {
+        props.cft_support = Some(raw.cftSupport);
+        props.cft_multicast_support = Some(raw.cftMulticastSupport);
+        props.cft_counted_support = Some(raw.cftCountedSupport);
     }
 }
 
@@ -241,11 +266,64 @@ mod tests {
     use super::*;
 
     #[test]
-    fn layout_sizes_match_each_release_header() {
-        assert_eq!(properties_size(Version::new(2, 29, 7)), 56);
-        assert_eq!(properties_size(Version::new(2, 30, 7)), 56);
-        assert_eq!(properties_size(Version::new(2, 31, 2)), 144);
-        assert_eq!(properties_size(Version::new(2, 32, 3)), 152);
+    fn the_2_31_fields_end_where_2_31_s_layout_ends() {
+        let end = std::mem::offset_of!(ncclCommProperties_t, cftSupport);
+        assert_eq!(end.next_multiple_of(std::mem::align_of::<ncclCommProperties_t>()), RUNTIME_VERSION_PROPERTIES_SIZE);
+    }
+
+    fn blank() -> Properties {
+        Properties {
+            rank: 0,
+            nranks: 2,
+            cuda_device: 0,
+            nvml_device: None,
+            lsa_size: 2,
+            lsa_teams: 1,
+            device_api_support: None,
+            multimem_support: None,
+            gin_type: None,
+            host_rma_support: None,
+            railed_gin_type: None,
+            comm_hash: None,
+            gin_min_stride: None,
+            gin_connection_type: None,
+            gin_supported: None,
+            dev_comm_runtime_version_size: None,
+            cft_support: None,
+            cft_multicast_support: None,
+            cft_counted_support: None,
+        }
+    }
+
+    #[test]
+    fn each_layout_reads_only_the_fields_its_release_writes() {
+        let mut raw = zeroed_properties();
+        raw.deviceApiSupport = true;
+        raw.nLsaTeams = 3;
+        raw.ginType = sys::ncclGinType_t(2);
+        raw.devCommRuntimeVersionSize = 248;
+        raw.cftSupport = true;
+
+        // 2.29.2/2.29.3: a one-byte ginType at 34 (here GDAKI), nothing after it.
+        let mut old = raw;
+        // SAFETY: the offset lies inside `old`, a zero-initialised ncclCommProperties_t.
+        unsafe { std::ptr::from_mut(&mut old).cast::<u8>().add(BYTE_GIN_TYPE_OFFSET).write(3) };
+        let mut props = blank();
+        decode(&old, PropertiesLayout::ByteGinType, &mut props);
+        assert_eq!((props.gin_type, props.lsa_teams, props.host_rma_support), (Some(GinType::Gdaki), 1, None));
+        assert_eq!(props.device_api_support, Some(true));
+
+        let mut props = blank();
+        decode(&raw, PropertiesLayout::Versioned { size: 56 }, &mut props);
+        assert_eq!((props.gin_type, props.lsa_teams), (Some(GinType::Proxy), 3));
+        assert_eq!(props.dev_comm_runtime_version_size, None, "2.30 has no devCommRuntimeVersionSize");
+
+        let mut props = blank();
+        decode(&raw, PropertiesLayout::Versioned { size: 144 }, &mut props);
+        assert_eq!((props.dev_comm_runtime_version_size, props.cft_support), (Some(248), None));
+        let mut props = blank();
+        decode(&raw, PropertiesLayout::Versioned { size: 152 }, &mut props);
+        assert_eq!(props.cft_support, Some(true));
     }
 
     #[test]

@@ -106,6 +106,19 @@ fn cuda_context(device: usize) -> Result<Arc<CudaContext>, Error> {
     crate::cuda::context(device)
 }
 
+/// Inside an NCCL group, a call that creates a communicator only queues it: NCCL writes and initialises it when the
+/// group ends. A blocking communicator (or a split, shrink or grow, which polls its parent) cannot be handed out
+/// before that, so such a call is refused there rather than returning a communicator NCCL has not made yet.
+pub(crate) fn refuse_in_group(call: &'static str, fix: &'static str) -> Result<(), Error> {
+    if crate::group::in_group() {
+        return Err(Error::invalid(
+            "self",
+            format!("{call} inside an NCCL group would hand out a communicator NCCL creates only when the group ends: {fix}"),
+        ));
+    }
+    Ok(())
+}
+
 fn check_rank(nranks: usize, rank: usize) -> Result<i32, Error> {
     if nranks == 0 {
         return Err(Error::invalid("nranks", "a communicator needs at least one rank"));
@@ -142,6 +155,7 @@ impl Communicator<Uninit, Blocking> {
     /// `ncclCommInitAll` takes no configuration, so NCCL's CTAs per rank are not capped as [`spmd`](crate::spmd)
     /// caps them for ranks sharing a GPU: set `NCCL_MAX_CTAS` (docs/multi-rank.md) when several share one.
     pub fn init_all(devices: &[usize]) -> Result<Vec<Communicator<Active>>, Error> {
+        refuse_in_group("Communicator::init_all (ncclCommInitAll)", "call it before opening the group")?;
         let library = crate::sys::library()?;
         let placement = crate::Placement::new(devices.to_vec())?;
         let mut ordinals = Vec::with_capacity(devices.len());
@@ -229,15 +243,18 @@ impl<M: Mode> Communicator<Uninit, M> {
         config: &Config,
     ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
         let nranks_c = check_rank(nranks, rank)?;
+        if M::BLOCKING {
+            refuse_in_group("a blocking init", "initialise outside the group, or use a non-blocking communicator")?;
+        }
         let ranks_on_gpu = self.settle_ranks_on_gpu()?;
         let mut raw_config = config.to_raw(self.library().version(), M::BLOCKING)?;
         self.context().bind_to_thread()?;
-        // SAFETY: the device's context is current; the config is laid out for the loaded version and
-        // outlives the call (`raw_config` lives to the end of this function; NCCL copies what it keeps).
+        // SAFETY: the device's context is current; the config is laid out for the loaded version and outlives
+        // the handle (`finish_init` hands it to the communicator: NCCL keeps a pointer to its commName).
         let (raw, progress) = unsafe {
             result::comm_init_rank_config(self.library(), nranks_c, &id.to_raw(), rank as i32, raw_config.as_mut_ptr())
         }?;
-        self.finish_init(raw, progress, ranks_on_gpu)
+        self.finish_init(raw, progress, ranks_on_gpu, raw_config)
     }
 
     /// Initialises this rank from several unique ids (`ncclCommInitRankScalable`), spreading the bootstrap
@@ -253,6 +270,12 @@ impl<M: Mode> Communicator<Uninit, M> {
         if ids.is_empty() {
             return Err(Error::invalid("ids", "pass at least one unique id"));
         }
+        if M::BLOCKING {
+            refuse_in_group(
+                "a blocking initialize",
+                "initialise outside the group, or use a non-blocking communicator",
+            )?;
+        }
         let ranks_on_gpu = self.settle_ranks_on_gpu()?;
         let mut raw_ids: Vec<_> = ids.iter().map(|id| id.to_raw()).collect();
         let mut raw_config = config.to_raw(self.library().version(), M::BLOCKING)?;
@@ -267,7 +290,7 @@ impl<M: Mode> Communicator<Uninit, M> {
                 raw_config.as_mut_ptr(),
             )
         }?;
-        self.finish_init(raw, progress, ranks_on_gpu)
+        self.finish_init(raw, progress, ranks_on_gpu, raw_config)
     }
 
     fn finish_init(
@@ -275,10 +298,13 @@ impl<M: Mode> Communicator<Uninit, M> {
         raw: ncclComm_t,
         progress: result::Progress,
         ranks_on_gpu: usize,
+        config: crate::config::RawConfig,
     ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
         let comm: Communicator<Active, M> = Communicator::from_parts(raw, self.library(), self.context().clone(), None)
             .with_ranks_on_gpu_unchecked(ranks_on_gpu)
-            .with_local_group(self.local_group().cloned());
+            .with_local_group(self.local_group().cloned())
+            .with_init_group()
+            .with_config(Some(config));
         let comm = if M::BLOCKING { comm.finish()? } else { comm };
         comm.line_up("communicator initialisation")?;
         Ok(M::wrap(comm, progress))
@@ -291,6 +317,16 @@ impl<S: super::State, M: Mode> Resolve for Communicator<S, M> {
             Vec::new()
         } else {
             vec![(self.library(), self.raw())]
+        }
+    }
+
+    fn awaits_group(&self) -> Result<bool, Error> {
+        match self.init_group() {
+            Some(group) => match group.failure() {
+                Some(error) => Err(error),
+                None => Ok(group.is_open()),
+            },
+            None => Ok(false),
         }
     }
 

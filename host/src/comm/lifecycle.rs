@@ -76,12 +76,12 @@ impl<M: Mode> Communicator<Active, M> {
         let config_ptr = raw_config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
         self.context().bind_to_thread()?;
         // SAFETY: our live, active communicator; the config (or null: inherit) outlives the call.
-        let raw = self.create_child("ncclCommSplit", |out| unsafe {
+        let raw = self.create_child("ncclCommSplit", &mut raw_config, |out| unsafe {
             // SAFETY: our live, active communicator; the config (or null: inherit) outlives the call; `out` is
             // the heap slot `create_child` keeps valid until the parent reports completion.
             result::comm_split(self.library(), self.raw(), color, key, config_ptr, out)
         })?;
-        self.child(raw)
+        self.child(raw, raw_config)
     }
 
     /// A new communicator without the ranks in `exclude` (`ncclCommShrink`); called by every remaining
@@ -124,18 +124,23 @@ impl<M: Mode> Communicator<Active, M> {
         let mut raw_config = config.map(|c| c.to_raw(self.library().version(), M::BLOCKING)).transpose()?;
         let config_ptr = raw_config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
         self.context().bind_to_thread()?;
-        let raw = self.create_child("ncclCommGrow", |out| unsafe {
+        let raw = self.create_child("ncclCommGrow", &mut raw_config, |out| unsafe {
             // SAFETY: our live, active communicator, the existing-rank role (rank -1), an id and a config that
             // outlive the call, and the slot `create_child` keeps valid until completion.
             result::comm_grow(self.library(), self.raw(), nranks, raw_id.as_ref(), -1, config_ptr, out)
         })?;
-        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow", self.ranks_on_gpu())
+        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow", self.ranks_on_gpu(), raw_config)
     }
 
-    fn child(&self, raw: sys::ncclComm_t) -> Result<M::Wrap<Option<Communicator<Active, M>>>, Error> {
+    fn child(
+        &self,
+        raw: sys::ncclComm_t,
+        config: Option<crate::config::RawConfig>,
+    ) -> Result<M::Wrap<Option<Communicator<Active, M>>>, Error> {
         let child = (!raw.is_null()).then(|| {
             Communicator::from_parts(raw, self.library(), self.context().clone(), None)
                 .with_ranks_on_gpu_unchecked(self.ranks_on_gpu())
+                .with_config(config)
         });
         let child = if M::BLOCKING { pending_finish(child)? } else { child };
         Ok(M::wrap(child, Progress::Done))
@@ -153,12 +158,17 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
     /// Runs a call that creates a child communicator (split, shrink, grow). NCCL writes the child's handle into
     /// the out-pointer when the operation completes, which on a non-blocking communicator is after the call
     /// returned, so the slot lives on the heap and the parent is polled until it reports completion (bounded by
-    /// [`CHILD_TIMEOUT`]; on timeout the slot is leaked rather than freed under NCCL's feet).
+    /// [`CHILD_TIMEOUT`]; on timeout the slot, and the config whose commName NCCL keeps, are leaked rather than
+    /// freed under NCCL's feet).
     fn create_child(
         &self,
         call: &'static str,
+        config: &mut Option<crate::config::RawConfig>,
         run: impl FnOnce(*mut sys::ncclComm_t) -> Result<Progress, Error>,
     ) -> Result<sys::ncclComm_t, Error> {
+        // Inside a group NCCL would start the operation only at the group's end, which this thread cannot reach
+        // while it polls the parent here.
+        super::init::refuse_in_group(call, "call it outside the group")?;
         let mut slot: Box<sys::ncclComm_t> = Box::new(NULL);
         let progress = run(&mut *slot)?;
         // A non-blocking parent may report success for the call while the operation still runs (or has already
@@ -166,6 +176,7 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
         if progress == Progress::InProgress || !M::BLOCKING {
             if let Err(error) = self.wait_parent(call, CHILD_TIMEOUT) {
                 Box::leak(slot);
+                std::mem::forget(config.take());
                 return Err(error);
             }
         }
@@ -195,6 +206,7 @@ fn new_communicator<M: Mode>(
     raw: sys::ncclComm_t,
     call: &'static str,
     ranks_on_gpu: usize,
+    config: Option<crate::config::RawConfig>,
 ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
     if raw.is_null() {
         return Err(Error::Nccl {
@@ -204,8 +216,9 @@ fn new_communicator<M: Mode>(
             last_error: result::last_error(library, NULL),
         });
     }
-    let comm: Communicator<Active, M> =
-        Communicator::from_parts(raw, library, context.clone(), None).with_ranks_on_gpu_unchecked(ranks_on_gpu);
+    let comm: Communicator<Active, M> = Communicator::from_parts(raw, library, context.clone(), None)
+        .with_ranks_on_gpu_unchecked(ranks_on_gpu)
+        .with_config(config);
     let comm = if M::BLOCKING { pending_finish(comm)? } else { comm };
     Ok(M::wrap(comm, Progress::Done))
 }
@@ -237,12 +250,12 @@ fn shrink<S: Initialized, M: Mode>(
     let mut raw_config = config.map(|c| c.to_raw(comm.library().version(), M::BLOCKING)).transpose()?;
     let config_ptr = raw_config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
     comm.context().bind_to_thread()?;
-    let raw = comm.create_child("ncclCommShrink", |out| unsafe {
+    let raw = comm.create_child("ncclCommShrink", &mut raw_config, |out| unsafe {
         // SAFETY: a live communicator in a state NCCL allows shrinking from (active or revoked); the rank list
         // was validated, the config outlives the call, and `out` stays valid until completion.
         result::comm_shrink(comm.library(), comm.raw(), &list, config_ptr, flags, out)
     })?;
-    new_communicator::<M>(comm.library(), comm.context(), raw, "ncclCommShrink", comm.ranks_on_gpu())
+    new_communicator::<M>(comm.library(), comm.context(), raw, "ncclCommShrink", comm.ranks_on_gpu(), raw_config)
 }
 
 impl<M: Mode> Communicator<Suspended, M> {
@@ -303,6 +316,7 @@ impl<M: Mode> Communicator<Uninit, M> {
             return Err(Error::invalid("rank", format!("rank {rank} is not below nranks {nranks}")));
         }
         let nranks = i32::try_from(nranks).map_err(|_| Error::invalid("nranks", "does not fit in a C int"))?;
+        super::init::refuse_in_group("ncclCommGrow (join)", "join outside the group")?;
         let raw_id = id.to_raw();
         let ranks_on_gpu = self.settle_ranks_on_gpu()?;
         let mut raw_config = config.to_raw(self.library().version(), M::BLOCKING)?;
@@ -324,6 +338,6 @@ impl<M: Mode> Communicator<Uninit, M> {
             drop(unsafe { Box::from_raw(slot) });
         }
         let _progress = outcome?; // the new communicator's own Pending polls it
-        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow", ranks_on_gpu)
+        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow", ranks_on_gpu, Some(raw_config))
     }
 }

@@ -40,6 +40,7 @@ mod status;
 pub use adopt::Adopted;
 pub use init::UniqueId;
 pub use lifecycle::SuspendFlags;
+pub(crate) use pending::Resolve;
 pub use pending::{Pending, Polled};
 pub use status::MemStat;
 
@@ -154,6 +155,11 @@ pub struct Communicator<S: State = Active, M: Mode = Blocking> {
     /// The ranks of this communicator that share its GPU in this process, lined up after setup calls.
     local_group: Option<Arc<crate::placement::LocalGroup>>,
     resources: crate::resources::RegistryCell,
+    /// The NCCL group a non-blocking initialisation was queued in: NCCL starts it only when that group ends.
+    init_group: Option<Arc<crate::group::GroupOutcome>>,
+    /// The config the communicator was created with: NCCL keeps `commName` as a pointer into it and reads it
+    /// during initialisation (which may run after the creating call returned), so it lives as long as the handle.
+    config: Option<crate::config::RawConfig>,
     state: PhantomData<(S, M)>,
 }
 
@@ -177,6 +183,8 @@ impl<S: State, M: Mode> Communicator<S, M> {
             ranks_on_gpu: 0,
             local_group: None,
             resources: Default::default(),
+            init_group: None,
+            config: None,
             state: PhantomData,
         }
     }
@@ -198,6 +206,8 @@ impl<S: State, M: Mode> Communicator<S, M> {
             ranks_on_gpu: self.ranks_on_gpu,
             local_group: self.local_group.take(),
             resources: std::mem::take(&mut self.resources),
+            init_group: self.init_group.take(),
+            config: self.config.take(),
             state: PhantomData,
         }
     }
@@ -263,6 +273,22 @@ impl<S: State, M: Mode> Communicator<S, M> {
 
     pub(crate) fn local_group(&self) -> Option<&Arc<crate::placement::LocalGroup>> {
         self.local_group.as_ref()
+    }
+
+    /// The same communicator, waiting for the NCCL group open on this thread (if any) before it is initialised.
+    pub(crate) fn with_init_group(mut self) -> Self {
+        self.init_group = crate::group::current();
+        self
+    }
+
+    /// The same communicator, keeping the config it was created with (see the field).
+    pub(crate) fn with_config(mut self, config: Option<crate::config::RawConfig>) -> Self {
+        self.config = config;
+        self
+    }
+
+    pub(crate) fn init_group(&self) -> Option<&Arc<crate::group::GroupOutcome>> {
+        self.init_group.as_ref()
     }
 
     /// After a collective setup call: waits until every rank of this communicator that shares the GPU in this

@@ -2,9 +2,10 @@
 
 use cudarc::driver::{CudaStream, DevicePtr, DeviceRepr};
 
-use crate::comm::{Active, Communicator, Mode};
+use crate::comm::{Active, Communicator, Mode, Pending, Resolve};
 use crate::datatype::Element;
 use crate::error::Error;
+use crate::group::{Completion, Group};
 use crate::resources::{DeviceBuffer, Native, ResourceId};
 use crate::result;
 use crate::sys;
@@ -35,39 +36,88 @@ impl<M: Mode> Communicator<Active, M> {
     /// every rank calls it with a buffer of the same length. The window owns the buffer
     /// ([`Window::into_buffer`] gives it back).
     ///
+    /// On a blocking communicator this returns the window; on a non-blocking one a [`Pending`]
+    /// window, reachable once NCCL has written its handle. Inside an NCCL group a blocking communicator cannot
+    /// return a window (NCCL writes the handle when the group ends): that is an error naming
+    /// [`window_in`](Communicator::window_in), which returns it pending.
+    ///
     /// Fails with [`Error::MissingCapability`] when the communicator has no symmetric-memory support (NCCL
     /// then registers nothing and returns a null window, which weft never hands out).
-    pub fn window<T: Element>(&self, buffer: DeviceBuffer<T>, flags: WindowFlags) -> Result<Window<'_, T, M>, Error> {
+    pub fn window<T: Element>(
+        &self,
+        buffer: DeviceBuffer<T>,
+        flags: WindowFlags,
+    ) -> Result<M::Wrap<Window<'_, T, M>>, Error> {
+        if M::BLOCKING && crate::group::in_group() {
+            return Err(Error::invalid(
+                "self",
+                "inside an NCCL group, ncclCommWindowRegister writes the window only when the group ends: call \
+                 `window_in(&group, ..)`, which returns a Pending window to wait for after Group::end",
+            ));
+        }
+        let window = self.register_window(buffer, flags)?;
+        let window = if M::BLOCKING { window.finish()? } else { window };
+        Ok(M::wrap(window, result::Progress::Done))
+    }
+
+    /// [`window`](Communicator::window) inside an open NCCL group: the window is [`Pending`] until
+    /// the outermost group ends (and, on a non-blocking communicator, until NCCL reports completion). Collective:
+    /// every rank's registration must be in a group that ends, in one thread or in each rank's own.
+    pub fn window_in<T: Element>(
+        &self,
+        group: &Group,
+        buffer: DeviceBuffer<T>,
+        flags: WindowFlags,
+    ) -> Result<Pending<Window<'_, T, M>>, Error> {
+        let _open: &Group = group;
+        Ok(Pending::new(self.register_window(buffer, flags)?))
+    }
+
+    /// Queues or makes the registration; the handle is read by `Window::finish` once NCCL has written it.
+    fn register_window<T: Element>(
+        &self,
+        buffer: DeviceBuffer<T>,
+        flags: WindowFlags,
+    ) -> Result<Window<'_, T, M>, Error> {
         use cudarc::driver::DeviceSlice;
         if buffer.stream().context().ordinal() != self.cuda_device() {
             return Err(Error::invalid("buffer", "lives on another device than this rank"));
         }
         flags.check(self.library().version())?;
+        let mut slot: Box<sys::ncclWindow_t> = Box::new(std::ptr::null_mut());
+        let out: *mut sys::ncclWindow_t = &mut *slot;
         // SAFETY: our live, active communicator; the buffer is ncclMemAlloc memory of this rank, owned by the
-        // window for its whole life.
-        let raw = unsafe {
+        // window for its whole life; `out` is the heap slot the window owns, which is freed only once NCCL has
+        // written it (finish) or is leaked (an unresolved drop).
+        let progress = unsafe {
             result::comm_window_register(
                 self.library(),
                 self.raw(),
                 buffer.device_address() as _,
                 buffer.num_bytes(),
                 flags.0,
+                out,
             )
         }?;
-        let id = self.register_resource(Native::Window(raw));
-        let window = Window { comm: self, id, raw, flags, buffer: Some(buffer) };
-        // Ranks sharing this GPU in this process go on together (placement::LocalGroup).
-        self.line_up("window registration")?;
-        Ok(window)
+        debug_assert!(progress == result::Progress::Done || !M::BLOCKING || crate::group::in_group());
+        Ok(Window {
+            comm: self,
+            id: None,
+            slot,
+            completion: Completion::new(self.library(), self.raw(), M::BLOCKING),
+            flags,
+            buffer: Some(buffer),
+        })
     }
 
-    /// Allocates `len` elements with `ncclMemAlloc` on `stream`'s device and registers them as a window.
+    /// Allocates `len` elements with `ncclMemAlloc` on `stream`'s device and registers them as a window
+    /// ([`window`](Communicator::window)).
     pub fn alloc_window<T: Element>(
         &self,
         stream: &std::sync::Arc<CudaStream>,
         len: usize,
         flags: WindowFlags,
-    ) -> Result<Window<'_, T, M>, Error> {
+    ) -> Result<M::Wrap<Window<'_, T, M>>, Error> {
         self.window(DeviceBuffer::new(stream, len)?, flags)
     }
 }
@@ -128,17 +178,59 @@ impl WindowFlags {
 /// is freed with it unless taken back with [`into_buffer`](Window::into_buffer).
 pub struct Window<'comm, T: DeviceRepr, M: Mode = crate::Blocking> {
     comm: &'comm Communicator<Active, M>,
-    id: ResourceId,
-    raw: sys::ncclWindow_t,
+    /// Set once NCCL has written the handle and it is registered; a window without it is only ever inside a
+    /// [`Pending`].
+    id: Option<ResourceId>,
+    /// Where NCCL writes the handle, at the call or when the group / non-blocking operation completes: on the heap,
+    /// owned by the window, read only once `completion` says it is written.
+    slot: Box<sys::ncclWindow_t>,
+    completion: Completion,
     flags: WindowFlags,
     buffer: Option<DeviceBuffer<T>>,
+}
+
+impl<T: Element, M: Mode> Resolve for Window<'_, T, M> {
+    fn handles(&self) -> Vec<(&'static sys::Library, sys::ncclComm_t)> {
+        if M::BLOCKING {
+            Vec::new()
+        } else {
+            vec![(self.comm.library(), self.comm.raw())]
+        }
+    }
+
+    fn awaits_group(&self) -> Result<bool, Error> {
+        self.completion.awaits_group()
+    }
+
+    /// Reads the handle NCCL wrote (a null one is [`Error::MissingCapability`]) and registers it.
+    fn finish(mut self) -> Result<Self, Error> {
+        if self.id.is_some() {
+            return Ok(self);
+        }
+        let raw = *self.slot;
+        if raw.is_null() {
+            // Settled: NCCL registered nothing, so dropping frees the buffer and the slot.
+            self.completion.settle();
+            return Err(Error::MissingCapability {
+                capability: "symmetric windows",
+                reason: "ncclCommWindowRegister returned no window: the communicator has no symmetric-memory \
+                         support (needs CUDA VMM and P2P between its GPUs, and memory from ncclMemAlloc)"
+                    .into(),
+            });
+        }
+        self.id = Some(self.comm.register_resource(Native::Window(raw)));
+        // Ranks sharing this GPU in this process go on together (placement::LocalGroup); never inside a group.
+        self.comm.line_up("window registration")?;
+        Ok(self)
+    }
 }
 
 impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
     /// The raw `ncclWindow_t`, for kernel arguments; fails if `close_all_resources` released the window.
     pub fn raw(&self) -> Result<sys::ncclWindow_t, Error> {
-        self.comm.check_live(self.id, "window")?;
-        Ok(self.raw)
+        let id = self.id.ok_or_else(|| Error::invalid("window", "NCCL has not written this window yet"))?;
+        self.comm.check_live(id, "window")?;
+        Ok(*self.slot)
     }
 
     /// The kernel argument for a `&Window<T>` parameter of a `#[weft::kernel]` (see docs/kernel-abi.md).
@@ -175,7 +267,9 @@ impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
     pub fn into_buffer(mut self) -> Result<DeviceBuffer<T>, Error> {
         // Kernels and collectives this rank enqueued may still use the window: finish them before deregistering.
         self.buffer().wait_for_uses()?;
-        self.comm.release_resource(self.id)?;
+        if let Some(id) = self.id {
+            self.comm.release_resource(id)?;
+        }
         Ok(self.buffer.take().expect("a live window always holds its buffer"))
     }
 
@@ -289,19 +383,56 @@ impl<T: DeviceRepr, M: Mode> Drop for Window<'_, T, M> {
         if self.buffer.is_none() {
             return;
         }
+        let Some(id) = self.id else {
+            return self.drop_unresolved();
+        };
         // Kernels and collectives this rank enqueued may still use the window: finish them before deregistering.
         // Never the whole device: on a shared GPU a peer's kernel may be waiting for this rank (docs/multi-rank.md).
         if let Some(Err(error)) = self.buffer.as_ref().map(DeviceBuffer::wait_for_uses) {
             tracing::error!(%error, "waiting for the window's last use before ncclCommWindowDeregister failed");
         }
-        if let Err(error) = self.comm.release_resource(self.id) {
+        if let Err(error) = self.comm.release_resource(id) {
             tracing::error!(%error, "ncclCommWindowDeregister failed");
+        }
+    }
+}
+
+impl<T: DeviceRepr, M: Mode> Window<'_, T, M> {
+    /// Drop of a window whose handle was never read (a `Pending` dropped or failed): deregisters it if NCCL has
+    /// written it by now; leaks the slot and the buffer if NCCL may still write (its group is open, or the
+    /// operation still runs), since freeing either under NCCL's feet is what this type exists to prevent.
+    fn drop_unresolved(&mut self) {
+        if self.completion.settled() {
+            return; // NCCL finished and wrote no window: nothing to deregister, the buffer is ours to free
+        }
+        match self.completion.progress() {
+            Ok(result::Progress::Done) => {
+                let raw = *self.slot;
+                if !raw.is_null() {
+                    // SAFETY: NCCL wrote `raw` on our communicator and it was never registered or handed out.
+                    let deregistered =
+                        unsafe { result::comm_window_deregister(self.comm.library(), self.comm.raw(), raw) };
+                    if let Err(error) = deregistered {
+                        tracing::error!(%error, "ncclCommWindowDeregister of an unresolved window failed");
+                    }
+                }
+            }
+            outcome => {
+                tracing::warn!(
+                    error = outcome.err().map(|e| e.to_string()),
+                    "dropped a window NCCL has not written (its group is open, its registration still runs or \
+                     failed): leaking its handle slot and buffer, which NCCL may still use"
+                );
+                std::mem::forget(self.buffer.take());
+                Box::leak(std::mem::replace(&mut self.slot, Box::new(std::ptr::null_mut())));
+            }
         }
     }
 }
 
 impl<T: DeviceRepr, M: Mode> std::fmt::Debug for Window<'_, T, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Window").field("raw", &self.raw).field("buffer", &self.buffer).finish()
+        let raw = self.id.map(|_| *self.slot);
+        f.debug_struct("Window").field("raw", &raw).field("buffer", &self.buffer).finish()
     }
 }

@@ -13,8 +13,9 @@ const NULL_COMM: ncclComm_t = std::ptr::null_mut();
 ///
 /// # Safety
 /// The CUDA context of the device this rank uses is current on this thread; `config` points at a config
-/// laid out for the loaded library's version (see `crate::config`) and lives until the call returns (and,
-/// for a non-blocking config, its strings until initialisation completes).
+/// laid out for the loaded library's version (see `crate::config`) and lives until the call returns, and its
+/// `commName` string as long as the communicator: NCCL keeps that pointer (2.30.7 reads it during
+/// initialisation, which runs after the call returns on non-blocking communicators and inside groups).
 pub unsafe fn comm_init_rank_config(
     library: &Library,
     nranks: c_int,
@@ -257,33 +258,28 @@ pub unsafe fn comm_deregister(library: &Library, comm: ncclComm_t, handle: *mut 
 
 /// `ncclCommWindowRegister`: a symmetric window over `size` bytes at `buffer`, collective over all ranks.
 ///
-/// A null window (NCCL returns success without one when the communicator lacks symmetric-memory support) is
-/// reported as [`Error::MissingCapability`], never handed out.
+/// NCCL stores null into `*out` at once and the window when the registration runs: inside an NCCL group at the
+/// outermost `ncclGroupEnd`, on a non-blocking communicator when the operation completes (it may then return
+/// [`Progress::InProgress`]). A null window after completion means the communicator lacks symmetric-memory
+/// support; the caller turns it into [`Error::MissingCapability`](crate::Error::MissingCapability).
 ///
 /// # Safety
-/// `comm` live; the buffer is `ncclMemAlloc` memory on the communicator's device that outlives the window.
+/// `comm` live; the buffer is `ncclMemAlloc` memory on the communicator's device that outlives the window; `out`
+/// is valid for writes and stays allocated until the registration completed (the group ended, or the
+/// communicator reports completion), and is not read before.
 pub unsafe fn comm_window_register(
     library: &Library,
     comm: ncclComm_t,
     buffer: *mut c_void,
     size: usize,
     flags: c_int,
-) -> Result<sys::ncclWindow_t, Error> {
+    out: *mut sys::ncclWindow_t,
+) -> Result<Progress, Error> {
     let register =
         symbol(library, &library.api.ncclCommWindowRegister, "ncclCommWindowRegister", Version::new(2, 27, 0))?;
-    let mut window = std::ptr::null_mut();
-    // SAFETY: the caller vouches for `comm` and the buffer; NCCL writes the window into a live local.
-    let status = unsafe { register(comm, buffer, size, &mut window, flags) };
-    check_done(library, "ncclCommWindowRegister", status, comm)?;
-    if window.is_null() {
-        return Err(Error::MissingCapability {
-            capability: "symmetric windows",
-            reason: "ncclCommWindowRegister returned no window: the communicator has no symmetric-memory \
-                     support (needs CUDA VMM and P2P between its GPUs, and memory from ncclMemAlloc)"
-                .into(),
-        });
-    }
-    Ok(window)
+    // SAFETY: the caller vouches for `comm`, the buffer and the life of `out`.
+    let status = unsafe { register(comm, buffer, size, out, flags) };
+    check(library, "ncclCommWindowRegister", status, comm)
 }
 
 /// `ncclCommWindowDeregister`.

@@ -3,7 +3,7 @@
 
 use core::ffi::{c_int, c_void};
 
-use super::{check_done, symbol};
+use super::{check, check_done, symbol, Progress};
 use crate::error::Error;
 use crate::sys::{self, ncclComm_t, Library};
 use crate::version::{Version, DEVICE_API, V2_29};
@@ -26,20 +26,26 @@ pub unsafe fn comm_query_properties(
 
 /// `ncclDevCommCreate`: collective over all ranks of `comm`.
 ///
+/// NCCL copies the requirements at the call (2.30.7 deep-copies the struct and its lists) but writes `*out`, the
+/// resource-buffer handles and the team multimem handles when the creation runs: inside an NCCL group at the
+/// outermost `ncclGroupEnd`, on a non-blocking communicator when the operation completes (it may then return
+/// [`Progress::InProgress`]).
+///
 /// # Safety
-/// `comm` live and active; `requirements` points at a requirements struct laid out for the loaded version
-/// whose lists live until the call returns; `out` points at writable, 8-byte aligned storage at least as
-/// large as the loaded version's `ncclDevComm`.
+/// `comm` live and active; `requirements` points at a requirements struct laid out for the loaded version; it,
+/// its lists and every `out*` pointer in them, and `out` (writable, 8-byte aligned, at least the `ncclDevComm`
+/// size NCCL writes, `crate::abi`) stay allocated and unread until the creation completed (the group ended,
+/// or the communicator reports completion).
 pub unsafe fn dev_comm_create(
     library: &Library,
     comm: ncclComm_t,
     requirements: *const c_void,
     out: *mut c_void,
-) -> Result<(), Error> {
+) -> Result<Progress, Error> {
     let create = symbol(library, &library.api.ncclDevCommCreate, "ncclDevCommCreate", DEVICE_API)?;
-    // SAFETY: the caller vouches for every pointer.
+    // SAFETY: the caller vouches for every pointer and its life.
     let status = unsafe { create(comm, requirements.cast(), out.cast()) };
-    check_done(library, "ncclDevCommCreate", status, comm)
+    check(library, "ncclDevCommCreate", status, comm)
 }
 
 /// `ncclDevCommDestroy`.
