@@ -121,6 +121,8 @@ element! {
     usize => "usize", "size_t";
     isize => "isize", "ptrdiff_t";
     bool => "bool", "bool";
+    float8::F8E4M3 => "f8e4m3", "__nv_fp8_e4m3";
+    float8::F8E5M2 => "f8e5m2", "__nv_fp8_e5m2";
 }
 
 macro_rules! numeric {
@@ -223,5 +225,6 @@ mod tests {
         assert_eq!(names::<usize>(), ("usize", "size_t"));
         assert_eq!(names::<isize>(), ("isize", "ptrdiff_t"));
         assert_eq!(names::<u8>(), ("u8", "uint8_t"));
+        assert_eq!(names::<float8::F8E4M3>(), ("f8e4m3", "__nv_fp8_e4m3"));
     }
 }

@@ -7,11 +7,25 @@ mod sealed {
 }
 
 /// An element type of NCCL collectives (sealed: exactly NCCL's `ncclDataType_t` set).
-pub trait Element: cudarc::driver::DeviceRepr + Copy + Send + Sync + 'static + sealed::Sealed {
+///
+/// Every one is also a kernel [`weft_device::Element`] (its supertrait), whose `NAME` (`f32`, `bf16`, …) messages
+/// use: a generic host helper needs only this one bound, and `T::NAME` is never ambiguous.
+///
+/// ```
+/// use weft_host::Element;
+/// fn describe<T: Element>() -> String {
+///     format!("{} is NCCL datatype {}", T::NAME, T::DATATYPE.0)
+/// }
+/// // Next to the kernel vocabulary's traits too: one `NAME`, reached through both bounds.
+/// fn widen<T: Element + weft_device::Float>() -> &'static str {
+///     T::NAME
+/// }
+/// assert_eq!(describe::<f32>(), "f32 is NCCL datatype 7");
+/// assert_eq!(widen::<half::bf16>(), "bf16");
+/// ```
+pub trait Element: weft_device::Element + cudarc::driver::DeviceRepr + sealed::Sealed {
     /// The NCCL datatype.
     const DATATYPE: ncclDataType_t;
-    /// The Rust name, for messages.
-    const NAME: &'static str;
 }
 
 macro_rules! element {
@@ -19,7 +33,6 @@ macro_rules! element {
         impl sealed::Sealed for $ty {}
         impl Element for $ty {
             const DATATYPE: ncclDataType_t = ncclDataType_t::$dt;
-            const NAME: &'static str = stringify!($ty);
         }
     )*};
 }
