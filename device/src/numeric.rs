@@ -8,7 +8,6 @@
 use core::fmt::Debug;
 use core::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAssign};
 
-use crate::device_only;
 use half::{bf16, f16};
 
 mod sealed {
@@ -125,34 +124,74 @@ element! {
     float8::F8E5M2 => "f8e5m2", "__nv_fp8_e5m2";
 }
 
-macro_rules! numeric {
+// The numeric vocabulary works on the host too (host references, generic helpers shared with kernels): the same
+// functions, computed by `std` (f16/bf16 in f32, rounded once, as on the device). Only approximations differ:
+// `rsqrt` is exact here and the hardware's approximation on the GPU.
+macro_rules! numeric_int {
     ($($t:ty),*) => {$(
         impl Numeric for $t {
-            fn zero() -> Self { device_only("zero") }
-            fn one() -> Self { device_only("one") }
+            fn zero() -> Self { 0 }
+            fn one() -> Self { 1 }
         }
     )*};
 }
-numeric!(f32, f64, f16, bf16, i8, u8, i32, u32, i64, u64, usize, isize);
+numeric_int!(i8, u8, i32, u32, i64, u64, usize, isize);
 
-macro_rules! float {
+macro_rules! native_float {
     ($($t:ty),*) => {$(
+        impl Numeric for $t {
+            fn zero() -> Self { 0.0 }
+            fn one() -> Self { 1.0 }
+        }
         impl Float for $t {
-            fn from_f32(value: f32) -> Self { device_only("from_f32") }
-            fn to_f32(self) -> f32 { device_only("to_f32") }
-            fn sqrt(self) -> Self { device_only("sqrt") }
-            fn rsqrt(self) -> Self { device_only("rsqrt") }
-            fn exp(self) -> Self { device_only("exp") }
-            fn ln(self) -> Self { device_only("ln") }
-            fn tanh(self) -> Self { device_only("tanh") }
-            fn mul_add(self, a: Self, b: Self) -> Self { device_only("mul_add") }
-            fn min(self, other: Self) -> Self { device_only("min") }
-            fn max(self, other: Self) -> Self { device_only("max") }
-            fn abs(self) -> Self { device_only("abs") }
+            fn from_f32(value: f32) -> Self { value as $t }
+            fn to_f32(self) -> f32 { self as f32 }
+            fn sqrt(self) -> Self { <$t>::sqrt(self) }
+            fn rsqrt(self) -> Self { 1.0 / <$t>::sqrt(self) }
+            fn exp(self) -> Self { <$t>::exp(self) }
+            fn ln(self) -> Self { <$t>::ln(self) }
+            fn tanh(self) -> Self { <$t>::tanh(self) }
+            fn mul_add(self, a: Self, b: Self) -> Self { <$t>::mul_add(self, a, b) }
+            fn min(self, other: Self) -> Self { <$t>::min(self, other) }
+            fn max(self, other: Self) -> Self { <$t>::max(self, other) }
+            fn abs(self) -> Self { <$t>::abs(self) }
         }
     )*};
 }
-float!(f32, f64, f16, bf16);
+native_float!(f32, f64);
+
+macro_rules! half_float {
+    ($($t:ty),*) => {$(
+        impl Numeric for $t {
+            fn zero() -> Self { <$t>::ZERO }
+            fn one() -> Self { <$t>::ONE }
+        }
+        impl Float for $t {
+            fn from_f32(value: f32) -> Self { <$t>::from_f32(value) }
+            fn to_f32(self) -> f32 { <$t>::to_f32(self) }
+            fn sqrt(self) -> Self { Self::in_f32(self, f32::sqrt) }
+            fn rsqrt(self) -> Self { Self::in_f32(self, |x| 1.0 / x.sqrt()) }
+            fn exp(self) -> Self { Self::in_f32(self, f32::exp) }
+            fn ln(self) -> Self { Self::in_f32(self, f32::ln) }
+            fn tanh(self) -> Self { Self::in_f32(self, f32::tanh) }
+            fn mul_add(self, a: Self, b: Self) -> Self {
+                <$t>::from_f32(<$t>::to_f32(self).mul_add(<$t>::to_f32(a), <$t>::to_f32(b)))
+            }
+            fn min(self, other: Self) -> Self { <$t>::from_f32(<$t>::to_f32(self).min(<$t>::to_f32(other))) }
+            fn max(self, other: Self) -> Self { <$t>::from_f32(<$t>::to_f32(self).max(<$t>::to_f32(other))) }
+            fn abs(self) -> Self { Self::in_f32(self, f32::abs) }
+        }
+        impl InF32 for $t {
+            fn in_f32(self, f: impl Fn(f32) -> f32) -> Self { <$t>::from_f32(f(<$t>::to_f32(self))) }
+        }
+    )*};
+}
+
+/// f16/bf16 arithmetic on the host: in f32, rounded once.
+trait InF32: Sized {
+    fn in_f32(self, f: impl Fn(f32) -> f32) -> Self;
+}
+half_float!(f16, bf16);
 
 macro_rules! marker {
     ($tr:ident: $($t:ty),*) => {$( impl $tr for $t {} )*};
@@ -166,47 +205,58 @@ marker!(MultimemStore: f32, f64, i32, u32, u64);
 
 /// Square root. C++ `weft::sqrt`.
 pub fn sqrt<F: Float>(x: F) -> F {
-    device_only("sqrt")
+    x.sqrt()
 }
 
 /// Reciprocal square root, `1 / sqrt(x)` (the fast hardware approximation). C++ `weft::rsqrt`.
 pub fn rsqrt<F: Float>(x: F) -> F {
-    device_only("rsqrt")
+    x.rsqrt()
 }
 
 /// e to the power of `x`. C++ `weft::exp`.
 pub fn exp<F: Float>(x: F) -> F {
-    device_only("exp")
+    x.exp()
 }
 
 /// Natural logarithm of `x` (C's `log`; the method is [`Float::ln`]). C++ `weft::log`.
 pub fn log<F: Float>(x: F) -> F {
-    device_only("log")
+    x.ln()
 }
 
 /// Hyperbolic tangent. C++ `weft::tanh`.
 pub fn tanh<F: Float>(x: F) -> F {
-    device_only("tanh")
+    x.tanh()
 }
 
 /// `a * b + c` rounded once. C++ `weft::fma`.
 pub fn fma<F: Float>(a: F, b: F, c: F) -> F {
-    device_only("fma")
+    a.mul_add(b, c)
 }
 
 /// Absolute value. C++ `weft::abs`.
 pub fn abs<F: Float>(x: F) -> F {
-    device_only("abs")
+    x.abs()
 }
 
 /// The smaller of `a` and `b` (for floats, a NaN loses). C++ `weft::min`.
 pub fn min<T: Numeric>(a: T, b: T) -> T {
-    device_only("min")
+    match a.partial_cmp(&b) {
+        Some(std::cmp::Ordering::Greater) => b,
+        Some(_) => a,
+        // A NaN loses (C's fmin): `a` if `b` is the NaN, else `b`.
+        None if b.partial_cmp(&b).is_none() => a,
+        None => b,
+    }
 }
 
 /// The larger of `a` and `b` (for floats, a NaN loses). C++ `weft::max`.
 pub fn max<T: Numeric>(a: T, b: T) -> T {
-    device_only("max")
+    match a.partial_cmp(&b) {
+        Some(std::cmp::Ordering::Less) => b,
+        Some(_) => a,
+        None if b.partial_cmp(&b).is_none() => a,
+        None => b,
+    }
 }
 
 #[cfg(test)]
@@ -226,5 +276,23 @@ mod tests {
         assert_eq!(names::<isize>(), ("isize", "ptrdiff_t"));
         assert_eq!(names::<u8>(), ("u8", "uint8_t"));
         assert_eq!(names::<float8::F8E4M3>(), ("f8e4m3", "__nv_fp8_e4m3"));
+    }
+
+    #[test]
+    fn the_numeric_vocabulary_works_on_the_host_too() {
+        fn generic<F: Float>(x: F) -> f32 {
+            (x.sqrt() + F::one() - F::zero()).mul_add(F::from_f32(2.0), exp(F::zero())).to_f32()
+        }
+        assert_eq!(generic(4.0f32), 7.0);
+        assert_eq!(generic(4.0f64), 7.0);
+        assert_eq!(generic(f16::from_f32(4.0)), 7.0);
+        assert_eq!(generic(bf16::from_f32(4.0)), 7.0);
+        assert_eq!(
+            (rsqrt(4.0f32), log(1.0f64), tanh(0.0f32), abs(-2.0f64), fma(2.0f32, 3.0, 1.0)),
+            (0.5, 0.0, 0.0, 2.0, 7.0)
+        );
+        assert_eq!((min(3, 5), max(3u64, 5), min(2.0f32, f32::NAN), max(f32::NAN, 2.0f32)), (3, 5, 2.0, 2.0));
+        assert_eq!((i32::zero(), u8::one()), (0, 1));
+        assert_eq!(bf16::from_f32(9.0).rsqrt().to_f32(), bf16::from_f32(1.0 / 3.0).to_f32());
     }
 }

@@ -18,8 +18,8 @@ pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// Element types the examples instantiate their kernels for (`f32`, `bf16`), with what the host needs of them.
 ///
-/// Host-side conversions have their own names: the device trait [`weft::device::Float`]'s `from_f32`/`to_f32`
-/// only exist inside kernels and panic on the host.
+/// `of` and `value` are the conversions the host-side checks use (to the stored type, and widened to f64); the
+/// vocabulary's [`weft::device::Float`] methods work on the host too.
 pub trait Real:
     weft::device::Float + weft::host::Element + cudarc::driver::ValidAsZeroBits + Default + std::fmt::Debug
 {
