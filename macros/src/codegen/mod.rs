@@ -3,7 +3,8 @@
 //! - `attr`: the attribute's arguments;
 //! - `ast`: the signature, checked and classified (parse);
 //! - `valid`: rejections of unsupported syntax, each naming the replacement (validate);
-//! - `lower`: the body as C++, with literal typing and capability/resource inference (lower);
+//! - `lower`: the body as C++, with literal typing, methods resolved by type (`vocabulary`'s types) and
+//!   capability/resource inference (lower);
 //! - `cuda`, `expand`, `launcher`: the C++ translation unit and the Rust module around it (emit).
 //!
 //! Every pass reports into one `Ctxt`, so all problems of a function are reported together; on error the user's
@@ -19,6 +20,7 @@ pub(crate) mod lower;
 pub(crate) mod types;
 pub(crate) mod usage;
 pub(crate) mod valid;
+pub(crate) mod vocabulary;
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -46,9 +48,14 @@ pub(crate) fn analyze(kind: FnKind, attr: TokenStream, item: &ItemFn, options: O
     };
     let attrs = attr::parse(attr_kind, attr, cx);
     valid::check_body(&item.sig.ident.to_string(), &item.block, cx);
-    let sig = ast::parse(kind, item, &attrs, cx)?;
+    let (sig, complete) = ast::parse(kind, item, &attrs, cx);
     check_len_checks(&sig, &attrs, cx);
+    // Lowered even after errors: what only the lowering sees (an unknown method, an untyped index) is reported
+    // with the rest, all at once.
     let lowered = lower::lower_body(&sig, item, &attrs, options, cx);
+    if !complete {
+        return None;
+    }
     let mut usage = lowered.usage.clone();
     usage.caps = usage.caps.union(sig.declared_caps());
     for (resource, declared, _) in &attrs.declared {
@@ -64,9 +71,11 @@ fn check_len_checks(sig: &Signature, attrs: &Attributes, cx: &Ctxt) {
     for check in &attrs.len_checks {
         for operand in [&check.lhs, &check.rhs] {
             let LenOperand::Param(ident) = operand else { continue };
-            match sig.params.iter().find(|p| p.ident == *ident).map(|p| &p.kind) {
-                Some(ParamKind::Window { .. } | ParamKind::Slice { .. }) => {}
-                Some(ParamKind::Scalar { rust }) if is_integer_type(rust) => {}
+            match sig.params.iter().find(|p| p.ident == *ident).map(|p| (&p.kind, &p.ty)) {
+                Some((ParamKind::Window { .. } | ParamKind::Slice { .. }, _)) => {}
+                Some((ParamKind::Scalar { rust }, _)) if is_integer_type(rust) => {}
+                // Refused by the signature's checks, which said why.
+                Some((_, types::Ty::Error)) => {}
                 Some(_) => cx.error_spanned_by(
                     ident,
                     format!("`{ident}` has no length: `len(…)` compares slices, windows and integer parameters"),

@@ -2,10 +2,12 @@
 //! generated module, and every rejection.
 
 mod control_flow;
+mod corpus;
 mod emit;
 mod infer;
 mod module;
 mod reject;
+mod resolve;
 mod usage;
 mod vocabulary;
 
