@@ -74,6 +74,11 @@ pub(crate) struct Signature {
 }
 
 impl Signature {
+    /// The function's C++ name.
+    pub(crate) fn cpp_name(&self) -> String {
+        super::lower::cpp_ident(&self.ident.to_string())
+    }
+
     /// Capabilities the signature's `DevComm<C>` declares.
     pub(crate) fn declared_caps(&self) -> Caps {
         self.params
@@ -103,9 +108,9 @@ impl Signature {
         out
     }
 
-    /// `k` or `k__f32__i32`.
+    /// `k` or `k__f32__i32` (a name C++ reserves gets a trailing `_`, a raw identifier loses its `r#`).
     pub(crate) fn entry_point(&self, types: &[Scalar]) -> String {
-        let mut name = self.ident.to_string();
+        let mut name = self.cpp_name();
         for t in types {
             name.push_str("__");
             name.push_str(t.rust());

@@ -57,7 +57,7 @@ fn callee_aliases(calls: &[syn::Path]) -> (Vec<TokenStream>, Vec<TokenStream>, V
         let target = companion_path(path);
         let last = path.segments.last().map(|s| s.ident.clone());
         let span = last.as_ref().map(|i| i.span()).unwrap_or_else(proc_macro2::Span::call_site);
-        let name = last.map(|i| i.to_string()).unwrap_or_default();
+        let name = last.map(|i| syn::ext::IdentExt::unraw(&i).to_string()).unwrap_or_default();
         // Two callees with one name in different modules (`a::helper`, `b::helper`) need two aliases.
         let mut alias = format!("{name}_must_be_a_weft_device_fn");
         if seen.contains(&alias) {

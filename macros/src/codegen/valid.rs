@@ -83,6 +83,8 @@ impl Validator<'_> {
                      are #[weft::device_fn]s)",
                 ),
             },
+            // A stray `;` (an empty statement, which Rust allows): nothing to check.
+            Stmt::Expr(Expr::Verbatim(v), Some(_)) if v.is_empty() => {}
             Stmt::Expr(e, _) => self.expr(e, Place::Value),
             Stmt::Macro(m) => self.mac(&m.mac),
         }

@@ -88,6 +88,7 @@ impl Lowerer<'_> {
     pub(crate) fn stmt(&mut self, s: &Stmt) {
         match s {
             Stmt::Local(local) => self.let_stmt(local),
+            Stmt::Expr(Expr::Verbatim(v), Some(_)) if v.is_empty() => {}
             Stmt::Expr(e, _) => self.expr_stmt(e),
             // `use` inside a body only matters to rustc; other items and macros were rejected by `valid`.
             Stmt::Item(_) | Stmt::Macro(_) => {}

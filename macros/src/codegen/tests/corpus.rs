@@ -53,7 +53,12 @@ fn macro_kind(attr: &syn::Attribute) -> Option<FnKind> {
 /// Every kernel and device fn among the items of `file` (top level and inline modules).
 pub(crate) fn cases_in_file(file: &Path) -> Vec<Case> {
     let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    let parsed = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    cases_in_source(&text, file)
+}
+
+/// Every kernel and device fn of Rust source `text` (named `file` in reports).
+pub(crate) fn cases_in_source(text: &str, file: &Path) -> Vec<Case> {
+    let parsed = syn::parse_file(text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     let mut out = Vec::new();
     collect(file, &parsed.items, &mut out);
     out

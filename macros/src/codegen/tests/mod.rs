@@ -4,6 +4,7 @@
 mod control_flow;
 mod corpus;
 mod emit;
+mod fuzz;
 mod infer;
 mod module;
 mod reject;
