@@ -200,6 +200,20 @@ impl Lowerer<'_> {
             }
             OpKind::Compare => {
                 self.unify_operands(&lhs.ty, &rhs.ty);
+                for ty in [&lhs.ty, &rhs.ty] {
+                    if !comparable(ty) {
+                        self.cx.error_spanned_by(
+                            b,
+                            format!(
+                                "C++ cannot compare {} with `{}`: compare numbers (a tuple's or `Team`'s fields) or \
+                                 `Order`, `Scope`, `BarrierResult` values",
+                                super::methods::describe(ty),
+                                op.text
+                            ),
+                        );
+                        return Val::error();
+                    }
+                }
                 let mut code = lhs.operand();
                 code.push_str(&format!(" {} ", op.text)).push(rhs.operand());
                 Val::compound(code, Ty::Scalar(Scalar::Bool))
@@ -455,6 +469,18 @@ fn binop(op: &BinOp) -> Op {
         _ => ("/* ? */", Arith),
     };
     Op { text, kind }
+}
+
+/// Whether C++ has the comparison operators for values of this type: numbers and the vocabulary's enums; not
+/// tuples, teams, coops, GIN actions (which derive `PartialEq` in Rust).
+fn comparable(ty: &Ty) -> bool {
+    use crate::codegen::types::Vocab;
+    match ty {
+        Ty::Vocab(v, _) => matches!(v, Vocab::Order | Vocab::Scope | Vocab::BarrierResult),
+        Ty::Ref(inner) => comparable(inner),
+        Ty::Tuple(_) | Ty::Window(_) | Ty::Indexable(..) | Ty::DevComm | Ty::Unit => false,
+        Ty::Scalar(_) | Ty::Param(_) | Ty::Var(_) | Ty::Local(_) | Ty::Unknown | Ty::Error => true,
+    }
 }
 
 /// The more informative of two operand types.

@@ -359,3 +359,31 @@ fn one_mistake_gives_one_error() {
     assert_eq!(e.len(), 2, "{e:#?}");
     assert!(e[0].contains("`for` loops in kernels iterate over a range") && e[1].contains("closures"), "{e:#?}");
 }
+
+#[test]
+fn comparisons_c_plus_plus_has() {
+    // Rust derives `PartialEq` for teams, coops, GIN actions and tuples; weft.cuh has no `operator==` for them.
+    one_error(
+        quote! { fn k(dev: &DevComm<Lsa>, out: &mut [u32]) { if dev.world() == dev.lsa() { out[0] = 1; } } },
+        "C++ cannot compare `Team` with `==`",
+    );
+    one_error(
+        quote! { fn k(out: &mut [u32], a: u32) { if (a, 1u32) != (2u32, a) { out[0] = 1; } } },
+        "C++ cannot compare a tuple with `!=`",
+    );
+    one_error(
+        quote! { fn k(out: &mut [u32]) { if Lanes::coalesced() == Lanes::from_mask(1) { out[0] = 1; } } },
+        "C++ cannot compare `Lanes` with `==`",
+    );
+    let b = body(quote! {
+        fn k(dev: &DevComm<Lsa>, out: &mut [u32]) {
+            let o = Order::Acquire;
+            let r = dev.lsa_barrier(Cta, 0).sync_timeout(Cta, Order::AcqRel, 10);
+            out[0] = (r == BarrierResult::TimedOut && o != Order::Relaxed && dev.world().rank == dev.lsa().rank) as u32;
+        }
+    });
+    assert_lines(
+        &b,
+        &["out[size_t(0)] = static_cast<uint32_t>((((r == weft::BarrierResult::TimedOut) && (o != weft::Order::Relaxed)) && (dev.world().rank == dev.lsa().rank)));"],
+    );
+}
