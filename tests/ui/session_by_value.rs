@@ -1,4 +1,4 @@
-// Barrier sessions moved (Rust allows it): C++ can neither copy nor move one, so each of these failed in nvcc.
+// Barrier sessions moved or reassigned (Rust allows it): C++ can neither copy nor move one, so each of these failed in nvcc.
 
 use weft::prelude::*;
 
@@ -16,6 +16,10 @@ pub fn publish(dev: &DevComm<Lsa>, out: &mut [f32], n: usize) {
     }
     let moved = bar;
     finish(moved);
+    let mut again = dev.lsa_barrier(Cta, 0);
+    again.end();
+    again = dev.lsa_barrier(Cta, 1);
+    again.end();
 }
 
 fn main() {}

@@ -83,6 +83,19 @@ impl Lowerer<'_> {
             Expr::Field(f) => self.field(f),
             Expr::Assign(a) => {
                 let place = self.expr(&a.left);
+                if let Ty::Vocab(v, _) = &place.ty {
+                    if v.is_session() {
+                        self.cx.error_spanned_by(
+                            a,
+                            format!(
+                                "a `{}` session cannot be reassigned: C++ can neither copy nor move one; open the new \
+                                 session with its own `let`",
+                                v.name()
+                            ),
+                        );
+                        return Val::error();
+                    }
+                }
                 self.check_not_moved(&a.right);
                 let value = self.expr(&a.right);
                 self.flow_into(&place.ty, &value.ty);

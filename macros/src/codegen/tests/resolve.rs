@@ -266,6 +266,10 @@ fn sessions_are_never_copied_or_moved() {
         quote! { fn open<C: HasLsa>(dev: &DevComm<C>) -> LsaBarrier<'_, Cta> { let bar = dev.lsa_barrier(Cta, 0); bar } },
     );
     assert_one_error(&e, "`bar` is a `LsaBarrier` session");
+    one_error(
+        quote! { fn k(dev: &DevComm<Lsa>) { let mut bar = dev.lsa_barrier(Cta, 0); bar.end(); bar = dev.lsa_barrier(Cta, 1); bar.end(); } },
+        "a `LsaBarrier` session cannot be reassigned",
+    );
     // Lent by reference, and returned as a value C++ constructs in place: fine. GIN sessions are copyable.
     let b = body(quote! {
         fn k(dev: &DevComm<LsaGin>) {
