@@ -113,7 +113,7 @@ pub(crate) fn expand(kind: FnKind, attr: TokenStream, item: TokenStream) -> Expa
         FnKind::Kernel => "kernel",
         FnKind::DeviceFn => "device_fn",
     };
-    let item_fn: ItemFn = match syn::parse2(item.clone()) {
+    let item_fn: ItemFn = match parse_function(&item) {
         Ok(f) => f,
         Err(e) => {
             let e = not_a_function(name, &attr, &item, e);
@@ -153,6 +153,27 @@ pub(crate) fn expand(kind: FnKind, attr: TokenStream, item: TokenStream) -> Expa
         #module
     };
     Expansion { tokens, errors }
+}
+
+/// The item as a function. syn reports an item that ends too early ("expected `,`") on the next token, which at the
+/// end of the item is no place in the source (the call site); a `;` after the item, spanned at its last token,
+/// gives that error a place.
+fn parse_function(item: &TokenStream) -> syn::Result<ItemFn> {
+    let end = item.clone().into_iter().last().map(|t| t.span());
+    let mut tokens = item.clone();
+    if let Some(span) = end {
+        tokens.extend(quote::quote_spanned!(span=> ;));
+    }
+    syn::parse::Parser::parse2(
+        |input: syn::parse::ParseStream<'_>| {
+            let f: ItemFn = input.parse()?;
+            if end.is_some() {
+                input.parse::<syn::Token![;]>()?;
+            }
+            Ok(f)
+        },
+        tokens,
+    )
 }
 
 /// The macro is on something that is not a function. syn's error says where parsing stopped; when the item ended

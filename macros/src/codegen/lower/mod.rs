@@ -30,6 +30,8 @@ use infer::{Origin, Vars};
 #[cfg(test)]
 pub(crate) use known::is_vocabulary_function;
 pub(crate) use names::cpp_ident;
+#[cfg(test)]
+pub(crate) use names::is_reserved;
 
 /// What lowering a body produced.
 pub(crate) struct LoweredBody {

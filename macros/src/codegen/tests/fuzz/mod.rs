@@ -211,7 +211,7 @@ fn check_cpp(source: &str) -> Result<(), String> {
             let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
             let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && crate::codegen::lower::cpp_ident(&name) == name;
+                && !crate::codegen::lower::is_reserved(&name);
             if !valid || !rest[name.len()..].starts_with('(') {
                 return Err(format!("accepted, but an entry point is not a C++ name: `{rest}`"));
             }

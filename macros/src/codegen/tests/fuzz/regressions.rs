@@ -26,6 +26,8 @@ fn attribute_arguments_that_end_early_are_located() {
 fn an_item_that_ends_early_is_located() {
     assert_eq!(holds(FnKind::DeviceFn, "", "pub"), Outcome::Rejected);
     assert_eq!(holds(FnKind::Kernel, "", "pub fn k()"), Outcome::Rejected);
+    // A return type whose generic arguments run to the end of the item: syn said "expected `,`" at the call site.
+    assert_eq!(holds(FnKind::Kernel, "", "fn is_even(n: u32) -> bool < { if n = 0 { } }"), Outcome::Rejected);
     // No item at all (rustc never passes one; the fuzzer does): the attribute is the only place to point at.
     assert_eq!(holds(FnKind::Kernel, "y [0] = 1i8 _later", ""), Outcome::Rejected);
 }
@@ -50,4 +52,6 @@ fn raw_and_reserved_names_are_valid_in_cpp_and_rust() {
     assert_eq!(holds(FnKind::Kernel, "", "fn r#match(out: &mut [u32]) { out[0] = 1; }"), Outcome::Accepted);
     assert_eq!(holds(FnKind::Kernel, "", "fn float(out: &mut [u32]) { out[0] = 1; }"), Outcome::Accepted);
     assert_eq!(holds(FnKind::DeviceFn, "", "fn r#class(x: u32) -> u32 { x }"), Outcome::Accepted);
+    // A name the translation renames for itself (`weft_…` → `weft_…_`) is a fine entry point.
+    assert_eq!(holds(FnKind::Kernel, "", "fn weft_tuple2(out: &mut [u32]) { out[0] = 1; }"), Outcome::Accepted);
 }
