@@ -147,8 +147,55 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).expect("write");
 }
 
+/// A crate whose only fault is a launch with an element type the kernel is not instantiated for. Generic host code
+/// (`fn run<T: Float>`) calls `launch` too, so this cannot be a bound on `launch`; it is a compile-time error when
+/// the launch is instantiated (`cargo build`), naming the type.
+const UNINSTANTIATED_LIB: &str = r#"
+use weft::prelude::*;
+
+#[weft::kernel(types(f32))]
+pub fn scale<T: Float>(x: &mut [T], factor: T) {
+    for i in grid_stride(x.len()) {
+        x[i] = x[i] * factor;
+    }
+}
+
+pub fn launch_f64(
+    stream: &std::sync::Arc<weft::host::launch::CudaStream>,
+    x: &mut weft::host::DeviceBuffer<f64>,
+) -> Result<(), weft::host::Error> {
+    scale::launch(stream, weft::host::LaunchConfig::linear(1, 32), x, 2.0f64)
+}
+"#;
+
 #[test]
 fn generated_modules_compile_and_hold_the_abi() {
+    let output = scratch_cargo(&["test", "--offline", "-p", "expand-check", "--lib"]);
+    assert!(
+        output.status.success(),
+        "the scratch crate using the macros failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn launching_an_uninstantiated_element_type_fails_the_build_naming_it() {
+    let output = scratch_cargo(&["build", "--offline", "-p", "uninstantiated"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "a launch with `f64` of a kernel instantiated for `f32` built:\n{stderr}");
+    assert!(
+        stderr.contains(
+            "kernel `scale` has no entry point for the element type(s) `f64`: add them to #[kernel(types(...))] \
+             (it is instantiated for (f32))"
+        ),
+        "{stderr}"
+    );
+}
+
+/// Runs cargo with `args` in the scratch workspace (written on every call; cargo serialises the shared target
+/// directory).
+fn scratch_cargo(args: &[&str]) -> std::process::Output {
     let ws = workspace();
     let target = match std::env::var_os("CARGO_TARGET_DIR") {
         Some(t) => PathBuf::from(t).join("expand-check"),
@@ -188,24 +235,32 @@ half = "2"
 "#,
     );
     write(&dir.join("check/src/lib.rs"), CHECK_LIB);
-    write(&dir.join("Cargo.toml"), "[workspace]\nmembers = [\"weft\", \"check\"]\nresolver = \"2\"\n");
+    write(
+        &dir.join("uninstantiated/Cargo.toml"),
+        r#"[package]
+name = "uninstantiated"
+version = "0.1.0"
+edition = "2021"
+
+[dependencies]
+weft = { path = "../weft" }
+"#,
+    );
+    write(&dir.join("uninstantiated/src/lib.rs"), UNINSTANTIATED_LIB);
+    write(
+        &dir.join("Cargo.toml"),
+        "[workspace]\nmembers = [\"weft\", \"check\", \"uninstantiated\"]\nresolver = \"2\"\n",
+    );
     // The workspace's lock file pins every shared dependency, so this resolves offline.
     if !dir.join("Cargo.lock").exists() {
         std::fs::copy(ws.join("Cargo.lock"), dir.join("Cargo.lock")).expect("copy Cargo.lock");
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = Command::new(cargo)
+    Command::new(cargo)
         .current_dir(&dir)
-        .args(["test", "--offline", "-p", "expand-check", "--lib"])
+        .args(args)
         .env("CARGO_TARGET_DIR", target.join("target"))
         .env_remove("RUSTFLAGS")
         .output()
-        .expect("run cargo");
-    assert!(
-        output.status.success(),
-        "the scratch crate using the macros failed ({}):\n{}\n{}",
-        dir.display(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .expect("run cargo")
 }

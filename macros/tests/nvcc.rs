@@ -75,13 +75,18 @@ fn kernel(attr: TokenStream, item: TokenStream, device_fns: &[TokenStream]) -> S
         .unwrap_or_else(|e| panic!("kernel `{}` did not translate: {e:?}", item.sig.ident))
 }
 
-/// Compiles `source` to a cubin with each NCCL header set; panics with nvcc's output on failure.
-fn compile(tc: &Toolchain, name: &str, source: &str) {
+/// Compiles `source` to a cubin with each NCCL header set (those from `min_nccl` on, if given); panics with nvcc's
+/// output on failure.
+fn compile(tc: &Toolchain, name: &str, source: &str, min_nccl: Option<&str>) {
     let dir = std::env::temp_dir().join(format!("weft-macros-nvcc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let cu = dir.join(format!("{name}.cu"));
     std::fs::write(&cu, source).expect("write .cu");
+    let version_key = |v: &str| -> Vec<u32> { v.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
     for (version, include) in &tc.nccl {
+        if min_nccl.is_some_and(|min| version_key(version) < version_key(min)) {
+            continue;
+        }
         let cubin = dir.join(format!("{name}-{version}.cubin"));
         let output = Command::new(&tc.nvcc)
             .args(["-cubin", "-arch=sm_90", "-std=c++17", "--extended-lambda", "--expt-relaxed-constexpr"])
@@ -111,14 +116,19 @@ fn compile(tc: &Toolchain, name: &str, source: &str) {
 
 /// Runs the compiles two at a time (nvcc is slow on NCCL's headers; CI machines have two cores).
 fn compile_all(cases: Vec<(&'static str, String)>) {
+    compile_all_from(cases.into_iter().map(|(name, source)| (name.to_string(), source, None)).collect());
+}
+
+/// The same, for cases (name, source, oldest NCCL release whose headers have what it uses).
+fn compile_all_from(cases: Vec<(String, String, Option<&'static str>)>) {
     let tc = toolchain();
     let queue = Mutex::new(cases);
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..2 {
             s.spawn(|| loop {
-                let Some((name, source)) = queue.lock().unwrap().pop() else { break };
-                if let Err(e) = std::panic::catch_unwind(|| compile(&tc, name, &source)) {
+                let Some((name, source, min_nccl)) = queue.lock().unwrap().pop() else { break };
+                if let Err(e) = std::panic::catch_unwind(|| compile(&tc, &name, &source, min_nccl)) {
                     let msg = e
                         .downcast_ref::<String>()
                         .cloned()
@@ -421,4 +431,200 @@ fn representative_kernels_compile_with_nvcc() {
         ),
     ];
     compile_all(cases);
+}
+
+/// A `#[kernel]` or `#[device_fn]` of a UI case, as its macro receives it.
+struct UiItem {
+    kind: codegen::ast::FnKind,
+    attr: TokenStream,
+    item: syn::ItemFn,
+    /// The item's lines (attributes included).
+    lines: (usize, usize),
+}
+
+fn ui_items(text: &str) -> Vec<UiItem> {
+    use syn::spanned::Spanned;
+    let file = syn::parse_file(text).expect("UI case parses");
+    let mut out = Vec::new();
+    for item in file.items {
+        let syn::Item::Fn(f) = item else { continue };
+        let lines = (f.span().start().line, f.span().end().line);
+        let Some(i) = f
+            .attrs
+            .iter()
+            .position(|a| a.path().segments.last().is_some_and(|s| s.ident == "kernel" || s.ident == "device_fn"))
+        else {
+            continue;
+        };
+        let kind = match f.attrs[i].path().segments.last().map(|s| s.ident.to_string()).as_deref() {
+            Some("kernel") => codegen::ast::FnKind::Kernel,
+            _ => codegen::ast::FnKind::DeviceFn,
+        };
+        let attr = match &f.attrs[i].meta {
+            syn::Meta::List(l) => l.tokens.clone(),
+            _ => TokenStream::new(),
+        };
+        let mut item = f.clone();
+        item.attrs.remove(i);
+        out.push(UiItem { kind, attr, item, lines });
+    }
+    out
+}
+
+/// The lines of `file_name` where the errors of a `.stderr` snapshot are (their primary spans).
+fn error_lines(stderr: &str, file_name: &str) -> Vec<usize> {
+    let mut lines = Vec::new();
+    let mut in_error = false;
+    for line in stderr.lines() {
+        if line.starts_with("error") {
+            in_error = true;
+        } else if in_error && line.trim_start().starts_with("-->") {
+            in_error = false;
+            let location = line.trim_start().trim_start_matches("-->").trim();
+            if let Some(rest) = location.strip_prefix(&format!("tests/ui/{file_name}:")) {
+                if let Some(n) = rest.split(':').next().and_then(|n| n.parse().ok()) {
+                    lines.push(n);
+                }
+            }
+        }
+    }
+    lines
+}
+
+/// An item the macro translated.
+struct Translated {
+    name: String,
+    kind: codegen::ast::FnKind,
+    source: String,
+    /// Names of the functions it calls (device fns).
+    callees: Vec<String>,
+}
+
+fn device_fn<'a>(accepted: &'a [Translated], name: &str) -> Option<&'a Translated> {
+    accepted.iter().find(|t| t.name == name && t.kind == codegen::ast::FnKind::DeviceFn)
+}
+
+/// Appends the device fn `name` to `out` after the ones it calls (callees first, as C++ needs them); false if one
+/// of them is not an accepted device fn.
+fn call_order(accepted: &[Translated], name: &str, out: &mut Vec<String>, depth: usize) -> bool {
+    let Some(t) = device_fn(accepted, name) else { return false };
+    if depth > 16 {
+        return false;
+    }
+    for callee in &t.callees {
+        if !out.contains(callee) && !call_order(accepted, callee, out, depth + 1) {
+            return false;
+        }
+    }
+    if !out.iter().any(|n| n == name) {
+        out.push(name.to_string());
+    }
+    true
+}
+
+/// What the macro makes of one item: `None` if it rejects it; its C++ and the names of the functions it calls.
+fn translate(item: &UiItem) -> Option<(String, Vec<String>)> {
+    let cx = codegen::ctxt::Ctxt::new();
+    let options = Options { line_comments: true };
+    let analysis = codegen::analyze(item.kind, item.attr.clone(), &item.item, options, &cx)?;
+    if cx.error_count() > 0 {
+        return None;
+    }
+    let callees =
+        analysis.lowered.calls.iter().filter_map(|p| p.segments.last()).map(|s| s.ident.to_string()).collect();
+    let source = match item.kind {
+        codegen::ast::FnKind::Kernel => {
+            codegen::cuda::kernel(&analysis.sig, &item.item, &analysis.lowered, analysis.attrs.launch_bounds, &cx)
+        }
+        codegen::ast::FnKind::DeviceFn => codegen::cuda::device_fn(&analysis.sig, &item.item, &analysis.lowered, &cx),
+    };
+    Some((source, callees))
+}
+
+/// "Accepted means it compiles": every kernel and device fn the UI suite accepts — all of `tests/ui/pass/`, and in
+/// the compile-fail cases those the macro accepts and rustc reports nothing in (their `.stderr` has no error
+/// there) — is translated and compiled by nvcc with the device fns of its file that it calls. A file's device fns are
+/// also compiled on their own.
+#[test]
+fn every_kernel_the_ui_suite_accepts_compiles_with_nvcc() {
+    let ui = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/ui");
+    let mut files: Vec<(PathBuf, bool)> = Vec::new();
+    for (dir, pass) in [(ui.join("pass"), true), (ui.clone(), false)] {
+        for entry in std::fs::read_dir(&dir).expect("tests/ui") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                files.push((path, pass));
+            }
+        }
+    }
+    files.sort();
+    let mut cases = Vec::new();
+    let (mut kernels_from_passes, mut kernels_from_failures) = (0, 0);
+    for (path, pass) in &files {
+        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        let text = std::fs::read_to_string(path).expect("read UI case");
+        let errors = if *pass {
+            Vec::new()
+        } else {
+            let stderr =
+                std::fs::read_to_string(path.with_extension("stderr")).expect("a compile-fail case has a .stderr");
+            error_lines(&stderr, &file_name)
+        };
+        let min_nccl = file_name.ends_with("_2_32.rs").then_some("2.32.0");
+        let items = ui_items(&text);
+        // Accepted: by the macro, and by rustc (no error within the item).
+        let mut accepted: Vec<Translated> = Vec::new();
+        for item in &items {
+            let name = item.item.sig.ident.to_string();
+            let translated = translate(item);
+            if *pass {
+                assert!(translated.is_some(), "the macro rejects `{name}` of the passing case {file_name}");
+            }
+            let rustc_accepts = !errors.iter().any(|l| (item.lines.0..=item.lines.1).contains(l));
+            if let (Some((source, callees)), true) = (translated, rustc_accepts) {
+                accepted.push(Translated { name, kind: item.kind, source, callees });
+            }
+        }
+        let mut all_device_fns = Vec::new();
+        for t in &accepted {
+            if t.kind == codegen::ast::FnKind::DeviceFn {
+                call_order(&accepted, &t.name, &mut all_device_fns, 0);
+            }
+        }
+        let sources_of = |names: &[String]| -> String {
+            names.iter().filter_map(|n| device_fn(&accepted, n)).map(|t| t.source.as_str()).collect()
+        };
+        let stem = file_name.trim_end_matches(".rs").to_string();
+        if !all_device_fns.is_empty() {
+            let source = format!("{}{}", codegen::cuda::header(&stem), sources_of(&all_device_fns));
+            cases.push((format!("ui-{stem}-device-fns"), source, min_nccl));
+        }
+        for Translated { name, kind, source, callees } in &accepted {
+            if *kind != codegen::ast::FnKind::Kernel {
+                continue;
+            }
+            // A kernel whose callee is not an accepted device fn of this file did not compile in rustc either.
+            let mut needed = Vec::new();
+            if !callees.iter().all(|c| call_order(&accepted, c, &mut needed, 0)) {
+                assert!(!*pass, "kernel `{name}` of the passing case {file_name} calls an unknown function");
+                continue;
+            }
+            let full = format!("{}{}{}", codegen::cuda::header(name), sources_of(&needed), source);
+            cases.push((format!("ui-{stem}-{name}"), full, min_nccl));
+            if *pass {
+                kernels_from_passes += 1;
+            } else {
+                kernels_from_failures += 1;
+            }
+        }
+    }
+    println!(
+        "compiling {kernels_from_passes} kernels of tests/ui/pass and {kernels_from_failures} of compile-fail cases"
+    );
+    assert!(
+        kernels_from_passes >= 10,
+        "only {kernels_from_passes} kernels found in tests/ui/pass: is the scan broken?"
+    );
+    assert!(kernels_from_failures >= 3, "only {kernels_from_failures} accepted kernels found in compile-fail cases");
+    compile_all_from(cases);
 }

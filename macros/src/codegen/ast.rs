@@ -23,6 +23,8 @@ pub(crate) struct ElementParam {
     pub(crate) bounds: Vec<TypeParamBound>,
     /// The types to instantiate (kernels only; empty for device fns).
     pub(crate) instantiate: Vec<Scalar>,
+    /// Where each of `instantiate` was written (in `types(…)`; the parameter for a default list).
+    pub(crate) instantiate_spans: Vec<proc_macro2::Span>,
 }
 
 /// A capability-set parameter (`C: HasLsa`): erased in C++.
@@ -72,6 +74,11 @@ pub(crate) struct Signature {
 }
 
 impl Signature {
+    /// The function's C++ name.
+    pub(crate) fn cpp_name(&self) -> String {
+        super::lower::cpp_ident(&self.ident.to_string())
+    }
+
     /// Capabilities the signature's `DevComm<C>` declares.
     pub(crate) fn declared_caps(&self) -> Caps {
         self.params
@@ -101,9 +108,9 @@ impl Signature {
         out
     }
 
-    /// `k` or `k__f32__i32`.
+    /// `k` or `k__f32__i32` (a name C++ reserves gets a trailing `_`, a raw identifier loses its `r#`).
     pub(crate) fn entry_point(&self, types: &[Scalar]) -> String {
-        let mut name = self.ident.to_string();
+        let mut name = self.cpp_name();
         for t in types {
             name.push_str("__");
             name.push_str(t.rust());
@@ -144,7 +151,10 @@ fn default_types(bounds: &[String]) -> Option<Vec<Scalar>> {
     (!keep.is_empty()).then_some(keep)
 }
 
-pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) -> Option<Signature> {
+/// The checked signature, and whether it is complete (no errors): an incomplete one still lets the body be lowered
+/// (so its errors are reported with the signature's), but no module is generated from it. Parameters that could not
+/// be understood are kept with the type [`Ty::Error`], so the body's uses of them say nothing more.
+pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) -> (Signature, bool) {
     let errors_before = cx.error_count();
     let sig = &item.sig;
     if let Some(t) = &sig.asyncness {
@@ -248,6 +258,7 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
     }
     for (ident, bounds, default) in elements {
         let mut instantiate = Vec::new();
+        let mut instantiate_spans = Vec::new();
         if kind == FnKind::Kernel {
             let listed = named_lists
                 .iter()
@@ -260,9 +271,13 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
                             cx.error_at(*span, format!("`{}` is listed twice", s.rust()));
                         }
                         instantiate.push(*s);
+                        instantiate_spans.push(*span);
                     }
                 }
-                (None, Some(d)) => instantiate.extend(d),
+                (None, Some(d)) => {
+                    instantiate_spans.extend(d.iter().map(|_| ident.span()));
+                    instantiate.extend(d);
+                }
                 (None, None) => cx.error_spanned_by(
                     &ident,
                     format!(
@@ -272,12 +287,21 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
                 ),
             }
         }
-        element_params.push(ElementParam { ident, bounds, instantiate });
+        element_params.push(ElementParam { ident, bounds, instantiate, instantiate_spans });
     }
     let generic_names = GenericNames {
         elements: element_params.iter().map(|e| e.ident.to_string()).collect(),
         capabilities: capabilities.iter().map(|c| c.ident.to_string()).collect(),
         substitute: Vec::new(),
+        coops: element_params
+            .iter()
+            .filter(|e| {
+                e.bounds.iter().any(|b| {
+                    matches!(b, TypeParamBound::Trait(t) if t.path.segments.last().is_some_and(|s| s.ident == "Coop"))
+                })
+            })
+            .map(|e| e.ident.to_string())
+            .collect(),
     };
 
     // Parameters.
@@ -287,10 +311,19 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
         FnKind::DeviceFn => Position::DeviceFnParam,
     };
     let mut params = Vec::new();
+    // A parameter the checks refused is still a name the body may use: typed `Ty::Error`, it draws no more errors.
+    let refused = |ident: Ident, rust_ty: Type| Param {
+        ident,
+        rust_ty,
+        cpp_ty: String::new(),
+        ty: Ty::Error,
+        kind: ParamKind::Other,
+    };
     for input in &sig.inputs {
         let pt = match input {
             FnArg::Receiver(r) => {
                 cx.error_spanned_by(r, "kernels and device fns are free functions: remove `self`");
+                params.push(refused(Ident::from(r.self_token), (*r.ty).clone()));
                 continue;
             }
             FnArg::Typed(pt) => pt,
@@ -299,10 +332,16 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
             Pat::Ident(pi) if pi.subpat.is_none() && pi.by_ref.is_none() => pi.ident.clone(),
             other => {
                 cx.error_spanned_by(other, "parameters must be plain names (`x: &[f32]`): destructure in the body");
+                let mut names = PatIdents::default();
+                syn::visit::Visit::visit_pat(&mut names, other);
+                params.extend(names.0.into_iter().map(|i| refused(i, (*pt.ty).clone())));
                 continue;
             }
         };
-        let Some((cpp_ty, ty)) = mapper.map(&pt.ty, position) else { continue };
+        let Some((cpp_ty, ty)) = mapper.map(&pt.ty, position) else {
+            params.push(refused(ident, (*pt.ty).clone()));
+            continue;
+        };
         let before = cx.error_count();
         let kind_of = classify(&pt.ty, &generic_names, &capabilities, cx);
         if kind == FnKind::Kernel && matches!(kind_of, ParamKind::Other) && cx.error_count() == before {
@@ -310,7 +349,11 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
                 &pt.ty,
                 "kernel parameters are `&DevComm<C>`, `&Window<T>`, `&[T]`, `&mut [T]`, `LlA2aHandle` or scalars",
             );
+            params.push(refused(ident, (*pt.ty).clone()));
             continue;
+        }
+        if kind == FnKind::DeviceFn {
+            check_session_by_value(&pt.ty, &ty, cx);
         }
         params.push(Param { ident, rust_ty: (*pt.ty).clone(), cpp_ty, ty, kind: kind_of });
     }
@@ -336,10 +379,42 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
         }
     };
 
-    if cx.error_count() > errors_before {
-        return None;
+    let complete = cx.error_count() == errors_before;
+    (
+        Signature { kind, ident: sig.ident.clone(), elements: element_params, params, ret_cpp, ret_ty, generic_names },
+        complete,
+    )
+}
+
+/// The names a (refused) destructuring parameter binds.
+#[derive(Default)]
+struct PatIdents(Vec<Ident>);
+
+impl<'ast> syn::visit::Visit<'ast> for PatIdents {
+    fn visit_pat_ident(&mut self, p: &'ast syn::PatIdent) {
+        self.0.push(p.ident.clone());
+        syn::visit::visit_pat_ident(self, p);
     }
-    Some(Signature { kind, ident: sig.ident.clone(), elements: element_params, params, ret_cpp, ret_ty, generic_names })
+}
+
+/// A session (`LsaBarrier`, `GinBarrier`, `HybridBarrier`, `LlA2a`) taken by value: Rust moves it, but in C++ it can
+/// be neither copied nor moved (it owns NCCL's session state), so the call would not compile.
+fn check_session_by_value(rust_ty: &Type, ty: &Ty, cx: &Ctxt) {
+    if matches!(strip_group(rust_ty), Type::Reference(_)) {
+        return;
+    }
+    if let Ty::Vocab(v, _) = ty {
+        if v.is_session() {
+            let name = v.name();
+            cx.error_spanned_by(
+                rust_ty,
+                format!(
+                    "a `{name}` session cannot be passed by value: C++ can neither copy nor move it; take it by \
+                     reference (`&{name}<'_, Cta>`) and end it in the function that opened it"
+                ),
+            );
+        }
+    }
 }
 
 fn type_param_name(ty: &Type) -> Option<Ident> {

@@ -92,19 +92,35 @@ pub(crate) fn parse(kind: AttrKind, tokens: TokenStream, cx: &Ctxt) -> Attribute
     attrs
 }
 
+/// The comma-separated arguments, each with a trailing `,` spanned at its last token: syn reports "expected …" at
+/// the end of what it parses on the next token, and without one that would be no place in the source (the call
+/// site). `types` then says "expected parentheses" at `types`.
 fn split_arguments(tokens: TokenStream) -> Vec<TokenStream> {
     let mut out = Vec::new();
     let mut current = TokenStream::new();
+    let mut last = None;
+    let finish = |current: TokenStream, span: Option<Span>| {
+        let mut comma = proc_macro2::Punct::new(',', proc_macro2::Spacing::Alone);
+        comma.set_span(span.unwrap_or_else(Span::call_site));
+        let mut argument = current;
+        argument.extend([proc_macro2::TokenTree::Punct(comma)]);
+        argument
+    };
     for tt in tokens {
         match &tt {
             proc_macro2::TokenTree::Punct(p) if p.as_char() == ',' => {
-                out.push(std::mem::take(&mut current));
+                // An empty argument (`a,,b`) is reported at its comma.
+                let span = last.take().or(Some(p.span()));
+                out.push(finish(std::mem::take(&mut current), span));
             }
-            _ => current.extend([tt]),
+            _ => {
+                last = Some(tt.span());
+                current.extend([tt]);
+            }
         }
     }
     if !current.is_empty() {
-        out.push(current);
+        out.push(finish(current, last));
     }
     out
 }

@@ -99,9 +99,9 @@ pub(crate) fn kernel(
     launch_bounds: Option<LaunchBounds>,
     cx: &Ctxt,
 ) -> String {
-    let name = sig.ident.to_string();
+    let name = sig.cpp_name();
     let mut out = String::new();
-    let _ = writeln!(out, "// kernel `{name}`{}", location(item));
+    let _ = writeln!(out, "// kernel `{}`{}", sig.ident, location(item));
     if let Some(t) = template_line(sig) {
         let _ = writeln!(out, "{t}");
     }
@@ -146,7 +146,7 @@ pub(crate) fn kernel(
 /// A device fn's definition, in namespace `weft` (calls are written `weft::name(…)` like vocabulary calls), guarded
 /// so that a kernel calling it along several paths includes it once.
 pub(crate) fn device_fn(sig: &Signature, item: &syn::ItemFn, body: &LoweredBody, cx: &Ctxt) -> String {
-    let name = sig.ident.to_string();
+    let name = sig.cpp_name();
     let mut def = String::new();
     if let Some(t) = template_line(sig) {
         let _ = writeln!(def, "{t}");
@@ -155,7 +155,7 @@ pub(crate) fn device_fn(sig: &Signature, item: &syn::ItemFn, body: &LoweredBody,
         def,
         "__device__ {} {}({}) {{",
         sig.ret_cpp,
-        super::lower::cpp_ident(&name),
+        name,
         params(sig, &body.param_names, false, &[], cx).join(", ")
     );
     def.push_str(&body.text);

@@ -57,7 +57,7 @@ fn callee_aliases(calls: &[syn::Path]) -> (Vec<TokenStream>, Vec<TokenStream>, V
         let target = companion_path(path);
         let last = path.segments.last().map(|s| s.ident.clone());
         let span = last.as_ref().map(|i| i.span()).unwrap_or_else(proc_macro2::Span::call_site);
-        let name = last.map(|i| i.to_string()).unwrap_or_default();
+        let name = last.map(|i| syn::ext::IdentExt::unraw(&i).to_string()).unwrap_or_default();
         // Two callees with one name in different modules (`a::helper`, `b::helper`) need two aliases.
         let mut alias = format!("{name}_must_be_a_weft_device_fn");
         if seen.contains(&alias) {
@@ -164,6 +164,53 @@ pub(crate) fn device_fn_module(item: &ItemFn, own_source: &str, usage: &Usage, c
     }
 }
 
+/// Every instantiation satisfies the element parameters' bounds, checked by rustc (so `cargo check` and IDEs show
+/// it): a type in `#[kernel(types(…))]` that the bounds do not admit (`types(f32, u32)` for `T: Float`) would get a C++
+/// entry point whose body does not compile, which fails the whole module at its first launch. The error names the
+/// type, spanned where it is listed.
+fn instantiable_check(sig: &Signature) -> TokenStream {
+    let element = quote!(::weft::device::Element);
+    let params = sig.elements.iter().map(|e| {
+        let ident = &e.ident;
+        let bounds = e.bounds.iter().map(|b| quote!(#b + ));
+        quote!(#ident: #(#bounds)* #element)
+    });
+    // One call per instantiation; each type spanned where it was written.
+    let mut calls = Vec::new();
+    let mut combos: Vec<Vec<TokenStream>> = vec![Vec::new()];
+    for e in &sig.elements {
+        let mut next = Vec::new();
+        for prefix in &combos {
+            for (s, span) in e.instantiate.iter().zip(&e.instantiate_spans) {
+                let mut c = prefix.clone();
+                c.push(scalar_tokens(*s, *span));
+                next.push(c);
+            }
+        }
+        combos = next;
+    }
+    for types in combos {
+        calls.push(quote!(__weft_instantiable::<#(#types),*>();));
+    }
+    quote! {
+        const _: () = {
+            fn __weft_instantiable<#(#params),*>() {}
+            fn __weft_every_instantiation_is_admitted() {
+                #(#calls)*
+            }
+        };
+    }
+}
+
+/// The Rust type of an element scalar, spanned at `span` (`f16`/`bf16` through the facade, which re-exports them).
+fn scalar_tokens(s: super::types::Scalar, span: proc_macro2::Span) -> TokenStream {
+    let ident = syn::Ident::new(s.rust(), span);
+    match s {
+        super::types::Scalar::F16 | super::types::Scalar::Bf16 => quote::quote_spanned!(span=> ::weft::device::#ident),
+        _ => quote!(#ident),
+    }
+}
+
 /// The module next to a `#[kernel]`: docs/kernel-abi.md's "Generated module".
 pub(crate) fn kernel_module(
     item: &ItemFn,
@@ -189,11 +236,16 @@ pub(crate) fn kernel_module(
             let names = types.iter().map(|t| t.rust());
             quote!((&[#(#names),*], #entry))
         });
-        let message = format!(
-            "weft: kernel `{name_str}` has no entry point for these element types: add them to \
-             #[kernel(types(...))]"
+        let listed: Vec<String> =
+            instantiations.iter().map(|t| t.iter().map(|s| s.rust()).collect::<Vec<_>>().join(", ")).collect();
+        let prefix = format!("weft: kernel `{name_str}` has no entry point for the element type(s) `");
+        let suffix = format!(
+            "`: add them to #[kernel(types(...))] (it is instantiated for {})",
+            listed.iter().map(|l| format!("({l})")).collect::<Vec<_>>().join(", ")
         );
+        let bounds_check = instantiable_check(sig);
         quote! {
+            #bounds_check
             const __WEFT_INSTANCES: &[(&[&str], &str)] = &[#(#rows),*];
             const fn __weft_str_eq(a: &str, b: &str) -> bool {
                 let (a, b) = (a.as_bytes(), b.as_bytes());
@@ -209,7 +261,24 @@ pub(crate) fn kernel_module(
                 }
                 true
             }
-            /// The entry point instantiated for `types` (compile-time error if none is).
+            /// `message` followed by `parts`, for a compile-time panic message (at most 512 bytes).
+            const fn __weft_message(parts: &[&str]) -> ([u8; 512], usize) {
+                let mut out = [0u8; 512];
+                let mut n = 0;
+                let mut i = 0;
+                while i < parts.len() {
+                    let p = parts[i].as_bytes();
+                    let mut j = 0;
+                    while j < p.len() && n < out.len() {
+                        out[n] = p[j];
+                        n += 1;
+                        j += 1;
+                    }
+                    i += 1;
+                }
+                (out, n)
+            }
+            /// The entry point instantiated for `types` (a compile-time error naming them if none is).
             const fn __weft_entry_point(types: &[&str]) -> &'static str {
                 let mut i = 0;
                 while i < __WEFT_INSTANCES.len() {
@@ -225,7 +294,16 @@ pub(crate) fn kernel_module(
                     }
                     i += 1;
                 }
-                panic!(#message)
+                let (text, len) = match types {
+                    [a] => __weft_message(&[#prefix, a, #suffix]),
+                    [a, b] => __weft_message(&[#prefix, a, ", ", b, #suffix]),
+                    [a, b, c, ..] => __weft_message(&[#prefix, a, ", ", b, ", ", c, #suffix]),
+                    [] => __weft_message(&[#prefix, #suffix]),
+                };
+                match ::core::str::from_utf8(text.split_at(len).0) {
+                    ::core::result::Result::Ok(message) => panic!("{}", message),
+                    ::core::result::Result::Err(_) => panic!("weft: no entry point for these element types"),
+                }
             }
         }
     };

@@ -3,7 +3,8 @@
 //! - `attr`: the attribute's arguments;
 //! - `ast`: the signature, checked and classified (parse);
 //! - `valid`: rejections of unsupported syntax, each naming the replacement (validate);
-//! - `lower`: the body as C++, with literal typing and capability/resource inference (lower);
+//! - `lower`: the body as C++, with literal typing, methods resolved by type (`vocabulary`'s types) and
+//!   capability/resource inference (lower);
 //! - `cuda`, `expand`, `launcher`: the C++ translation unit and the Rust module around it (emit).
 //!
 //! Every pass reports into one `Ctxt`, so all problems of a function are reported together; on error the user's
@@ -19,6 +20,7 @@ pub(crate) mod lower;
 pub(crate) mod types;
 pub(crate) mod usage;
 pub(crate) mod valid;
+pub(crate) mod vocabulary;
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -46,9 +48,14 @@ pub(crate) fn analyze(kind: FnKind, attr: TokenStream, item: &ItemFn, options: O
     };
     let attrs = attr::parse(attr_kind, attr, cx);
     valid::check_body(&item.sig.ident.to_string(), &item.block, cx);
-    let sig = ast::parse(kind, item, &attrs, cx)?;
+    let (sig, complete) = ast::parse(kind, item, &attrs, cx);
     check_len_checks(&sig, &attrs, cx);
+    // Lowered even after errors: what only the lowering sees (an unknown method, an untyped index) is reported
+    // with the rest, all at once.
     let lowered = lower::lower_body(&sig, item, &attrs, options, cx);
+    if !complete {
+        return None;
+    }
     let mut usage = lowered.usage.clone();
     usage.caps = usage.caps.union(sig.declared_caps());
     for (resource, declared, _) in &attrs.declared {
@@ -64,9 +71,11 @@ fn check_len_checks(sig: &Signature, attrs: &Attributes, cx: &Ctxt) {
     for check in &attrs.len_checks {
         for operand in [&check.lhs, &check.rhs] {
             let LenOperand::Param(ident) = operand else { continue };
-            match sig.params.iter().find(|p| p.ident == *ident).map(|p| &p.kind) {
-                Some(ParamKind::Window { .. } | ParamKind::Slice { .. }) => {}
-                Some(ParamKind::Scalar { rust }) if is_integer_type(rust) => {}
+            match sig.params.iter().find(|p| p.ident == *ident).map(|p| (&p.kind, &p.ty)) {
+                Some((ParamKind::Window { .. } | ParamKind::Slice { .. }, _)) => {}
+                Some((ParamKind::Scalar { rust }, _)) if is_integer_type(rust) => {}
+                // Refused by the signature's checks, which said why.
+                Some((_, types::Ty::Error)) => {}
                 Some(_) => cx.error_spanned_by(
                     ident,
                     format!("`{ident}` has no length: `len(…)` compares slices, windows and integer parameters"),
@@ -81,64 +90,103 @@ fn is_integer_type(ty: &syn::Type) -> bool {
     types::last_ident(ty).and_then(|n| types::Scalar::from_name(&n)).is_some_and(|s| s.is_integer())
 }
 
+/// What one expansion produced: the tokens the compiler gets and the errors among them (the fuzzer checks both).
+pub(crate) struct Expansion {
+    pub(crate) tokens: TokenStream,
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) errors: Vec<syn::Error>,
+}
+
 /// `#[kernel]`: the user's function and its generated module.
 pub(crate) fn expand_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let item_fn: ItemFn = match syn::parse2(item.clone()) {
-        Ok(f) => f,
-        Err(e) => {
-            let e = syn::Error::new(e.span(), "#[weft::kernel] goes on a function");
-            let err = e.to_compile_error();
-            return quote!(#err #item);
-        }
-    };
-    let cx = Ctxt::new();
-    let analysis = analyze(FnKind::Kernel, attr, &item_fn, Options { line_comments: true }, &cx);
-    let user = expand::user_fn(&item_fn);
-    let module = analysis.map(|a| {
-        let header = cuda::header(&a.sig.ident.to_string());
-        let kernel = cuda::kernel(&a.sig, &item_fn, &a.lowered, a.attrs.launch_bounds, &cx);
-        if a.attrs.debug {
-            print_debug(&a, &header, &kernel);
-        }
-        // After an error, the module still exists (launch calls elsewhere keep type-checking) but names no callee:
-        // a closure or recursive call the error is about would only add rustc's unresolved-path noise.
-        let calls = if cx.error_count() == 0 { &a.lowered.calls[..] } else { &[] };
-        expand::kernel_module(&item_fn, &a.sig, &a.attrs, &header, &kernel, &a.usage, calls)
-    });
-    let errors = cx.into_errors().into_iter().map(|e| e.to_compile_error());
-    quote! {
-        #(#errors)*
-        #user
-        #module
-    }
+    expand(FnKind::Kernel, attr, item).tokens
 }
 
 /// `#[device_fn]`: the user's function and its companion module.
 pub(crate) fn expand_device_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let item_fn: ItemFn = match syn::parse2(item.clone()) {
+    expand(FnKind::DeviceFn, attr, item).tokens
+}
+
+/// Either macro, as library code.
+pub(crate) fn expand(kind: FnKind, attr: TokenStream, item: TokenStream) -> Expansion {
+    let name = match kind {
+        FnKind::Kernel => "kernel",
+        FnKind::DeviceFn => "device_fn",
+    };
+    let item_fn: ItemFn = match parse_function(&item) {
         Ok(f) => f,
         Err(e) => {
-            let e = syn::Error::new(e.span(), "#[weft::device_fn] goes on a function");
+            let e = not_a_function(name, &attr, &item, e);
             let err = e.to_compile_error();
-            return quote!(#err #item);
+            return Expansion { tokens: quote!(#err #item), errors: vec![e] };
         }
     };
     let cx = Ctxt::new();
-    let analysis = analyze(FnKind::DeviceFn, attr, &item_fn, Options { line_comments: true }, &cx);
+    let analysis = analyze(kind, attr, &item_fn, Options { line_comments: true }, &cx);
     let user = expand::user_fn(&item_fn);
-    let module = analysis.map(|a| {
-        let source = cuda::device_fn(&a.sig, &item_fn, &a.lowered, &cx);
-        if a.attrs.debug {
-            eprintln!("{source}");
+    let module = analysis.map(|a| match kind {
+        FnKind::Kernel => {
+            let header = cuda::header(&a.sig.ident.to_string());
+            let kernel = cuda::kernel(&a.sig, &item_fn, &a.lowered, a.attrs.launch_bounds, &cx);
+            if a.attrs.debug {
+                print_debug(&a, &header, &kernel);
+            }
+            // After an error, the module still exists (launch calls elsewhere keep type-checking) but names no
+            // callee: a closure or recursive call the error is about would only add rustc's unresolved-path noise.
+            let calls = if cx.error_count() == 0 { &a.lowered.calls[..] } else { &[] };
+            expand::kernel_module(&item_fn, &a.sig, &a.attrs, &header, &kernel, &a.usage, calls)
         }
-        let calls = if cx.error_count() == 0 { &a.lowered.calls[..] } else { &[] };
-        expand::device_fn_module(&item_fn, &source, &a.usage, calls)
+        FnKind::DeviceFn => {
+            let source = cuda::device_fn(&a.sig, &item_fn, &a.lowered, &cx);
+            if a.attrs.debug {
+                eprintln!("{source}");
+            }
+            let calls = if cx.error_count() == 0 { &a.lowered.calls[..] } else { &[] };
+            expand::device_fn_module(&item_fn, &source, &a.usage, calls)
+        }
     });
-    let errors = cx.into_errors().into_iter().map(|e| e.to_compile_error());
-    quote! {
-        #(#errors)*
+    let errors = cx.into_errors();
+    let error_tokens = errors.iter().map(|e| e.to_compile_error());
+    let tokens = quote! {
+        #(#error_tokens)*
         #user
         #module
+    };
+    Expansion { tokens, errors }
+}
+
+/// The item as a function. syn reports an item that ends too early ("expected `,`") on the next token, which at the
+/// end of the item is no place in the source (the call site); a `;` after the item, spanned at its last token,
+/// gives that error a place.
+fn parse_function(item: &TokenStream) -> syn::Result<ItemFn> {
+    let end = item.clone().into_iter().last().map(|t| t.span());
+    let mut tokens = item.clone();
+    if let Some(span) = end {
+        tokens.extend(quote::quote_spanned!(span=> ;));
+    }
+    syn::parse::Parser::parse2(
+        |input: syn::parse::ParseStream<'_>| {
+            let f: ItemFn = input.parse()?;
+            if end.is_some() {
+                input.parse::<syn::Token![;]>()?;
+            }
+            Ok(f)
+        },
+        tokens,
+    )
+}
+
+/// The macro is on something that is not a function. syn's error says where parsing stopped; when the item ended
+/// early that is no place in the source (the call site), so the error is put on the item's last token instead (or
+/// the attribute's, for an item with none, which rustc never passes).
+fn not_a_function(name: &str, attr: &TokenStream, item: &TokenStream, e: syn::Error) -> syn::Error {
+    let message = format!("#[weft::{name}] goes on a function: {e}");
+    if !e.to_string().starts_with("unexpected end of input") && !item.is_empty() {
+        return syn::Error::new(e.span(), message);
+    }
+    match item.clone().into_iter().last().or_else(|| attr.clone().into_iter().last()) {
+        Some(last) => syn::Error::new(last.span(), message),
+        None => syn::Error::new(e.span(), message),
     }
 }
 

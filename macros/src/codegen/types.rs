@@ -4,6 +4,7 @@
 use syn::{GenericArgument, PathArguments, Type};
 
 use super::ctxt::Ctxt;
+pub(crate) use super::vocabulary::Vocab;
 
 /// A Rust scalar with a C++ spelling.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -144,8 +145,9 @@ pub(crate) fn float_text(text: &str) -> String {
     }
 }
 
-/// What the lowering knows about an expression's type. Only what changes the C++ it writes is tracked:
-/// literals take the type of what they meet, scalar methods become free functions, indexing yields elements.
+/// What the lowering knows about an expression's type: literals take the type of what they meet, scalar methods
+/// become free functions, indexing yields elements, and methods resolve against the receiver's vocabulary type
+/// (a method C++ does not have on that type is an error where it is written, not in nvcc).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Ty {
     Scalar(Scalar),
@@ -153,20 +155,37 @@ pub(crate) enum Ty {
     Param(String),
     Tuple(Vec<Ty>),
     /// `&[T]` / `&mut [T]`, a `WindowView`, a `SharedArray`: indexing yields the element.
-    Indexable(Box<Ty>),
+    Indexable(Container, Box<Ty>),
     /// `&Window<T>`.
     Window(Box<Ty>),
     DevComm,
+    /// Any other vocabulary type; the element type of `Pack<T>`, `WidePack<T>` and `MultimemView<T>`.
+    Vocab(Vocab, Option<Box<Ty>>),
     /// A device fn's `&mut x` parameter: a C++ reference, read and written through `*x`.
     Ref(Box<Ty>),
     /// An untyped literal's type, found by unification (see `lower::infer`).
     Var(usize),
     /// The type of a local declared `auto` from an expression of unknown type: spelled `decltype(name)`.
     Local(usize),
-    /// A vocabulary type whose C++ spelling is known (`weft::Team`).
-    Cpp(String),
     Unit,
+    /// A value the lowering cannot type (a device fn's result, say).
     Unknown,
+    /// A value whose expression was already reported as an error: nothing more is said about it, so one mistake
+    /// gives one error.
+    Error,
+}
+
+/// Which indexable vocabulary value: they share indexing but not their methods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Container {
+    /// `&[T]`: `weft::Slice<T>`.
+    Slice,
+    /// `&mut [T]`: `weft::SliceMut<T>`.
+    SliceMut,
+    /// `WindowView<'_, T>`: `weft::View<T>`.
+    View,
+    /// `SharedArray<T, N>`.
+    Shared,
 }
 
 /// Where a type is written: decides references and `DevComm`'s spelling.
@@ -186,6 +205,9 @@ pub(crate) struct GenericNames {
     pub(crate) capabilities: Vec<String>,
     /// Element parameters replaced by a concrete type (entry points of generic kernels).
     pub(crate) substitute: Vec<(String, Scalar)>,
+    /// Type parameters bounded by `Coop` (device fns only: kernels instantiate element types): template parameters
+    /// whose values have the coop methods.
+    pub(crate) coops: Vec<String>,
 }
 
 /// Host-side types a kernel cannot use, with what to write instead.
@@ -299,13 +321,14 @@ impl TypeMapper<'_> {
         let mutable = r.mutability.is_some();
         let inner = strip_group(&r.elem);
         if let Type::Slice(s) = inner {
+            // `let s: &[T] = …` only binds a slice value, which is cheap to copy in C++ too.
             let (elem, elem_ty) = self.map(&s.elem, Position::Local)?;
-            let cpp = if mutable { format!("weft::SliceMut<{elem}>") } else { format!("weft::Slice<{elem}>") };
-            if pos == Position::Local {
-                // `let s: &[T] = …` only binds a slice value, which is cheap to copy in C++ too.
-                return Some((cpp, Ty::Indexable(Box::new(elem_ty))));
-            }
-            return Some((cpp, Ty::Indexable(Box::new(elem_ty))));
+            let (cpp, container) = if mutable {
+                (format!("weft::SliceMut<{elem}>"), Container::SliceMut)
+            } else {
+                (format!("weft::Slice<{elem}>"), Container::Slice)
+            };
+            return Some((cpp, Ty::Indexable(container, Box::new(elem_ty))));
         }
         if let Type::Path(p) = inner {
             if let Some(last) = p.path.segments.last() {
@@ -397,6 +420,9 @@ impl TypeMapper<'_> {
             if let Some((_, s)) = self.generics.substitute.iter().find(|(n, _)| *n == name) {
                 return Some((s.cpp().into(), Ty::Scalar(*s)));
             }
+            if self.generics.coops.contains(&name) {
+                return Some((name, Ty::Vocab(Vocab::AnyCoop, None)));
+            }
             if self.generics.elements.contains(&name) {
                 return Some((name.clone(), Ty::Param(name)));
             }
@@ -457,12 +483,33 @@ impl TypeMapper<'_> {
                 }
             }
         }
-        let cpp = if args.is_empty() { format!("weft::{name}") } else { format!("weft::{name}<{}>", args.join(", ")) };
-        let elem = arg_tys.into_iter().next();
+        // `WindowView` is `weft::View` in C++.
+        let cpp_name = if name == "WindowView" { "View" } else { name.as_str() };
+        let cpp = if args.is_empty() {
+            format!("weft::{cpp_name}")
+        } else {
+            format!("weft::{cpp_name}<{}>", args.join(", "))
+        };
+        let elem = arg_tys.into_iter().next().map(Box::new);
         let t = match (name.as_str(), elem) {
-            ("Window", Some(e)) => Ty::Window(Box::new(e)),
-            ("WindowView" | "SharedArray" | "MultimemView", Some(e)) => Ty::Indexable(Box::new(e)),
-            _ => Ty::Cpp(cpp.clone()),
+            ("Window", Some(e)) => Ty::Window(e),
+            ("WindowView", Some(e)) => Ty::Indexable(Container::View, e),
+            ("SharedArray", Some(e)) => Ty::Indexable(Container::Shared, e),
+            (_, elem) => match Vocab::from_name(&name) {
+                Some(v @ (Vocab::Pack | Vocab::WidePack | Vocab::MultimemView)) => Ty::Vocab(v, elem),
+                Some(v) => Ty::Vocab(v, None),
+                None => {
+                    self.cx.error_spanned_by(
+                        ty,
+                        format!(
+                            "`{name}` is not a type of weft's kernel vocabulary (docs/vocabulary.md §2 lists them): \
+                             C++ has no `weft::{name}`; kernels use scalars, element type parameters and the \
+                             vocabulary's types"
+                        ),
+                    );
+                    return None;
+                }
+            },
         };
         Some((cpp, t))
     }

@@ -83,6 +83,8 @@ impl Validator<'_> {
                      are #[weft::device_fn]s)",
                 ),
             },
+            // A stray `;` (an empty statement, which Rust allows): nothing to check.
+            Stmt::Expr(Expr::Verbatim(v), Some(_)) if v.is_empty() => {}
             Stmt::Expr(e, _) => self.expr(e, Place::Value),
             Stmt::Macro(m) => self.mac(&m.mac),
         }
@@ -130,7 +132,7 @@ impl Validator<'_> {
             Expr::Call(c) => self.call(c),
             Expr::MethodCall(m) => {
                 let name = m.method.to_string();
-                if ITERATOR_METHODS.contains(&name.as_str()) {
+                if is_iterator_method(&name) {
                     // One error per chain (`x.iter().sum()`): on the outermost call, whose receiver is not visited.
                     for a in &m.args {
                         self.expr(a, Place::Argument);
@@ -143,7 +145,7 @@ impl Validator<'_> {
                         ),
                     );
                     return;
-                } else if matches!(name.as_str(), "unwrap" | "expect" | "unwrap_or" | "ok" | "is_some" | "is_none") {
+                } else if is_option_method(&name) {
                     self.cx.error_spanned_by(
                         &m.method,
                         format!(
@@ -339,82 +341,14 @@ impl Validator<'_> {
     }
 
     fn path(&self, p: &syn::ExprPath) {
-        if p.qself.is_some() {
-            self.cx.error_spanned_by(p, "qualified paths (`<T as Trait>::f`) are not supported in kernels");
-            return;
-        }
-        let names: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
-        let Some(last) = names.last() else { return };
-        if names.len() >= 2 {
-            let prev = &names[names.len() - 2];
-            let is_type = super::types::Scalar::from_name(prev).is_some()
-                || prev.chars().next().is_some_and(|c| c.is_ascii_uppercase()) && !is_screaming(prev);
-            if is_type && is_screaming(last) {
-                if super::types::Scalar::from_name(prev).is_some_and(|s| s.is_integer())
-                    && (last == "MAX" || last == "MIN" || last == "BITS")
-                {
-                    return;
-                }
-                self.cx.error_spanned_by(
-                    p,
-                    format!(
-                        "associated constants (`{prev}::{last}`) are not available in kernels: write the value as a \
-                         literal"
-                    ),
-                );
-                return;
-            }
-        }
-        if is_screaming(last) && !VOCABULARY_CONSTANTS.contains(&last.as_str()) {
-            self.cx.error_spanned_by(
-                p,
-                format!(
-                    "kernels cannot read Rust constants or statics (`{last}`): the macro cannot see their values; \
-                     write the value as a literal or pass it as a parameter"
-                ),
-            );
-        }
-        if names.first().is_some_and(|f| f == "std" || f == "core" || f == "alloc") {
-            self.cx.error_spanned_by(
-                p,
-                "the standard library is not available in kernels: use the vocabulary (`weft::device`)",
-            );
+        if let Some(message) = path_problem(p) {
+            self.cx.error_spanned_by(p, message);
         }
     }
 
     fn call(&self, c: &syn::ExprCall) {
-        match &*c.func {
-            Expr::Path(p) => {
-                let names: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
-                let joined = names.join("::");
-                let host = match names.last().map(String::as_str) {
-                    Some("Some" | "None" | "Ok" | "Err") => {
-                        Some("kernels have no `Option`/`Result`: use a `bool` flag or a sentinel value")
-                    }
-                    _ => None,
-                };
-                let host = host.or(match names.first().map(String::as_str) {
-                    Some("Vec" | "Box" | "String" | "Rc" | "Arc" | "HashMap") => {
-                        Some("kernels cannot allocate: use `SharedArray<T, N>` or a slice parameter")
-                    }
-                    _ => None,
-                });
-                if let Some(advice) = host {
-                    self.cx.error_spanned_by(&c.func, format!("`{joined}` cannot be used in a kernel: {advice}"));
-                } else if names.len() == 1 && names[0] == self.fn_name {
-                    self.cx.error_spanned_by(
-                        &c.func,
-                        "recursion is not supported in kernels and device fns: write it as a loop",
-                    );
-                } else {
-                    self.path(p);
-                }
-            }
-            other => self.cx.error_spanned_by(
-                other,
-                "only named functions can be called in kernels: vocabulary functions, #[weft::device_fn]s and \
-                 vocabulary constructors",
-            ),
+        if let Some(message) = call_problem(c, self.fn_name) {
+            self.cx.error_spanned_by(&c.func, message);
         }
         for a in &c.args {
             self.expr(a, Place::Argument);
@@ -481,6 +415,97 @@ impl Validator<'_> {
             ),
         }
     }
+}
+
+/// `.iter()`, `.sum()`, …: rejected on the outermost call of a chain, whose receiver is not looked at.
+pub(crate) fn is_iterator_method(name: &str) -> bool {
+    ITERATOR_METHODS.contains(&name)
+}
+
+fn is_option_method(name: &str) -> bool {
+    matches!(name, "unwrap" | "expect" | "unwrap_or" | "ok" | "is_some" | "is_none")
+}
+
+/// Whether validation reports the method call `.name()` itself (the lowering then says nothing more about it).
+/// `step_by`/`rev` only reach the lowering as method calls outside a `for` loop's range, where they are rejected.
+pub(crate) fn rejects_method(name: &str) -> bool {
+    is_iterator_method(name) || is_option_method(name) || matches!(name, "to_string" | "to_owned" | "step_by" | "rev")
+}
+
+/// The float constants kernels may name (`f32::INFINITY`, …): their C++ is in `lower::expr`.
+pub(crate) const FLOAT_CONSTANTS: &[&str] =
+    &["INFINITY", "NEG_INFINITY", "NAN", "MAX", "MIN", "EPSILON", "MIN_POSITIVE"];
+
+/// Why a path in a kernel body is rejected, if it is (validation reports it; the lowering skips it).
+pub(crate) fn path_problem(p: &syn::ExprPath) -> Option<String> {
+    if p.qself.is_some() {
+        return Some("qualified paths (`<T as Trait>::f`) are not supported in kernels".into());
+    }
+    let names: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
+    let last = names.last()?;
+    if names.first().is_some_and(|f| f == "std" || f == "core" || f == "alloc") {
+        return Some("the standard library is not available in kernels: use the vocabulary (`weft::device`)".into());
+    }
+    if names.len() >= 2 {
+        let prev = &names[names.len() - 2];
+        let scalar = super::types::Scalar::from_name(prev);
+        let is_type =
+            scalar.is_some() || prev.chars().next().is_some_and(|c| c.is_ascii_uppercase()) && !is_screaming(prev);
+        if is_type && is_screaming(last) {
+            let allowed = match scalar {
+                Some(s) if s.is_integer() => matches!(last.as_str(), "MAX" | "MIN" | "BITS"),
+                Some(super::types::Scalar::F32 | super::types::Scalar::F64) => FLOAT_CONSTANTS.contains(&last.as_str()),
+                _ => false,
+            };
+            if allowed && names.len() == 2 {
+                return None;
+            }
+            return Some(format!(
+                "associated constants (`{prev}::{last}`) are not available in kernels: write the value as a literal \
+                 (kernels know the integer types' `MIN`, `MAX`, `BITS` and `f32`/`f64`'s {})",
+                FLOAT_CONSTANTS.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    if is_screaming(last) && !VOCABULARY_CONSTANTS.contains(&last.as_str()) {
+        return Some(format!(
+            "kernels cannot read Rust constants or statics (`{last}`): the macro cannot see their values; write the \
+             value as a literal or pass it as a parameter"
+        ));
+    }
+    None
+}
+
+/// Why a call in a kernel body is rejected, if it is (spanned on the called expression).
+pub(crate) fn call_problem(c: &syn::ExprCall, fn_name: &str) -> Option<String> {
+    let Expr::Path(p) = &*c.func else {
+        return Some(
+            "only named functions can be called in kernels: vocabulary functions, #[weft::device_fn]s and \
+             vocabulary constructors"
+                .into(),
+        );
+    };
+    let names: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
+    let joined = names.join("::");
+    let host = match names.last().map(String::as_str) {
+        Some("Some" | "None" | "Ok" | "Err") => {
+            Some("kernels have no `Option`/`Result`: use a `bool` flag or a sentinel value")
+        }
+        _ => None,
+    };
+    let host = host.or(match names.first().map(String::as_str) {
+        Some("Vec" | "Box" | "String" | "Rc" | "Arc" | "HashMap") => {
+            Some("kernels cannot allocate: use `SharedArray<T, N>` or a slice parameter")
+        }
+        _ => None,
+    });
+    if let Some(advice) = host {
+        return Some(format!("`{joined}` cannot be used in a kernel: {advice}"));
+    }
+    if names.len() == 1 && names[0] == fn_name {
+        return Some("recursion is not supported in kernels and device fns: write it as a loop".into());
+    }
+    path_problem(p)
 }
 
 fn strip_paren(e: &Expr) -> &Expr {

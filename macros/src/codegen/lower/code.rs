@@ -132,9 +132,10 @@ impl Resolver<'_> {
                 None => "int32_t".into(),
             },
             Ty::Local(id) => format!("decltype({})", self.local_names[*id]),
-            Ty::Cpp(s) => s.clone(),
             Ty::Ref(inner) => self.ty(inner),
-            Ty::Indexable(_) | Ty::Window(_) | Ty::DevComm | Ty::Unit | Ty::Unknown => "auto".into(),
+            Ty::Indexable(..) | Ty::Window(_) | Ty::DevComm | Ty::Vocab(..) | Ty::Unit | Ty::Unknown | Ty::Error => {
+                "auto".into()
+            }
         }
     }
 

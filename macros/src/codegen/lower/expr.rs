@@ -44,36 +44,11 @@ impl Val {
         }
     }
 
-    /// Placeholder after an error (already reported by `valid` or here).
+    /// Placeholder after an error (already reported by `valid` or here): typed [`Ty::Error`], so nothing more is
+    /// said about what uses it.
     pub(crate) fn error() -> Val {
-        Val::new(Code::text("/* error */ 0"), Ty::Unknown)
+        Val::new(Code::text("/* error */ 0"), Ty::Error)
     }
-}
-
-/// Path prefixes that only say "the vocabulary": dropped before naming the C++ item.
-fn is_vocabulary_module(segment: &str) -> bool {
-    matches!(
-        segment,
-        "weft"
-            | "weft_device"
-            | "device"
-            | "prelude"
-            | "exec"
-            | "numeric"
-            | "atomic"
-            | "barrier"
-            | "caps"
-            | "comm"
-            | "coop"
-            | "gin"
-            | "ll_a2a"
-            | "multimem"
-            | "ordering"
-            | "reduce_copy"
-            | "shared"
-            | "window"
-            | "half"
-    )
 }
 
 pub(crate) fn is_camel(name: &str) -> bool {
@@ -108,6 +83,20 @@ impl Lowerer<'_> {
             Expr::Field(f) => self.field(f),
             Expr::Assign(a) => {
                 let place = self.expr(&a.left);
+                if let Ty::Vocab(v, _) = &place.ty {
+                    if v.is_session() {
+                        self.cx.error_spanned_by(
+                            a,
+                            format!(
+                                "a `{}` session cannot be reassigned: C++ can neither copy nor move one; open the new \
+                                 session with its own `let`",
+                                v.name()
+                            ),
+                        );
+                        return Val::error();
+                    }
+                }
+                self.check_not_moved(&a.right);
                 let value = self.expr(&a.right);
                 self.flow_into(&place.ty, &value.ty);
                 let mut code = place.code;
@@ -118,7 +107,14 @@ impl Lowerer<'_> {
                 if t.elems.is_empty() {
                     return Val::new(Code::new(), Ty::Unit);
                 }
-                let vals: Vec<Val> = t.elems.iter().map(|e| self.expr(e)).collect();
+                let vals: Vec<Val> = t
+                    .elems
+                    .iter()
+                    .map(|e| {
+                        self.check_not_moved(e);
+                        self.expr(e)
+                    })
+                    .collect();
                 let ty = Ty::Tuple(vals.iter().map(|v| v.ty.clone()).collect());
                 let mut code = Code::text("weft_make_tuple(");
                 code.push(Code::join(vals.into_iter().map(|v| v.code).collect(), ", "));
@@ -195,66 +191,6 @@ impl Lowerer<'_> {
         }
     }
 
-    fn path_value(&mut self, p: &syn::ExprPath) -> Val {
-        let segs: Vec<&syn::PathSegment> = p.path.segments.iter().collect();
-        if p.qself.is_some() || segs.is_empty() {
-            return Val::error();
-        }
-        if segs.len() == 1 && p.path.leading_colon.is_none() {
-            let name = segs[0].ident.to_string();
-            if let Some(id) = self.lookup(&name) {
-                let local = &self.locals[id];
-                let ty = match &local.ty {
-                    Ty::Ref(inner) => (**inner).clone(),
-                    t => t.clone(),
-                };
-                return Val { code: Code::text(local.cpp.clone()), ty, index: local.index, atom: true };
-            }
-            if is_screaming(&name) {
-                // `valid` rejected non-vocabulary constants.
-                let ty = if name == "WARP_SIZE" { Ty::Scalar(Scalar::U32) } else { Ty::Unknown };
-                return Val::new(Code::text(format!("weft::{name}")), ty);
-            }
-            if is_camel(&name) {
-                // R6: a unit struct is a value in Rust, a type in C++.
-                return Val::new(Code::text(format!("weft::{name}{{}}")), Ty::Cpp(format!("weft::{name}")));
-            }
-            self.cx.error_spanned_by(
-                p,
-                format!(
-                    "`{name}` is not a parameter or local of this function: a kernel can only read its parameters \
-                     and locals (pass host values as parameters)"
-                ),
-            );
-            return Val::error();
-        }
-        let names: Vec<String> = segs.iter().map(|s| s.ident.to_string()).collect();
-        let last = names.last().cloned().unwrap_or_default();
-        let prev = names.get(names.len().wrapping_sub(2)).cloned().unwrap_or_default();
-        if let (Some(s), true) = (Scalar::from_name(&prev), names.len() == 2) {
-            if let Some(text) = integer_constant(s, &last) {
-                return Val { code: Code::text(text.0), ty: Ty::Scalar(s), index: IndexValue::Unknown, atom: text.1 };
-            }
-        }
-        if is_screaming(&last) {
-            // Vocabulary constants; `valid` rejected the others.
-            return Val::new(Code::text(format!("weft::{last}")), Ty::Unknown);
-        }
-        if is_camel(&prev) && is_camel(&last) {
-            // R8: enum variants.
-            return Val::new(Code::text(format!("weft::{prev}::{last}")), Ty::Cpp(format!("weft::{prev}")));
-        }
-        if is_camel(&last) && names[..names.len() - 1].iter().all(|s| is_vocabulary_module(s)) {
-            return Val::new(Code::text(format!("weft::{last}{{}}")), Ty::Cpp(format!("weft::{last}")));
-        }
-        self.cx.error_spanned_by(
-            p,
-            "only parameters, locals and vocabulary values (`Order::Release`, `Cta`, `WARP_SIZE`) can be named in a \
-             kernel",
-        );
-        Val::error()
-    }
-
     fn binary(&mut self, b: &syn::ExprBinary) -> Val {
         let op = binop(&b.op);
         let lhs = self.expr(&b.left);
@@ -277,6 +213,20 @@ impl Lowerer<'_> {
             }
             OpKind::Compare => {
                 self.unify_operands(&lhs.ty, &rhs.ty);
+                for ty in [&lhs.ty, &rhs.ty] {
+                    if !comparable(ty) {
+                        self.cx.error_spanned_by(
+                            b,
+                            format!(
+                                "C++ cannot compare {} with `{}`: compare numbers (a tuple's or `Team`'s fields) or \
+                                 `Order`, `Scope`, `BarrierResult` values",
+                                super::methods::describe(ty),
+                                op.text
+                            ),
+                        );
+                        return Val::error();
+                    }
+                }
                 let mut code = lhs.operand();
                 code.push_str(&format!(" {} ", op.text)).push(rhs.operand());
                 Val::compound(code, Ty::Scalar(Scalar::Bool))
@@ -380,7 +330,8 @@ impl Lowerer<'_> {
     fn index(&mut self, i: &syn::ExprIndex) -> Val {
         let base = self.expr(&i.expr);
         let elem = match &base.ty {
-            Ty::Indexable(e) => Some((**e).clone()),
+            Ty::Indexable(_, e) => Some((**e).clone()),
+            Ty::Error => Some(Ty::Error),
             _ => None,
         };
         let idx =
@@ -395,7 +346,8 @@ impl Lowerer<'_> {
         let Expr::Range(r) = &*i.index else { return Val::error() };
         let base = self.expr(&i.expr);
         let ty = match &base.ty {
-            Ty::Indexable(e) => Ty::Indexable(e.clone()),
+            Ty::Indexable(c, e) => Ty::Indexable(*c, e.clone()),
+            Ty::Error => Ty::Error,
             _ => Ty::Unknown,
         };
         let usize_ty = Ty::Scalar(Scalar::Usize);
@@ -414,30 +366,6 @@ impl Lowerer<'_> {
         };
         let mut code = base;
         code.push_str(".subslice(").push(start).push_str(", ").push(end).push_str(")");
-        Val::new(code, ty)
-    }
-
-    fn field(&mut self, f: &syn::ExprField) -> Val {
-        let base = self.expr(&f.base);
-        let (name, ty) = match &f.member {
-            syn::Member::Unnamed(i) => {
-                let n = i.index as usize;
-                let ty = match &base.ty {
-                    Ty::Tuple(elems) => elems.get(n).cloned().unwrap_or(Ty::Unknown),
-                    _ => Ty::Unknown,
-                };
-                (format!("_{n}"), ty)
-            }
-            syn::Member::Named(name) => {
-                let ty = match name.to_string().as_str() {
-                    "nranks" | "rank" | "stride" | "buffer" | "slots" => Ty::Scalar(Scalar::U32),
-                    _ => Ty::Unknown,
-                };
-                (name.to_string(), ty)
-            }
-        };
-        let mut code = base.operand();
-        code.push_str(&format!(".{name}"));
         Val::new(code, ty)
     }
 
@@ -556,12 +484,25 @@ fn binop(op: &BinOp) -> Op {
     Op { text, kind }
 }
 
+/// Whether C++ has the comparison operators for values of this type: numbers and the vocabulary's enums; not
+/// tuples, teams, coops, GIN actions (which derive `PartialEq` in Rust).
+fn comparable(ty: &Ty) -> bool {
+    use crate::codegen::types::Vocab;
+    match ty {
+        Ty::Vocab(v, _) => matches!(v, Vocab::Order | Vocab::Scope | Vocab::BarrierResult),
+        Ty::Ref(inner) => comparable(inner),
+        Ty::Tuple(_) | Ty::Window(_) | Ty::Indexable(..) | Ty::DevComm | Ty::Unit => false,
+        Ty::Scalar(_) | Ty::Param(_) | Ty::Var(_) | Ty::Local(_) | Ty::Unknown | Ty::Error => true,
+    }
+}
+
 /// The more informative of two operand types.
 fn known_of(a: &Ty, b: &Ty) -> Ty {
     match (a, b) {
         // Vocabulary values with operators (`WidePack<T> * f32`) keep their type.
-        (Ty::Cpp(_), _) => a.clone(),
-        (_, Ty::Cpp(_)) => b.clone(),
+        (Ty::Error, _) | (_, Ty::Error) => Ty::Error,
+        (Ty::Vocab(..), _) => a.clone(),
+        (_, Ty::Vocab(..)) => b.clone(),
         (Ty::Scalar(_) | Ty::Param(_), _) => a.clone(),
         (_, Ty::Scalar(_) | Ty::Param(_)) => b.clone(),
         (Ty::Var(_), _) => a.clone(),
@@ -606,28 +547,5 @@ fn promote_cast(code: Code, ty: Ty, index: IndexValue) -> Val {
         // Known only once the literal's type is: decided when rendering.
         Ty::Var(v) => Val { code: Code::promote(*v, code), ty, index, atom: false },
         _ => Val { code, ty, index, atom: false },
-    }
-}
-
-/// `u32::MAX` → `4294967295u`; `i64::MIN` → `(-9223372036854775807ll - 1)`; `u8::BITS` → `8u`.
-fn integer_constant(s: Scalar, name: &str) -> Option<(String, bool)> {
-    let bits: u32 = match s {
-        Scalar::I8 | Scalar::U8 => 8,
-        Scalar::I16 | Scalar::U16 => 16,
-        Scalar::I32 | Scalar::U32 => 32,
-        Scalar::I64 | Scalar::U64 | Scalar::Isize | Scalar::Usize => 64,
-        _ => return None,
-    };
-    let signed = matches!(s, Scalar::I8 | Scalar::I16 | Scalar::I32 | Scalar::I64 | Scalar::Isize);
-    match name {
-        "BITS" => Some((Scalar::U32.int_literal(&bits.to_string()), true)),
-        "MAX" if signed => Some((s.int_literal(&((1u128 << (bits - 1)) - 1).to_string()), true)),
-        "MAX" => Some((s.int_literal(&((1u128 << bits) - 1).to_string()), true)),
-        "MIN" if signed => {
-            let max = s.int_literal(&((1u128 << (bits - 1)) - 1).to_string());
-            Some((format!("(-{max} - {})", s.int_literal("1")), true))
-        }
-        "MIN" => Some((s.int_literal("0"), true)),
-        _ => None,
     }
 }

@@ -1,6 +1,5 @@
-//! The few vocabulary signatures the lowering uses to type literals (`atomic_add(&mut x[i], 1, …)` makes `1` the
-//! element type; `w.lsa(peer)[i]` is an element). Names are never translated through this table: an item missing
-//! here is still emitted by name, its result just has an unknown type.
+//! The vocabulary's free functions, and the few signatures the lowering uses to type literals
+//! (`atomic_add(&mut x[i], 1, …)` makes `1` the element type). Methods are `methods`'s.
 
 use crate::codegen::types::{Scalar, Ty};
 
@@ -49,10 +48,9 @@ pub(crate) fn free_fn(name: &str) -> Option<FreeFn> {
 pub(crate) const SCALAR_METHODS: &[&str] =
     &["to_f32", "count_ones", "div_ceil", "sqrt", "rsqrt", "exp", "ln", "tanh", "abs", "min", "max", "mul_add"];
 
-/// Every method a kernel body may call on a vocabulary value (the `pub fn`s of `weft-device`'s impl blocks; a test
-/// keeps the list in step), besides the scalar methods of [`SCALAR_METHODS`] and the Rust slice methods the C++
-/// side mirrors ([`MIRRORED_RUST_METHODS`]). Anything else would reach nvcc as a call C++ does not have, so the
-/// macro rejects it where it is written.
+/// The name of every method of a vocabulary type (the `pub fn`s of `weft-device`'s impl blocks; a test keeps the
+/// list in step), besides the scalar methods of [`SCALAR_METHODS`]. Which type has which is `methods`'s table; this
+/// list only tells a method of another vocabulary type from one of Rust's standard library in messages.
 pub(crate) const VOCABULARY_METHODS: &[&str] = &[
     "arrive",
     "as_mut_slice",
@@ -146,69 +144,6 @@ pub(crate) const VOCABULARY_METHODS: &[&str] = &[
     "world",
     "world_barrier",
 ];
-
-/// Methods of Rust's own types that `weft::Slice`/`weft::SliceMut` and every value also have in C++.
-pub(crate) const MIRRORED_RUST_METHODS: &[&str] = &["len", "is_empty", "clone"];
-
-/// Result type of a vocabulary method on a receiver of known type, and fixed argument types.
-pub(crate) fn method(receiver: &Ty, name: &str) -> Option<(Ty, &'static [(usize, Scalar)])> {
-    use Scalar::*;
-    let elem = |e: &Ty| Ty::Indexable(Box::new(e.clone()));
-    Some(match (receiver, name) {
-        (Ty::Window(e), "local") => (elem(e), &[]),
-        (Ty::Window(e), "lsa") => (elem(e), &[(0, U32)]),
-        (Ty::Window(e), "peer") => (elem(e), &[(1, U32)]),
-        (Ty::Window(e), "offset") => (Ty::Window(e.clone()), &[(0, Usize)]),
-        (Ty::Window(_) | Ty::Indexable(_), "len") => (Ty::Scalar(Usize), &[]),
-        (Ty::Window(_) | Ty::Indexable(_), "is_empty") => (Ty::Scalar(Bool), &[]),
-        (Ty::Indexable(e), "as_slice" | "as_mut_slice") => (elem(e), &[]),
-        (Ty::DevComm, "rank" | "nranks" | "lsa_rank" | "lsa_size") => (Ty::Scalar(U32), &[]),
-        (Ty::DevComm, "team_rank_to_world" | "team_rank_to_lsa") => (Ty::Scalar(U32), &[(1, U32)]),
-        (Ty::DevComm, "lsa_barrier" | "lsa_multimem_barrier") => (Ty::Unknown, &[(1, U32)]),
-        (Ty::DevComm, "gin") => (Ty::Unknown, &[(0, U32)]),
-        (Ty::DevComm, "ll_a2a") => (Ty::Unknown, &[(2, U32), (3, U32)]),
-        (Ty::Indexable(_), "load_pack") => (Ty::Cpp(PACK.into()), &[(0, Usize)]),
-        (Ty::Indexable(_), "store_pack" | "store_wide") => (Ty::Unit, &[(0, Usize)]),
-        (Ty::Indexable(_), "load_wide") => (Ty::Cpp(WIDE_PACK.into()), &[(0, Usize)]),
-        (Ty::Cpp(p), "widen") if is_pack(p) => (Ty::Cpp(WIDE_PACK.into()), &[]),
-        (Ty::Cpp(p), "lane") if is_pack(p) => (Ty::Unknown, &[(0, Usize)]),
-        (Ty::Cpp(p), "narrow") if is_wide_pack(p) => (Ty::Cpp(PACK.into()), &[]),
-        (Ty::Cpp(p), "lane") if is_wide_pack(p) => (Ty::Scalar(F32), &[(0, Usize)]),
-        (Ty::Cpp(p), "lane_sum") if is_wide_pack(p) => (Ty::Scalar(F32), &[]),
-        _ => return None,
-    })
-}
-
-/// The C++ spellings of pack values' types (`Ty::Cpp`), as `x.load_pack(p)` and `Pack::<T>::splat(v)` produce them;
-/// an annotated `let p: Pack<T>` spells `weft::Pack<T>`.
-const PACK: &str = "weft::Pack";
-const WIDE_PACK: &str = "weft::WidePack";
-
-fn is_pack(cpp: &str) -> bool {
-    cpp == PACK || cpp.starts_with("weft::Pack<")
-}
-
-fn is_wide_pack(cpp: &str) -> bool {
-    cpp == WIDE_PACK || cpp.starts_with("weft::WidePack<")
-}
-
-/// Fixed argument types of methods whose receiver type is not tracked (GIN sessions, barriers): resource indices
-/// are `u32`, so a literal index needs no annotation.
-pub(crate) fn untyped_receiver_method_args(name: &str) -> &'static [(usize, Scalar)] {
-    use Scalar::*;
-    match name {
-        "read_signal" | "reset_signal" | "signal_shadow" | "read_counter" | "reset_counter" => &[(0, U32)],
-        "increase_signal_shadow" => &[(0, U32)],
-        "wait_signal" | "wait_counter" | "wait_signal_meet_shadow" => &[(1, U32), (2, U64)],
-        "rail_barrier" | "world_barrier" => &[(1, U32)],
-        "wait_timeout" | "sync_timeout" => &[(2, U64)],
-        "wait_signal_timeout" | "wait_counter_timeout" => &[(1, U32), (2, U64), (3, U64)],
-        "hybrid_barrier" => &[(2, U32)],
-        "send" => &[(0, U32), (1, U32)],
-        "broadcast" | "recv" => &[(0, U32)],
-        _ => &[],
-    }
-}
 
 /// The vocabulary's free functions (docs/vocabulary.md §3). Calls to them need no device-fn source; any other
 /// free function a body calls must be a `#[weft::device_fn]` (its companion module holds its C++).

@@ -153,11 +153,20 @@ impl Lowerer<'_> {
 
     pub(crate) fn for_stmt(&mut self, f: &syn::ExprForLoop) {
         let line = line_of(&f.expr);
-        let Some(iteration) = iteration(&f.expr) else { return };
-        let (var_rust, var_mut) = match &*f.pat {
-            Pat::Ident(pi) => (Some(pi.ident.to_string()), pi.mutability.is_some()),
-            Pat::Wild(_) => (None, false),
-            _ => return,
+        let pattern = match &*f.pat {
+            Pat::Ident(pi) if pi.subpat.is_none() && pi.by_ref.is_none() => {
+                Some((Some(pi.ident.to_string()), pi.mutability.is_some()))
+            }
+            Pat::Wild(_) => Some((None, false)),
+            _ => None,
+        };
+        let (Some(iteration), Some((var_rust, var_mut))) = (iteration(&f.expr), pattern) else {
+            // Rejected by validation: the body is still lowered, for its own errors.
+            self.push_scope();
+            self.declare_refused(&f.pat);
+            let _ = self.capture(|l| l.block_stmts(&f.body, &Sink::Discard));
+            self.pop_scope();
+            return;
         };
         let (start_expr, end_expr, inclusive, step_expr, reverse, grid) = match iteration {
             Iteration::Range { start, end, inclusive, step, reverse } => {

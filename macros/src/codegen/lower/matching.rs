@@ -228,7 +228,11 @@ impl Lowerer<'_> {
                 (Some(Code::join(parts, " || ").parens()), Vec::new())
             }
             Pat::Paren(pp) => self.pattern(&pp.pat, name, ty),
-            _ => (None, Vec::new()),
+            // Rejected by validation; its names draw no more errors.
+            other => {
+                self.declare_refused(other);
+                (None, Vec::new())
+            }
         }
     }
 }

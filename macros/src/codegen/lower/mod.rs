@@ -8,7 +8,10 @@ mod infer;
 pub(crate) mod known;
 mod loops;
 mod matching;
+mod method_calls;
+pub(crate) mod methods;
 mod names;
+mod paths;
 mod stmt;
 
 use std::collections::HashSet;
@@ -27,6 +30,8 @@ use infer::{Origin, Vars};
 #[cfg(test)]
 pub(crate) use known::is_vocabulary_function;
 pub(crate) use names::cpp_ident;
+#[cfg(test)]
+pub(crate) use names::is_reserved;
 
 /// What lowering a body produced.
 pub(crate) struct LoweredBody {
@@ -99,6 +104,8 @@ pub(crate) struct Lowerer<'a> {
     usage: Usage,
     calls: Vec<syn::Path>,
     let_vars: Vec<(usize, Span, String, LetVarReason)>,
+    /// Locals of unknown type already reported as a method's receiver.
+    untyped_reported: HashSet<usize>,
 }
 
 /// Lowers `body` of a function with signature `sig`.
@@ -134,6 +141,7 @@ pub(crate) fn lower_body(
         usage: Usage::default(),
         calls: Vec::new(),
         let_vars: Vec::new(),
+        untyped_reported: HashSet::new(),
     };
     let mut param_names = Vec::new();
     for p in &sig.params {
@@ -151,11 +159,7 @@ pub(crate) fn lower_body(
             }
         }
         param_names.push(cpp.clone());
-        let ty = match &p.kind {
-            ParamKind::Scalar { .. } => p.ty.clone(),
-            _ => p.ty.clone(),
-        };
-        l.declare_named(&rust, cpp, ty, IndexValue::Unknown);
+        l.declare_named(&rust, cpp, p.ty.clone(), IndexValue::Unknown);
     }
     let ret = sig.ret_ty.clone();
     l.lower_fn_block(&item.block, &ret);
@@ -269,7 +273,9 @@ impl<'a> Lowerer<'a> {
                 let decl = self.locals[id].decl.clone();
                 self.vars.bind(v, ty, |origin| origin.sees(&decl))
             }
-            Ty::Unknown | Ty::Cpp(_) => self.vars.escape(v),
+            Ty::Unknown | Ty::Vocab(..) => self.vars.escape(v),
+            // Already reported: the literal's type no longer matters, and must not draw a second error.
+            Ty::Error => self.vars.bind(v, Ty::Error, |_| true),
             _ => {}
         }
     }

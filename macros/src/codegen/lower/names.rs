@@ -88,11 +88,16 @@ const RESERVED: &[&str] = &[
     "NULL",
 ];
 
+/// Whether C++ (or CUDA) reserves `name`.
+pub(crate) fn is_reserved(name: &str) -> bool {
+    RESERVED.contains(&name) || name.starts_with("__")
+}
+
 /// The C++ spelling of a Rust identifier: itself, or `name_` when C++ reserves it. Raw identifiers (`r#type`)
 /// lose their prefix.
 pub(crate) fn cpp_ident(rust: &str) -> String {
     let rust = rust.strip_prefix("r#").unwrap_or(rust);
-    if RESERVED.contains(&rust) || rust.starts_with("__") || rust.starts_with("weft_") {
+    if is_reserved(rust) || rust.starts_with("weft_") {
         format!("{rust}_")
     } else {
         rust.to_string()

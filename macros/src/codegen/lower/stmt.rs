@@ -66,6 +66,7 @@ impl Lowerer<'_> {
                 let line = line_of(e);
                 match sink {
                     Sink::Return => {
+                        self.check_not_moved(e);
                         let ret = self.sig.ret_ty.clone();
                         let v = self.expr_expect(e, &ret);
                         let mut code = Code::text("return ");
@@ -87,6 +88,7 @@ impl Lowerer<'_> {
     pub(crate) fn stmt(&mut self, s: &Stmt) {
         match s {
             Stmt::Local(local) => self.let_stmt(local),
+            Stmt::Expr(Expr::Verbatim(v), Some(_)) if v.is_empty() => {}
             Stmt::Expr(e, _) => self.expr_stmt(e),
             // `use` inside a body only matters to rustc; other items and macros were rejected by `valid`.
             Stmt::Item(_) | Stmt::Macro(_) => {}
@@ -112,6 +114,7 @@ impl Lowerer<'_> {
             Expr::Return(r) => {
                 let code = match &r.expr {
                     Some(v) => {
+                        self.check_not_moved(v);
                         let ret = self.sig.ret_ty.clone();
                         let v = self.expr_expect(v, &ret);
                         let mut c = Code::text("return ");
@@ -180,6 +183,9 @@ impl Lowerer<'_> {
         };
         let annotation = annotation.filter(|t| !matches!(t, syn::Type::Infer(_)));
         let init = local.init.as_ref().map(|i| &*i.expr);
+        if let Some(init) = init {
+            self.check_not_moved(init);
+        }
 
         if let Some(init) = init {
             if self.shared_array(pat, annotation, init, line) {
@@ -189,7 +195,13 @@ impl Lowerer<'_> {
         let mapped = match annotation {
             Some(t) => match self.mapper().map(t, Position::Local) {
                 Some(m) => Some(m),
-                None => return,
+                None => {
+                    if let Some(init) = init {
+                        self.expr(init);
+                    }
+                    self.declare_refused(pat);
+                    return;
+                }
             },
             None => None,
         };
@@ -203,6 +215,7 @@ impl Lowerer<'_> {
                             local,
                             format!("give `{rust}` a type or an initial value: `let {rust}: u32;`"),
                         );
+                        self.declare_refused(pat);
                         return;
                     };
                     let name = self.fresh_name(&rust);
@@ -266,6 +279,7 @@ impl Lowerer<'_> {
             Pat::Tuple(t) => {
                 let Some(init) = init else {
                     self.cx.error_spanned_by(local, "give the tuple an initial value");
+                    self.declare_refused(pat);
                     return;
                 };
                 let expect = mapped.as_ref().map(|(_, t)| t.clone());
@@ -300,7 +314,31 @@ impl Lowerer<'_> {
                 self.emit(code, line);
                 self.destructure(&t.elems.iter().collect::<Vec<_>>(), &temp, &ty, line);
             }
-            _ => {}
+            // Rejected by validation: lowered for the errors inside, its names bound so their uses say nothing more.
+            _ => {
+                if let Some(init) = init {
+                    self.expr(init);
+                }
+                self.declare_refused(pat);
+            }
+        }
+    }
+
+    /// Binds every name of a pattern that could not be translated, typed `Ty::Error`.
+    pub(crate) fn declare_refused(&mut self, pat: &Pat) {
+        #[derive(Default)]
+        struct Names(Vec<String>);
+        impl<'ast> syn::visit::Visit<'ast> for Names {
+            fn visit_pat_ident(&mut self, p: &'ast syn::PatIdent) {
+                self.0.push(p.ident.to_string());
+                syn::visit::visit_pat_ident(self, p);
+            }
+        }
+        let mut names = Names::default();
+        syn::visit::Visit::visit_pat(&mut names, pat);
+        for rust in names.0 {
+            let cpp = self.fresh_name(&rust);
+            self.declare_named(&rust, cpp, Ty::Error, IndexValue::Unknown);
         }
     }
 
@@ -369,6 +407,7 @@ impl Lowerer<'_> {
         }
         let Pat::Ident(pi) = pat else {
             self.cx.error_spanned_by(pat, "bind a shared array to a plain name");
+            self.declare_refused(pat);
             return true;
         };
         let type_seg = segs[segs.len() - 2];
@@ -383,10 +422,14 @@ impl Lowerer<'_> {
                     init,
                     "name the element type and length: `SharedArray::<f32, 256>::new()` or annotate the `let`",
                 );
+                self.declare_refused(pat);
                 return true;
             }
         };
-        let Some((cpp, t)) = self.mapper().map(&ty, Position::Local) else { return true };
+        let Some((cpp, t)) = self.mapper().map(&ty, Position::Local) else {
+            self.declare_refused(pat);
+            return true;
+        };
         let rust = pi.ident.to_string();
         let name = self.fresh_name(&rust);
         self.emit(Code::text(format!("__shared__ {cpp} {name};")), line);

@@ -142,7 +142,7 @@ fn vocabulary_names_are_copied_into_namespace_weft() {
             "auto bar = dev.lsa_barrier(weft::Cta{}, weft::block_idx_x());",
             "bar.sync(weft::Warp{}, weft::Order::Release);",
             "auto z = weft::zero<T>() + weft::from_f32<T>(0.5f);",
-            "auto l = weft::Lanes::from_mask(3);",
+            "auto l = weft::Lanes::from_mask(3u);",
             "auto w = weft::WARP_SIZE;",
             "out[size_t(0)] = weft::sqrt(weft::max(x.lsa(0u)[size_t(1)], z));",
             "auto v = a2a.template recv<T>(0u);",
@@ -403,7 +403,7 @@ fn packs_lower_to_member_calls_and_operators() {
         &b,
         &[
             "auto lanes = weft::pack_lanes<T>();",
-            "auto acc = weft::WidePack<T>::splat(0.0);",
+            "auto acc = weft::WidePack<T>::splat(0.0f);",
             "acc += x.load_pack(size_t(0)).widen() * scale;",
             "acc += w.lsa(0u).load_pack(size_t(1)).widen();",
             "auto v = (2.0 * acc) + 1.0;",

@@ -2,10 +2,13 @@
 //! generated module, and every rejection.
 
 mod control_flow;
+mod corpus;
 mod emit;
+mod fuzz;
 mod infer;
 mod module;
 mod reject;
+mod resolve;
 mod usage;
 mod vocabulary;
 

@@ -149,7 +149,8 @@ fn default_instantiations_follow_the_bounds() {
         let item: syn::ItemFn = syn::parse2(item).unwrap();
         let cx = crate::codegen::ctxt::Ctxt::new();
         let attrs = crate::codegen::attr::Attributes::default();
-        let sig = crate::codegen::ast::parse(crate::codegen::ast::FnKind::Kernel, &item, &attrs, &cx).unwrap();
+        let (sig, complete) = crate::codegen::ast::parse(crate::codegen::ast::FnKind::Kernel, &item, &attrs, &cx);
+        assert!(complete);
         sig.instantiations().iter().map(|t| sig.entry_point(t)).collect()
     };
     assert_eq!(entries(quote! { fn k<T: Float + Shuffle>(x: &[T]) {} }), ["k__f32", "k__bf16"]);
@@ -186,4 +187,26 @@ fn launch_bounds_go_on_every_entry_point() {
     assert_has(&one, r#"extern \"C\" __global__ void __launch_bounds__(128) k("#);
     let none = squeeze(expand_kernel(quote!(), quote! { fn k(out: &mut [f32]) { out[0] = 1.0; } }));
     assert!(!none.contains("__launch_bounds__"), "{none}");
+}
+
+#[test]
+fn every_instantiation_is_checked_against_the_bounds_by_rustc() {
+    let out = squeeze(expand_kernel(
+        quote!(types(T = [f32, bf16], I = [u32])),
+        quote! { fn k<T: Float, I: AtomicMinMax>(x: &mut [T], i: &[I]) {} },
+    ));
+    // rustc checks these calls under `cargo check`: a listed type the bounds do not admit is an error naming it.
+    assert_has(
+        &out,
+        "fn __weft_instantiable<T: Float + ::weft::device::Element, I: AtomicMinMax + ::weft::device::Element>() {}",
+    );
+    assert_has(&out, "__weft_instantiable::<f32, u32>();");
+    assert_has(&out, "__weft_instantiable::<::weft::device::bf16, u32>();");
+}
+
+#[test]
+fn launching_an_uninstantiated_type_names_it() {
+    let out = squeeze(expand_kernel(quote!(types(f32, bf16)), quote! { fn k<T: Float>(x: &mut [T]) {} }));
+    assert_has(&out, r#""weft: kernel `k` has no entry point for the element type(s) `""#);
+    assert_has(&out, r#""`: add them to #[kernel(types(...))] (it is instantiated for (f32), (bf16))""#);
 }

@@ -44,7 +44,18 @@ fn heap_and_host_types() {
     body_error(quote!(let b = Box::new(1u32);), "`Box::new` cannot be used in a kernel: kernels cannot allocate");
     body_error(quote!(let s: String = make();), "`String` cannot be used in a kernel: kernels have no strings");
     body_error(quote!(let o = Some(3u32);), "kernels have no `Option`/`Result`");
-    body_error(quote!(let x = n.checked().unwrap();), "`.unwrap()`: kernels have no `Option`/`Result`");
+    // Both problems, at once: the host-only method and the `Option` it returns.
+    let errors = kernel_errors(
+        TokenStream::new(),
+        quote! {
+            fn k(out: &mut [u32], n: u32) {
+                let x = n.checked_add(1).unwrap();
+            }
+        },
+    );
+    assert_eq!(errors.len(), 2, "{errors:#?}");
+    assert!(errors[0].contains("`.unwrap()`: kernels have no `Option`/`Result`"), "{errors:#?}");
+    assert!(errors[1].contains("`checked_add` is not a method of weft's kernel vocabulary"), "{errors:#?}");
 }
 
 #[test]
@@ -69,7 +80,9 @@ fn unsafe_async_and_try() {
 fn statics_and_host_constants() {
     body_error(quote!(out[0] = LIMIT;), "kernels cannot read Rust constants or statics (`LIMIT`)");
     body_error(quote!(out[0] = crate::config::LIMIT;), "kernels cannot read Rust constants or statics (`LIMIT`)");
-    body_error(quote!(let x = f32::EPSILON;), "associated constants (`f32::EPSILON`) are not available in kernels");
+    body_error(quote!(let x = bf16::EPSILON;), "associated constants (`bf16::EPSILON`) are not available in kernels");
+    body_error(quote!(let x = f32::RADIX;), "associated constants (`f32::RADIX`) are not available in kernels");
+    body_error(quote!(let x = core::u32::MAX;), "the standard library is not available in kernels");
     body_error(quote!(let x = std::cmp::max(1u32, n);), "the standard library is not available in kernels");
 }
 
