@@ -22,9 +22,7 @@ use cudarc::driver::{CudaFunction, CudaStream, DevicePtrMut};
 use kernels::allreduce::lsa_allreduce;
 use spin::{spin, SPIN};
 use weft::host::caps::Lsa;
-use weft::host::jit::{
-    self, ArgAlignment, CompileRequest, GpuArch, KernelCache, KernelRegistry, KernelSpec, Toolchain,
-};
+use weft::host::jit::{self, ArgAlignment, CompileRequest, GpuArch, KernelCache, KernelRegistry, Toolchain};
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Communicator, Config, DevComm, LaunchConfig, UniqueId, WindowFlags};
 
@@ -90,9 +88,7 @@ fn main() -> Result<()> {
     let spin_fn = jit::function(&ctx, &SPIN)?;
 
     // 1. Zero-cost DSL: weft kernel vs hand-written, same window, same output buffer, same launch geometry.
-    let weft_spec =
-        KernelSpec { name: lsa_allreduce::NAME, source: lsa_allreduce::SOURCE, entry_point: "lsa_allreduce__f32" };
-    let cfg = LaunchConfig::one_wave(&jit::function(&ctx, &weft_spec)?, &stream, 512)?;
+    let cfg = LaunchConfig::one_wave(&lsa_allreduce::function::<f32>(&ctx)?, &stream, 512)?;
     println!("launch geometry (one full wave for the weft kernel): {:?} x {:?}", cfg.grid_dim, cfg.block_dim);
     for &mb in &[4usize, 64, 256] {
         let n = mb << 18; // f32 elements
@@ -185,10 +181,8 @@ fn main() -> Result<()> {
 
     // 3. A cache hit in a fresh registry: disk read, integrity check, module load, function lookup.
     let registry = KernelRegistry::new(toolchain.clone(), KernelCache::new(&warm_dir), weft::device::WEFT_CUH);
-    let spec =
-        KernelSpec { name: lsa_allreduce::NAME, source: lsa_allreduce::SOURCE, entry_point: "lsa_allreduce__f32" };
     let started = Instant::now();
-    let _function = registry.function(&ctx, &spec)?;
+    let _function = registry.function(&ctx, &lsa_allreduce::spec::<f32>())?;
     let load_ms = started.elapsed().as_secs_f64() * 1e3;
     rows.push(Row {
         what: "cache-hit load into a fresh registry".into(),
@@ -206,7 +200,7 @@ fn main() -> Result<()> {
     let window = comm.alloc_window::<f32>(&stream, 1024, WindowFlags::COLL_SYMMETRIC)?;
     let mut out = stream.alloc_zeros::<f32>(1024)?;
     let (mut via_launch, mut via_raw) = (Vec::new(), Vec::new());
-    let weft_fn = jit::function(&ctx, &weft_spec)?;
+    let weft_fn = lsa_allreduce::function::<f32>(&ctx)?;
     let mut vmm_out = weft::host::DeviceBuffer::<f32>::new(&stream, 1024)?;
     let (mut via_launch_vmm, mut via_raw_tracked) = (Vec::new(), Vec::new());
     for round in 0..40 {

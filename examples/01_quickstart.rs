@@ -17,8 +17,7 @@ use weft_kit::kernels;
 use common::{median, relative_error, Result};
 use kernels::allreduce::lsa_allreduce;
 use weft::host::caps::Lsa;
-use weft::host::jit::KernelSpec;
-use weft::host::{Communicator, DevComm, ReduceOp, WindowFlags};
+use weft::host::{Communicator, ReduceOp, WindowFlags};
 use weft::prelude::Config;
 
 const ELEMENTS: usize = 16 << 20; // 64 MB of f32 per rank
@@ -31,7 +30,7 @@ fn main() -> Result<()> {
         Ok(_) => run_on_gpus(),
         Err(why) => common::without_gpu(
             &why,
-            &[(lsa_allreduce::NAME, lsa_allreduce::SOURCE)],
+            &[lsa_allreduce::compile_check],
             &[],
             &format!(
                 "runs one rank per GPU (WEFT_RANKS=n runs n): it all-reduces {MEGABYTES} MB of f32 per rank with the kernel above and \
@@ -93,10 +92,8 @@ fn rank(comm: &Communicator) -> std::result::Result<RankReport, weft::host::Erro
     let stream = comm.context().new_stream()?;
     let n = ELEMENTS;
     // One full wave of blocks for this kernel on this rank's share of its GPU (grid-stride loops cover the rest).
-    let spec =
-        KernelSpec { name: lsa_allreduce::NAME, source: lsa_allreduce::SOURCE, entry_point: "lsa_allreduce__f32" };
-    let cfg = comm.one_wave(&weft::host::jit::function(comm.context(), &spec)?, &stream, 512)?;
-    let dev: DevComm<'_, Lsa> = comm.dev_comm(&lsa_allreduce::requirements(&cfg))?;
+    let cfg = lsa_allreduce::one_wave::<f32>(comm, &stream, 512)?;
+    let dev = comm.dev_comm::<Lsa>(&lsa_allreduce::requirements(&cfg))?;
     let mut window = comm.alloc_window::<f32>(&stream, n, WindowFlags::COLL_SYMMETRIC)?;
     window.buffer_mut().copy_from_host(&input(comm.rank(), n))?;
     let mut weft_out = stream.clone_htod(&vec![f32::NAN; n])?;

@@ -58,7 +58,7 @@ fn main() -> Result<()> {
         Ok(_) => run(),
         Err(why) => common::without_gpu(
             &why,
-            &[(one_shot::NAME, one_shot::SOURCE), (two_shot::NAME, two_shot::SOURCE)],
+            &[one_shot::compile_check, two_shot::compile_check],
             &[("allreduce_epilogue", BASELINE)],
             &format!(
                 "runs one rank per GPU (WEFT_RANKS=n runs n) and, for rows x hidden in {SHAPES:?} and f32 and bf16, computes \
@@ -211,9 +211,9 @@ impl<'comm> Ranks<'comm> {
         let baseline = common::Baseline::load(comm.context(), "allreduce_epilogue", BASELINE)?;
         let (epilogues, epilogue_cfg) = baseline.per_type(comm, "allreduce_epilogue", &stream, BLOCK)?;
         let one_shot_cfg =
-            common::waves_per_type(comm, &stream, one_shot::NAME, one_shot::SOURCE, one_shot::ENTRY_POINTS, BLOCK)?;
+            [one_shot::one_wave::<f32>(comm, &stream, BLOCK)?, one_shot::one_wave::<half::bf16>(comm, &stream, BLOCK)?];
         let two_shot_cfg =
-            common::waves_per_type(comm, &stream, two_shot::NAME, two_shot::SOURCE, two_shot::ENTRY_POINTS, BLOCK)?;
+            [two_shot::one_wave::<f32>(comm, &stream, BLOCK)?, two_shot::one_wave::<half::bf16>(comm, &stream, BLOCK)?];
         // One LSA barrier per block of the largest grid of either kernel.
         let mut requirements = Requirements::new();
         for cfg in &one_shot_cfg {

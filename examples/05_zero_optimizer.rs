@@ -87,7 +87,7 @@ fn main() -> Result<()> {
         Ok(_) => run(),
         Err(why) => common::without_gpu(
             &why,
-            &[(fused::NAME, fused::SOURCE)],
+            &[fused::compile_check],
             &[("zero_adam_epilogue", BASELINE)],
             &format!(
                 "runs one rank per GPU (WEFT_RANKS=n runs n) and, for {SIZES:?} parameters in f32 and bf16 (f32 optimizer state), takes an \
@@ -278,7 +278,7 @@ impl<'comm> Rank<'comm> {
         let baseline = common::Baseline::load(comm.context(), "zero_adam_epilogue", BASELINE)?;
         let (epilogues, epilogue_waves) = baseline.per_type(comm, "zero_adam_epilogue", &stream, BLOCK)?;
         let fused_waves =
-            common::waves_per_type(comm, &stream, fused::NAME, fused::SOURCE, fused::ENTRY_POINTS, BLOCK)?;
+            [fused::one_wave::<f32>(comm, &stream, BLOCK)?, fused::one_wave::<half::bf16>(comm, &stream, BLOCK)?];
         let waves = [(fused_waves[0], epilogue_waves[0]), (fused_waves[1], epilogue_waves[1])];
         let requirements = fused::requirements(&waves[0].0).merge(&fused::requirements(&waves[1].0));
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&requirements)?;

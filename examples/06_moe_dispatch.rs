@@ -40,7 +40,6 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use kernels::moe::{moe_combine, moe_dispatch, moe_route, moe_toy_expert};
 use unfused::{BaselineKernels, Unfused};
 use weft::host::caps::Lsa;
-use weft::host::jit::{self, KernelSpec};
 use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, Window, WindowFlags};
 
 /// `(tokens per rank, hidden)`: a decode step and a prefill chunk.
@@ -58,10 +57,10 @@ fn main() -> Result<()> {
         Err(why) => common::without_gpu(
             &why,
             &[
-                (moe_route::NAME, moe_route::SOURCE),
-                (moe_dispatch::NAME, moe_dispatch::SOURCE),
-                (moe_toy_expert::NAME, moe_toy_expert::SOURCE),
-                (moe_combine::NAME, moe_combine::SOURCE),
+                moe_route::compile_check,
+                moe_dispatch::compile_check,
+                moe_toy_expert::compile_check,
+                moe_combine::compile_check,
             ],
             &[("moe_dispatch_epilogue", unfused::BASELINE)],
             &format!(
@@ -219,8 +218,13 @@ struct Rank<'comm> {
     dev: DevComm<'comm, Lsa>,
 }
 
-fn wave(comm: &Communicator, stream: &Arc<CudaStream>, spec: KernelSpec) -> std::result::Result<LaunchConfig, Error> {
-    comm.one_wave(&jit::function(comm.context(), &spec)?, stream, BLOCK)
+/// One full wave of dispatch, expert and combine for element type `T`, on this rank's share of its GPU.
+fn waves<T: Real>(comm: &Communicator, stream: &Arc<CudaStream>) -> std::result::Result<[LaunchConfig; 3], Error> {
+    Ok([
+        moe_dispatch::one_wave::<T>(comm, stream, BLOCK)?,
+        moe_toy_expert::one_wave::<T>(comm, stream, BLOCK)?,
+        moe_combine::one_wave::<T>(comm, stream, BLOCK)?,
+    ])
 }
 
 impl<'comm> Rank<'comm> {
@@ -228,27 +232,9 @@ impl<'comm> Rank<'comm> {
         common::require_one_lsa_team(comm)?;
         let stream = comm.context().new_stream()?;
         let baseline = BaselineKernels::load(comm.context())?;
-        let spec = |name, source, entry_points, which: usize| KernelSpec {
-            name,
-            source,
-            entry_point: if which == 0 {
-                common::entry_point::<f32>(entry_points)
-            } else {
-                common::entry_point::<half::bf16>(entry_points)
-            },
-        };
-        let mut waves = [[LaunchConfig::linear(1, BLOCK); 3]; 2];
+        let waves = [waves::<f32>(comm, &stream)?, waves::<half::bf16>(comm, &stream)?];
         let mut requirements = moe_route::requirements(&LaunchConfig::linear(1, ROUTE_BLOCK));
-        for (which, row) in waves.iter_mut().enumerate() {
-            row[0] =
-                wave(comm, &stream, spec(moe_dispatch::NAME, moe_dispatch::SOURCE, moe_dispatch::ENTRY_POINTS, which))?;
-            row[1] = wave(
-                comm,
-                &stream,
-                spec(moe_toy_expert::NAME, moe_toy_expert::SOURCE, moe_toy_expert::ENTRY_POINTS, which),
-            )?;
-            row[2] =
-                wave(comm, &stream, spec(moe_combine::NAME, moe_combine::SOURCE, moe_combine::ENTRY_POINTS, which))?;
+        for row in &waves {
             requirements =
                 requirements.merge(&moe_dispatch::requirements(&row[0])).merge(&moe_combine::requirements(&row[2]));
         }

@@ -35,7 +35,7 @@ fn main() -> Result<()> {
         Ok(_) => run(),
         Err(why) => common::without_gpu(
             &why,
-            &[(ring::NAME, ring::SOURCE)],
+            &[ring::compile_check],
             &[],
             "asks each rank's communicator for a DevComm<Gin>. Without GIN (NVLink-only or single-GPU machines) \
              it prints the capability error and stops there, successfully; with GIN it runs a ring all-gather of \

@@ -118,18 +118,6 @@ fn placement() -> Placement {
     placement
 }
 
-/// One wave of `kernel` (its `types(..)` instantiation `entry_point`) for this rank: its share of the GPU.
-fn wave(
-    comm: &Communicator,
-    s: &Arc<CudaStream>,
-    name: &'static str,
-    source: &'static str,
-    entry_point: &'static str,
-) -> LaunchConfig {
-    let function = jit::function(comm.context(), &KernelSpec { name, source, entry_point }).unwrap();
-    comm.one_wave(&function, s, 512).unwrap()
-}
-
 /// The LSA kernels on every rank of the placement (`WEFT_RANKS`, else one per GPU; ranks sharing a GPU load and
 /// store each other's windows through NCCL's LSA mappings too): the all-reduce sums every rank's window, the peer
 /// copy reads the next rank's, barrier round trips complete on every block of every rank. Each kernel runs one wave
@@ -146,16 +134,10 @@ fn lsa_kernels_match_the_host_reference_on_every_rank() {
         let (me, s) = (comm.rank(), comm.context().new_stream()?);
         assert_eq!(comm.nranks(), nranks);
         trace!("rank {me}: waves");
-        let reduce_cfg = wave(comm, &s, lsa_allreduce::NAME, lsa_allreduce::SOURCE, "lsa_allreduce__f32");
-        let copy_cfg = wave(
-            comm,
-            &s,
-            kernels::copy_from_next_peer::NAME,
-            kernels::copy_from_next_peer::SOURCE,
-            "copy_from_next_peer__f32",
-        );
-        let trips = kernels::barrier_round_trips::ENTRY_POINTS[0];
-        let trips_cfg = wave(comm, &s, kernels::barrier_round_trips::NAME, kernels::barrier_round_trips::SOURCE, trips);
+        // Each kernel's own wave: this rank's share of the GPU.
+        let reduce_cfg = lsa_allreduce::one_wave::<f32>(comm, &s, 512)?;
+        let copy_cfg = kernels::copy_from_next_peer::one_wave::<f32>(comm, &s, 512)?;
+        let trips_cfg = kernels::barrier_round_trips::one_wave(comm, &s, 512)?;
         let needs = lsa_allreduce::requirements(&reduce_cfg)
             .merge(&kernels::copy_from_next_peer::requirements(&copy_cfg))
             .merge(&kernels::barrier_round_trips::requirements(&trips_cfg));
@@ -494,12 +476,7 @@ fn a_launch_larger_than_the_ranks_share_of_a_shared_gpu_is_refused() {
     };
     assert_eq!(comm.ranks_on_gpu(), 2);
     let s = stream(&comm);
-    let spec = KernelSpec {
-        name: kernels::barrier_round_trips::NAME,
-        source: kernels::barrier_round_trips::SOURCE,
-        entry_point: kernels::barrier_round_trips::ENTRY_POINTS[0],
-    };
-    let function = jit::function(comm.context(), &spec).unwrap();
+    let function = kernels::barrier_round_trips::function(comm.context()).unwrap();
     let whole = LaunchConfig::one_wave(&function, &s, 256).unwrap();
     let share = comm.one_wave(&function, &s, 256).unwrap();
     println!("whole GPU {} blocks, this rank's share {}", whole.grid_dim.0, share.grid_dim.0);

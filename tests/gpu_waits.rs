@@ -139,7 +139,7 @@ fn calls_on_a_ranks_way_to_a_launch_never_wait_for_the_whole_device() {
     )
     .with_flags(jit::ArgAlignment::Aligned16.flags());
     let compiled = jit::compile_cubin(jit::toolchain().unwrap(), &request).unwrap();
-    let entry = kernels::barrier_round_trips::ENTRY_POINTS[0];
+    let entry = kernels::barrier_round_trips::spec().entry_point;
     let cfg = LaunchConfig::linear(4, 128);
 
     for (shape, grid) in shapes(&ctx, &spinner) {

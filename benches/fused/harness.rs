@@ -426,15 +426,6 @@ fn measure_all(
     Ok(rows)
 }
 
-/// The entry point of a generic weft kernel for `dtype` (`lsa_allreduce__bf16`), from its module's
-/// `ENTRY_POINTS`.
-pub fn entry_point(kernel: &str, entry_points: &'static [&'static str], dtype: Dtype) -> Result<&'static str> {
-    let suffix = format!("__{}", dtype.name());
-    entry_points.iter().copied().find(|entry| entry.ends_with(&suffix)).ok_or_else(|| {
-        bench_error(format!("kernel `{kernel}` has no {} instantiation (entry points: {entry_points:?})", dtype.name()))
-    })
-}
-
 /// A launch of at most one full wave of `block`-thread blocks for `function`, and no more blocks than `n` threads
 /// fill (`n` work items, one per thread: elements or packs; kernels that run one block per row take
 /// [`grid_for_rows`]); the wave is what a device communicator's barriers must be sized for, so it is returned too.

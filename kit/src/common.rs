@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream};
-use weft::host::jit::{self, CompileRequest, GpuArch, KernelCache, KernelSpec, Toolchain};
+use weft::host::jit::{self, CompileRequest, GpuArch, KernelCache, Toolchain};
 use weft::host::{Communicator, Error, LaunchConfig, Placement};
 
 /// The examples' `main` result: any error, printed by the runtime, exits with status 1.
@@ -62,12 +62,6 @@ impl Real for half::bf16 {
 /// The type's entry-point suffix (`f32`, `bf16`).
 pub fn type_name<T: Real>() -> &'static str {
     <T as weft::device::Element>::NAME
-}
-
-/// The entry point of a generic kernel instantiated for `T`, from its generated `ENTRY_POINTS`.
-pub fn entry_point<T: Real>(entry_points: &'static [&'static str]) -> &'static str {
-    let suffix = format!("__{}", type_name::<T>());
-    entry_points.iter().find(|e| e.ends_with(&suffix)).copied().unwrap_or(entry_points[0])
 }
 
 /// Deterministic pseudo-random values in [-1, 1) (xorshift), different for every seed: every rank can compute
@@ -241,24 +235,6 @@ impl Baseline {
     }
 }
 
-/// One full wave of `block` threads for each instantiation of a `#[weft::kernel(types(f32, bf16))]` kernel,
-/// f32 first: pass the kernel module's `NAME`, `SOURCE` and `ENTRY_POINTS`. The wave is this rank's share of its
-/// GPU (`Communicator::one_wave`).
-pub fn waves_per_type(
-    comm: &Communicator,
-    stream: &Arc<CudaStream>,
-    name: &'static str,
-    source: &'static str,
-    entry_points: &'static [&'static str],
-    block: u32,
-) -> std::result::Result<[LaunchConfig; 2], Error> {
-    let wave = |entry_point: &'static str| {
-        let spec = KernelSpec { name, source, entry_point };
-        comm.one_wave(&jit::function(stream.context(), &spec)?, stream, block)
-    };
-    Ok([wave(entry_point::<f32>(entry_points))?, wave(entry_point::<half::bf16>(entry_points))?])
-}
-
 /// Refuses communicators whose ranks are not all in one LSA team (NVLink-connected GPUs of one host): the
 /// tensor-parallel examples address every rank through LSA.
 pub fn require_one_lsa_team(comm: &weft::host::Communicator) -> std::result::Result<(), Error> {
@@ -293,9 +269,13 @@ pub fn gpus() -> std::result::Result<usize, String> {
     }
 }
 
+/// A kernel module's generated `compile_check`.
+pub type CompileCheck =
+    fn(&Toolchain, &KernelCache, GpuArch) -> std::result::Result<jit::CompiledKernel, jit::JitError>;
+
 /// No GPU: prove the toolchain by compiling the example's kernels and baselines for sm_90 against every NCCL
 /// release's headers found, say what would have run, and succeed.
-pub fn without_gpu(why: &str, kernels: &[(&str, &str)], baselines: &[(&str, &str)], plan: &str) -> Result<()> {
+pub fn without_gpu(why: &str, kernels: &[CompileCheck], baselines: &[(&str, &str)], plan: &str) -> Result<()> {
     println!("No GPU here: {why}.");
     let (nvcc, includes) = header_sets()?;
     let cache_dir = std::env::temp_dir().join(format!("weft-example-{}", std::process::id()));
@@ -303,17 +283,23 @@ pub fn without_gpu(why: &str, kernels: &[(&str, &str)], baselines: &[(&str, &str
     let outcome = (|| -> Result<()> {
         for include in &includes {
             let toolchain = Toolchain::from_paths(&nvcc, include, None)?;
-            for (name, source) in kernels.iter().chain(baselines) {
-                let started = Instant::now();
-                let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90);
-                let compiled = cache.get_or_compile(&toolchain, &request)?;
-                let what = if baselines.iter().any(|(b, _)| b == name) { "baseline" } else { "kernel" };
+            let report = |what: &str, started: Instant, compiled: &jit::CompiledKernel| {
                 println!(
-                    "  compiled {what} `{name}` for sm_90 against NCCL {} headers: {} byte cubin in {:.1} s",
+                    "  compiled {what} `{}` for sm_90 against NCCL {} headers: {} byte cubin in {:.1} s",
+                    compiled.name,
                     toolchain.nccl_version,
                     compiled.cubin.len(),
                     started.elapsed().as_secs_f64()
                 );
+            };
+            for check in kernels {
+                let started = Instant::now();
+                report("kernel", started, &check(&toolchain, &cache, GpuArch::SM_90)?);
+            }
+            for (name, source) in baselines {
+                let started = Instant::now();
+                let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90);
+                report("baseline", started, &cache.get_or_compile(&toolchain, &request)?);
             }
         }
         Ok(())

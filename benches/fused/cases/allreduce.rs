@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use weft::host::caps::Lsa;
-use weft::host::jit::{self, KernelSpec};
+
 use weft::host::{Active, Communicator, DevComm, DeviceBuffer, LaunchConfig, ReduceOp, Window, WindowFlags};
 
-use crate::harness::{entry_point, grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
+use crate::harness::{grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
 use crate::kernels::allreduce::lsa_allreduce;
 use crate::options::Dtype;
 use crate::stats::seed;
@@ -72,12 +72,7 @@ impl<'comm, T: BenchFloat> AllReduceRun<'comm, T> {
     fn new(rank: &Rank<'comm>, bytes: usize, sets: usize) -> Result<AllReduceRun<'comm, T>> {
         let (comm, stream) = (rank.comm, rank.stream.clone());
         let n = (bytes / std::mem::size_of::<T>()).max(1);
-        let spec = KernelSpec {
-            name: lsa_allreduce::NAME,
-            source: lsa_allreduce::SOURCE,
-            entry_point: entry_point(lsa_allreduce::NAME, lsa_allreduce::ENTRY_POINTS, T::DTYPE)?,
-        };
-        let (cfg, wave) = grid_for(comm, &jit::function(comm.context(), &spec)?, &stream, BLOCK, n)?;
+        let (cfg, wave) = grid_for(comm, &lsa_allreduce::function::<T>(comm.context())?, &stream, BLOCK, n)?;
         let dev = comm.dev_comm(&lsa_allreduce::requirements(&wave))?;
         let inputs = (0..sets)
             .map(|_| comm.alloc_window::<T>(&stream, n, WindowFlags::COLL_SYMMETRIC))

@@ -17,7 +17,7 @@ use weft::host::jit::{self, KernelSpec};
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Active, Communicator, DevComm, DeviceBuffer, LaunchConfig, ReduceOp, Window, WindowFlags};
 
-use crate::harness::{entry_point, grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
+use crate::harness::{grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
 use crate::kernels::allreduce_epilogue::{allreduce_bias_residual_one_shot, allreduce_bias_residual_two_shot};
 use crate::options::Dtype;
 use crate::stats::seed;
@@ -134,24 +134,14 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
         let (comm, stream) = (rank.comm, rank.stream.clone());
         let n = (bytes / std::mem::size_of::<T>()).max(1);
         let hidden = hidden(n);
-        let (name, source, entry_points) = if two_shot {
-            (
-                allreduce_bias_residual_two_shot::NAME,
-                allreduce_bias_residual_two_shot::SOURCE,
-                allreduce_bias_residual_two_shot::ENTRY_POINTS,
-            )
+        let function = if two_shot {
+            allreduce_bias_residual_two_shot::function::<T>(comm.context())?
         } else {
-            (
-                allreduce_bias_residual_one_shot::NAME,
-                allreduce_bias_residual_one_shot::SOURCE,
-                allreduce_bias_residual_one_shot::ENTRY_POINTS,
-            )
+            allreduce_bias_residual_one_shot::function::<T>(comm.context())?
         };
-        let spec = KernelSpec { name, source, entry_point: entry_point(name, entry_points, T::DTYPE)? };
         // Both sides handle one 16-byte pack per thread per trip.
         let vector = weft::device::pack_lanes::<T>();
-        let (fused_cfg, wave) =
-            grid_for(comm, &jit::function(comm.context(), &spec)?, &stream, BLOCK, n.div_ceil(vector))?;
+        let (fused_cfg, wave) = grid_for(comm, &function, &stream, BLOCK, n.div_ceil(vector))?;
         let requirements = if two_shot {
             allreduce_bias_residual_two_shot::requirements(&wave)
         } else {

@@ -17,7 +17,7 @@ use weft::host::caps::Lsa;
 use weft::host::jit::{self, KernelSpec};
 use weft::host::{Active, Communicator, DevComm, DeviceBuffer, LaunchConfig, Requirements, Window, WindowFlags};
 
-use crate::harness::{entry_point, grid_for_rows, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
+use crate::harness::{grid_for_rows, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
 use crate::kernels::moe::{moe_combine, moe_dispatch, moe_route, moe_toy_expert};
 use crate::options::Dtype;
 use crate::stats::seed;
@@ -144,34 +144,15 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
         let tokens = n / hidden;
         // Every token could go to one rank: room for all of them, so none is dropped.
         let capacity = nranks * tokens;
-        let function = |name: &'static str, source: &'static str, entry_points: &'static [&'static str]| -> Result<_> {
-            let entry = entry_point(name, entry_points, T::DTYPE)?;
-            Ok(jit::function(comm.context(), &KernelSpec { name, source, entry_point: entry })?)
-        };
         // One block per token (blocks loop). Grids are the same on every rank (LSA barrier `b` pairs block `b` of
         // every rank): sized by `capacity` and `tokens`, which every rank shares, never by what a rank happens to
         // receive.
-        let (dispatch_cfg, dispatch_wave) = grid_for_rows(
-            comm,
-            &function(moe_dispatch::NAME, moe_dispatch::SOURCE, moe_dispatch::ENTRY_POINTS)?,
-            &stream,
-            BLOCK,
-            capacity,
-        )?;
-        let (expert_cfg, _) = grid_for_rows(
-            comm,
-            &function(moe_toy_expert::NAME, moe_toy_expert::SOURCE, moe_toy_expert::ENTRY_POINTS)?,
-            &stream,
-            BLOCK,
-            capacity,
-        )?;
-        let (combine_cfg, combine_wave) = grid_for_rows(
-            comm,
-            &function(moe_combine::NAME, moe_combine::SOURCE, moe_combine::ENTRY_POINTS)?,
-            &stream,
-            BLOCK,
-            tokens,
-        )?;
+        let (dispatch_cfg, dispatch_wave) =
+            grid_for_rows(comm, &moe_dispatch::function::<T>(comm.context())?, &stream, BLOCK, capacity)?;
+        let (expert_cfg, _) =
+            grid_for_rows(comm, &moe_toy_expert::function::<T>(comm.context())?, &stream, BLOCK, capacity)?;
+        let (combine_cfg, combine_wave) =
+            grid_for_rows(comm, &moe_combine::function::<T>(comm.context())?, &stream, BLOCK, tokens)?;
         let requirements: Requirements = moe_route::requirements(&LaunchConfig::linear(1, ROUTE_BLOCK))
             .merge(&moe_dispatch::requirements(&dispatch_wave))
             .merge(&moe_combine::requirements(&combine_wave));

@@ -18,9 +18,7 @@ use weft::host::jit::{self, KernelSpec};
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Active, Communicator, DevComm, DeviceBuffer, LaunchConfig, ReduceOp, Window, WindowFlags};
 
-use crate::harness::{
-    entry_point, grid_for_rows, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result,
-};
+use crate::harness::{grid_for_rows, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
 use crate::kernels::rmsnorm::rmsnorm_residual_tp;
 use crate::options::Dtype;
 use crate::stats::seed;
@@ -123,13 +121,9 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
         let (comm, stream) = (rank.comm, rank.stream.clone());
         let (rows, hidden) = shape((bytes / std::mem::size_of::<T>()).max(1), comm.nranks());
         let my_rows = rows / comm.nranks();
-        let spec = KernelSpec {
-            name: rmsnorm_residual_tp::NAME,
-            source: rmsnorm_residual_tp::SOURCE,
-            entry_point: entry_point(rmsnorm_residual_tp::NAME, rmsnorm_residual_tp::ENTRY_POINTS, T::DTYPE)?,
-        };
         // One block per row, at most one full wave (blocks loop over the rows).
-        let (fused_cfg, wave) = grid_for_rows(comm, &jit::function(comm.context(), &spec)?, &stream, BLOCK, my_rows)?;
+        let fused = rmsnorm_residual_tp::function::<T>(comm.context())?;
+        let (fused_cfg, wave) = grid_for_rows(comm, &fused, &stream, BLOCK, my_rows)?;
         let dev = comm.dev_comm(&rmsnorm_residual_tp::requirements(&wave))?;
         let epilogue_spec = KernelSpec {
             name: EPILOGUE_NAME,

@@ -14,7 +14,7 @@ use weft::host::jit::{self, KernelSpec};
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Active, Communicator, DevComm, DeviceBuffer, LaunchConfig, ReduceOp, Window, WindowFlags};
 
-use crate::harness::{entry_point, grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
+use crate::harness::{grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
 use crate::kernels::zero_adam::zero_adam_step;
 use crate::options::Dtype;
 use crate::stats::seed;
@@ -138,14 +138,9 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
         let nranks = comm.nranks();
         let n = ((bytes / std::mem::size_of::<T>()) / nranks * nranks).max(nranks);
         let shard = n / nranks;
-        let spec = KernelSpec {
-            name: zero_adam_step::NAME,
-            source: zero_adam_step::SOURCE,
-            entry_point: entry_point(zero_adam_step::NAME, zero_adam_step::ENTRY_POINTS, T::DTYPE)?,
-        };
         // One 16-byte pack of parameters per thread per trip.
         let packs = shard.div_ceil(weft::device::pack_lanes::<T>());
-        let (fused_cfg, wave) = grid_for(comm, &jit::function(comm.context(), &spec)?, &stream, BLOCK, packs)?;
+        let (fused_cfg, wave) = grid_for(comm, &zero_adam_step::function::<T>(comm.context())?, &stream, BLOCK, packs)?;
         let dev = comm.dev_comm(&zero_adam_step::requirements(&wave))?;
         let epilogue_spec = KernelSpec {
             name: EPILOGUE_NAME,

@@ -85,6 +85,7 @@ impl<M: Mode> Communicator<Active, M> {
 
     /// Checks, lays out and queues (or makes) the creation; `DevComm::finish` registers it once NCCL wrote it.
     fn create_dev_comm<C: CapabilitySet>(&self, requirements: &Requirements) -> Result<DevComm<'_, C, M>, Error> {
+        warn_if_many_barriers(requirements);
         let abi = Abi::for_release(self.library().version())?;
         let layout = abi.requirements()?;
         let props = self.properties()?;
@@ -342,6 +343,25 @@ impl<C: CapabilitySet, M: Mode> DevComm<'_, C, M> {
 impl<C: CapabilitySet, M: Mode> std::fmt::Debug for DevComm<'_, C, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DevComm").field("capabilities", &C::NAME).field("requirements", &self.requirements).finish()
+    }
+}
+
+/// More LSA barriers than any GPU holds blocks at once (132 SMs × 32 blocks on an H200): a barrier per block of a
+/// grid sized by the input (`LaunchConfig::for_elements`) rather than one wave asks for this many.
+pub const MANY_BARRIERS: u32 = 4096;
+
+/// Warns, once per process, when a device communicator is asked for more than [`MANY_BARRIERS`] LSA barriers.
+fn warn_if_many_barriers(requirements: &Requirements) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if requirements.lsa_barriers > MANY_BARRIERS && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            barriers = requirements.lsa_barriers,
+            "a device communicator with {} LSA barriers: that is one per block of a grid larger than any GPU runs at \
+             once (a grid from LaunchConfig::for_elements on a large input?); each costs NCCL memory and a kernel's \
+             blocks beyond one wave wait for the first wave anyway. Launch one wave (Communicator::one_wave, or the \
+             kernel module's one_wave) and size the device communicator for it",
+            requirements.lsa_barriers
+        );
     }
 }
 

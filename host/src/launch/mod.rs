@@ -68,6 +68,11 @@ impl LaunchConfig {
 
     /// A one-dimensional launch with one thread per element: `ceil(n / block)` blocks of `block` threads.
     ///
+    /// For kernels that sync with peers this is rarely the right shape: a kernel taking a barrier per block asks
+    /// its device communicator for one barrier per block of this grid (weft warns above
+    /// [`MANY_BARRIERS`](crate::devcomm::MANY_BARRIERS)). Grid-stride kernels run best as one wave
+    /// ([`Communicator::one_wave`](crate::Communicator::one_wave)).
+    ///
     /// The grid never drops below one block (a kernel with nothing to do still launches, and its grid-stride
     /// loops run zero times) nor exceeds the hardware's limit on `grid.x` (grid-stride loops cover the rest).
     pub fn for_elements(n: usize, block: u32) -> LaunchConfig {
@@ -150,6 +155,31 @@ impl LaunchConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// How many ranks share a rank's GPU: what the geometry helpers need of a communicator (the generated modules'
+/// `one_wave` takes any of these).
+pub trait GpuShare {
+    /// Ranks of the communicator on this rank's GPU, this one included.
+    fn ranks_on_gpu(&self) -> usize;
+}
+
+impl<S: crate::comm::State, M: crate::comm::Mode> GpuShare for crate::Communicator<S, M> {
+    fn ranks_on_gpu(&self) -> usize {
+        crate::Communicator::ranks_on_gpu(self)
+    }
+}
+
+impl<C: weft_device::caps::CapabilitySet, M: crate::comm::Mode> GpuShare for crate::DevComm<'_, C, M> {
+    fn ranks_on_gpu(&self) -> usize {
+        self.communicator().ranks_on_gpu()
+    }
+}
+
+impl GpuShare for crate::Adopted {
+    fn ranks_on_gpu(&self) -> usize {
+        std::ops::Deref::deref(self).ranks_on_gpu()
     }
 }
 

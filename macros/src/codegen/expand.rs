@@ -309,6 +309,7 @@ pub(crate) fn kernel_module(
     };
     let requirements = launcher::requirements(sig);
     let launch = launcher::launch(sig, attrs);
+    let api = super::module_api::items(sig);
     let doc = format!(
         " The generated side of the kernel [`{name_str}`](fn@{name_str}): its CUDA C++, entry points, capabilities, \
          NCCL requirements and typed launcher."
@@ -344,6 +345,7 @@ pub(crate) fn kernel_module(
             #entry_lookup
             #requirements
             #launch
+            #api
         }
     }
 }

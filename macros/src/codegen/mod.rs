@@ -17,6 +17,7 @@ pub(crate) mod cuda;
 pub(crate) mod expand;
 pub(crate) mod launcher;
 pub(crate) mod lower;
+pub(crate) mod module_api;
 pub(crate) mod types;
 pub(crate) mod usage;
 pub(crate) mod valid;

@@ -210,3 +210,30 @@ fn launching_an_uninstantiated_type_names_it() {
     assert_has(&out, r#""weft: kernel `k` has no entry point for the element type(s) `""#);
     assert_has(&out, r#""`: add them to #[kernel(types(...))] (it is instantiated for (f32), (bf16))""#);
 }
+
+#[test]
+fn modules_carry_lookup_geometry_and_compile_check_per_element_type() {
+    let generic = squeeze(expand_kernel(
+        quote!(),
+        quote! { pub fn k<T: Float>(dev: &DevComm<Lsa>, out: &mut [T], n: usize) { for i in grid_stride(n) { out[i] = T::zero(); } } },
+    ));
+    assert_has(&generic, r#"pub fn spec<T: Float + ::weft::device::Element>() -> ::weft::host::jit::KernelSpec"#);
+    assert_has(
+        &generic,
+        r#"::weft::host::jit::KernelSpec { name: NAME, source: __WEFT_SOURCE_STATIC,
+           entry_point: const { __weft_entry_point(&[<T as ::weft::device::Element>::NAME]) } }"#,
+    );
+    assert_has(&generic, r#"pub fn function<T: Float + ::weft::device::Element>(ctx:"#);
+    assert_has(&generic, r#"::weft::host::jit::function(ctx, &spec::<T>())"#);
+    assert_has(
+        &generic,
+        r#"pub fn one_wave<T: Float + ::weft::device::Element>(comm: &impl ::weft::host::launch::GpuShare,"#,
+    );
+    assert_has(&generic, r#"let function = function::<T>(stream.context())?;"#);
+    assert_has(&generic, r#"one_wave_shared(&function, stream, block, comm.ranks_on_gpu())"#);
+    assert_has(&generic, r#"pub fn compile_check(toolchain: &::weft::host::jit::Toolchain,"#);
+    let plain = squeeze(expand_kernel(quote!(), quote! { pub fn k(out: &mut [f32]) {} }));
+    assert_has(&plain, r#"pub fn spec() -> ::weft::host::jit::KernelSpec"#);
+    assert_has(&plain, r#"entry_point: ENTRY_POINTS[0]"#);
+    assert_has(&plain, r#"::weft::host::jit::function(ctx, &spec())"#);
+}
