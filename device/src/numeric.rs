@@ -169,29 +169,26 @@ macro_rules! half_float {
         impl Float for $t {
             fn from_f32(value: f32) -> Self { <$t>::from_f32(value) }
             fn to_f32(self) -> f32 { <$t>::to_f32(self) }
-            fn sqrt(self) -> Self { Self::in_f32(self, f32::sqrt) }
-            fn rsqrt(self) -> Self { Self::in_f32(self, |x| 1.0 / x.sqrt()) }
-            fn exp(self) -> Self { Self::in_f32(self, f32::exp) }
-            fn ln(self) -> Self { Self::in_f32(self, f32::ln) }
-            fn tanh(self) -> Self { Self::in_f32(self, f32::tanh) }
+            fn sqrt(self) -> Self { via_f32(self, <$t>::to_f32, <$t>::from_f32, f32::sqrt) }
+            fn rsqrt(self) -> Self { via_f32(self, <$t>::to_f32, <$t>::from_f32, |x| 1.0 / x.sqrt()) }
+            fn exp(self) -> Self { via_f32(self, <$t>::to_f32, <$t>::from_f32, f32::exp) }
+            fn ln(self) -> Self { via_f32(self, <$t>::to_f32, <$t>::from_f32, f32::ln) }
+            fn tanh(self) -> Self { via_f32(self, <$t>::to_f32, <$t>::from_f32, f32::tanh) }
             fn mul_add(self, a: Self, b: Self) -> Self {
                 <$t>::from_f32(<$t>::to_f32(self).mul_add(<$t>::to_f32(a), <$t>::to_f32(b)))
             }
             fn min(self, other: Self) -> Self { <$t>::from_f32(<$t>::to_f32(self).min(<$t>::to_f32(other))) }
             fn max(self, other: Self) -> Self { <$t>::from_f32(<$t>::to_f32(self).max(<$t>::to_f32(other))) }
-            fn abs(self) -> Self { Self::in_f32(self, f32::abs) }
-        }
-        impl InF32 for $t {
-            fn in_f32(self, f: impl Fn(f32) -> f32) -> Self { <$t>::from_f32(f(<$t>::to_f32(self))) }
+            fn abs(self) -> Self { via_f32(self, <$t>::to_f32, <$t>::from_f32, f32::abs) }
         }
     )*};
 }
-
-/// f16/bf16 arithmetic on the host: in f32, rounded once.
-trait InF32: Sized {
-    fn in_f32(self, f: impl Fn(f32) -> f32) -> Self;
-}
 half_float!(f16, bf16);
+
+/// f16/bf16 arithmetic on the host: `op` in f32, rounded once.
+fn via_f32<T>(x: T, widen: fn(T) -> f32, narrow: fn(f32) -> T, op: impl Fn(f32) -> f32) -> T {
+    narrow(op(widen(x)))
+}
 
 macro_rules! marker {
     ($tr:ident: $($t:ty),*) => {$( impl $tr for $t {} )*};

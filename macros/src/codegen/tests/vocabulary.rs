@@ -67,7 +67,8 @@ fn every_free_vocabulary_function_and_constant_is_known() {
     );
 }
 
-/// `marker!(Shuffle: f16, bf16, …)` and `float!(f32, …)` in weft-device's numeric.rs say which types implement each
+/// `marker!(Shuffle: f16, bf16, …)` and `native_float!(f32, f64)` + `half_float!(f16, bf16)` in weft-device's
+/// numeric.rs say which types implement each
 /// narrowing trait; the macro's default instantiation lists depend on the same sets.
 #[test]
 fn trait_type_sets_match_the_device_crate() {
@@ -81,7 +82,10 @@ fn trait_type_sets_match_the_device_crate() {
         let tokens: Vec<String> = m.mac.tokens.to_string().split([',', ':']).map(|t| t.trim().to_string()).collect();
         match name.as_str() {
             "marker" => found.push((tokens[0].clone(), tokens[1..].to_vec())),
-            "float" => found.push(("Float".into(), tokens.clone())),
+            "native_float" | "half_float" => match found.iter_mut().find(|(n, _)| n == "Float") {
+                Some((_, types)) => types.extend(tokens.iter().cloned()),
+                None => found.push(("Float".into(), tokens.clone())),
+            },
             _ => {}
         }
     }
