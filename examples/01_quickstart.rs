@@ -55,10 +55,10 @@ struct RankReport {
 }
 
 fn run_on_gpus() -> Result<()> {
-    let placement = common::placement()?;
+    let ranks = common::Ranks::from_env()?;
     println!("{} MB of f32 per rank", MEGABYTES);
-    let reports = weft::host::spmd(placement.devices(), &Config::new(), rank)?;
-    let nranks = reports.len();
+    let reports = ranks.run(&Config::new(), rank)?;
+    let nranks = ranks.nranks();
     println!("\nrank | weft kernel | ncclAllReduce | weft/nccl | rel. error weft | rel. error nccl");
     for r in &reports {
         println!(

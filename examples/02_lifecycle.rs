@@ -34,16 +34,15 @@ use weft::host::caps::{Lsa, LsaGin};
 
 use weft::host::placement::{shared_gpu_config, LocalGroup};
 use weft::host::{
-    Communicator, Config, DevComm, Error, MemStat, Placement, Polled, ReduceOp, Requirements, SuspendFlags, UniqueId,
-    WindowFlags,
+    Communicator, Config, DevComm, Error, MemStat, Polled, ReduceOp, Requirements, SuspendFlags, UniqueId, WindowFlags,
 };
 
 const WAIT: Duration = Duration::from_secs(120);
 
 fn main() -> Result<()> {
     println!("weft example 02 — the communicator lifecycle (typestates) on every visible GPU\n");
-    let placement = match common::gpus() {
-        Ok(_) => common::placement()?,
+    let ranks = match common::gpus() {
+        Ok(_) => common::Ranks::from_env()?,
         Err(why) => {
             println!(
                 "No GPU here: {why}.\n\nThis example is host-only (no kernels to compile). On a machine with NVIDIA GPUs \
@@ -53,6 +52,10 @@ fn main() -> Result<()> {
             );
             return Ok(());
         }
+    };
+    let placement = match &ranks {
+        common::Ranks::Local(placement) => placement.clone(),
+        common::Ranks::Launched(job) => return under_a_launcher(job),
     };
     println!("one thread per rank; NCCL is loaded at run time\n");
     // One id per communicator the ranks create together, made here and shared (a multi-process job would send
@@ -68,7 +71,13 @@ fn main() -> Result<()> {
                 let (placement, group) = (&placement, groups[rank].clone());
                 scope.spawn(move || {
                     let mut log = Vec::new();
-                    let outcome = rank_lifecycle(rank, placement, &group, ids, &mut log);
+                    let at = Place {
+                        rank,
+                        nranks: placement.nranks(),
+                        device: placement.devices()[rank],
+                        sharing: placement.ranks_on_gpu(rank),
+                    };
+                    let outcome = rank_lifecycle(at, Some(&group), ids, &mut log);
                     outcome.map(|()| log)
                 })
             })
@@ -94,6 +103,31 @@ fn main() -> Result<()> {
     }
 }
 
+/// One process of a job a launcher started: this rank's walk, with the job's id for each of its communicators in
+/// turn (NCCL's `NCCL_COMM_ID` bootstrap gives every rank the same id; one communicator at a time uses it).
+fn under_a_launcher(job: &weft::host::Job) -> Result<()> {
+    let gpus = weft::host::cuda::device_count()?;
+    let id = job.unique_id()?;
+    let at =
+        Place { rank: job.rank, nranks: job.world_size, device: job.device(gpus), sharing: job.ranks_on_gpu(gpus) };
+    let mut log = Vec::new();
+    let outcome = rank_lifecycle(at, None, (&id, &id, &id), &mut log);
+    println!("rank {}:", job.rank);
+    log.iter().for_each(|line| println!("  {line}"));
+    outcome?;
+    println!("\nthis rank went through the whole lifecycle");
+    Ok(())
+}
+
+/// Where a rank runs: its rank, the job's size, its CUDA device and how many of the job's ranks share it.
+#[derive(Clone, Copy)]
+struct Place {
+    rank: usize,
+    nranks: usize,
+    device: usize,
+    sharing: usize,
+}
+
 /// A check of this example that failed, as weft's error type.
 fn failure(what: &'static str, problem: &str) -> Error {
     Error::InvalidArgument { argument: what, problem: problem.to_owned() }
@@ -101,19 +135,22 @@ fn failure(what: &'static str, problem: &str) -> Error {
 
 /// One rank's walk through the lifecycle; `log` collects what to print.
 fn rank_lifecycle(
-    rank: usize,
-    placement: &Placement,
-    group: &Arc<LocalGroup>,
+    Place { rank, nranks, device, sharing }: Place,
+    group: Option<&Arc<LocalGroup>>,
     (blocking_id, aborted_id, nonblocking_id): (&UniqueId, &UniqueId, &UniqueId),
     log: &mut Vec<String>,
 ) -> std::result::Result<(), Error> {
-    let (nranks, device, sharing) = (placement.nranks(), placement.devices()[rank], placement.ranks_on_gpu(rank));
     // Ranks sharing a GPU cap NCCL's CTAs per kernel (what `spmd` does for them).
     let config = |name: &str| shared_gpu_config(&Config::new().comm_name(name), sharing);
+    // `sharing_gpu_in` says which ranks (threads of this process) share this GPU; a rank alone in its process says
+    // how many share it (`sharing_gpu`).
+    let start = |device: usize| match group {
+        Some(group) => Communicator::uninit(device)?.sharing_gpu_in(group),
+        None => Communicator::uninit(device)?.sharing_gpu(sharing),
+    };
 
-    // 1. Uninit -> Active, and what the communicator can do. `sharing_gpu_in` says which ranks (threads of this
-    // process) share this GPU.
-    let uninit = Communicator::uninit(device)?.sharing_gpu_in(group)?;
+    // 1. Uninit -> Active, and what the communicator can do.
+    let uninit = start(device)?;
     let comm = uninit.init(nranks, rank, blocking_id, &config("weft-lifecycle"))?;
     log.push(format!(
         "init: Communicator<Active>, rank {}/{} (NCCL {})",
@@ -227,8 +264,7 @@ fn rank_lifecycle(
     log.push("destroy: done".into());
 
     // 6. Abort: no waiting for peers, whatever state they are in.
-    let doomed =
-        Communicator::uninit(device)?.sharing_gpu(sharing)?.init(nranks, rank, aborted_id, &config("doomed"))?;
+    let doomed = start(device)?.init(nranks, rank, aborted_id, &config("doomed"))?;
     doomed.abort()?;
     log.push("abort: a second communicator aborted".into());
 

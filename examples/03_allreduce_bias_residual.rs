@@ -117,8 +117,8 @@ impl Case {
 }
 
 fn run() -> Result<()> {
-    let placement = common::placement()?;
-    let nranks = placement.nranks();
+    let ranks = common::Ranks::from_env()?;
+    let nranks = ranks.nranks();
     println!("{nranks} rank(s); computing the host references...");
     let mut references_f32 = Vec::new();
     let mut references_bf16 = Vec::new();
@@ -126,7 +126,7 @@ fn run() -> Result<()> {
         references_f32.push(reference::<f32>(nranks, rows, hidden));
         references_bf16.push(reference::<half::bf16>(nranks, rows, hidden));
     }
-    let reports = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
+    let reports = ranks.run(&Config::new(), |comm| {
         let mut cases = Vec::new();
         let ranks = Ranks::new(comm)?;
         for (s, &(rows, hidden)) in SHAPES.iter().enumerate() {
@@ -136,9 +136,9 @@ fn run() -> Result<()> {
         Ok(cases)
     })?;
 
-    let nranks = reports.len();
+    let first = ranks.first_rank();
     println!(
-        "\n{nranks} rank(s); rank 0's median times in µs (every rank's result is checked); speedup = unfused / \
+        "\n{nranks} rank(s); rank {first}'s median times in µs (every rank's result is checked); speedup = unfused / \
          the fused variant this size picks ({})\n",
         if nranks > 2 { "two-shot from 1 MB" } else { "one-shot at this rank count" }
     );
@@ -179,7 +179,8 @@ fn run() -> Result<()> {
     let failed: Vec<String> = reports
         .iter()
         .enumerate()
-        .flat_map(|(rank, cases)| {
+        .flat_map(|(index, cases)| {
+            let rank = first + index;
             cases.iter().filter(|c| !c.passed()).map(move |c| {
                 format!(
                     "rank {rank} {} {}x{}: errors {:?} (limit {})",

@@ -124,13 +124,13 @@ impl Case {
 }
 
 fn run() -> Result<()> {
-    let placement = common::placement()?;
-    let nranks = placement.nranks();
+    let ranks = common::Ranks::from_env()?;
+    let nranks = ranks.nranks();
     println!("{nranks} rank(s); computing the host references...");
     let shapes: Vec<(usize, usize)> = SHAPES.iter().map(|&(rows, hidden)| (rows_for(rows, nranks), hidden)).collect();
     let references_f32: Vec<Reference> = shapes.iter().map(|&(r, h)| reference::<f32>(nranks, r, h)).collect();
     let references_bf16: Vec<Reference> = shapes.iter().map(|&(r, h)| reference::<half::bf16>(nranks, r, h)).collect();
-    let reports = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
+    let reports = ranks.run(&Config::new(), |comm| {
         let rank = Rank::new(comm)?;
         let mut cases = Vec::new();
         for (s, &(rows, hidden)) in shapes.iter().enumerate() {
@@ -140,8 +140,8 @@ fn run() -> Result<()> {
         Ok(cases)
     })?;
 
-    let nranks = reports.len();
-    println!("\n{nranks} rank(s); rank 0's median times in µs (every rank's result is checked)\n");
+    let first = ranks.first_rank();
+    println!("\n{nranks} rank(s); rank {first}'s median times in µs (every rank's result is checked)\n");
     println!(
         "{:>5} {:>11} {:>8} | {:>9} {:>9} {:>7} | {:>10} | {:>9} {:>9} {:>9} {:>9}",
         "type",
@@ -180,7 +180,8 @@ fn run() -> Result<()> {
     let failed: Vec<String> = reports
         .iter()
         .enumerate()
-        .flat_map(|(rank, cases)| {
+        .flat_map(|(index, cases)| {
+            let rank = first + index;
             cases.iter().filter(|c| !c.passed()).map(move |c| {
                 format!(
                     "rank {rank} {} {}x{}: (out, residual_out) errors fused {:?}, unfused {:?} (limit {})",

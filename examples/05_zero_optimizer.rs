@@ -166,15 +166,15 @@ impl Case {
 }
 
 fn run() -> Result<()> {
-    let placement = common::placement()?;
-    let nranks = placement.nranks();
+    let ranks = common::Ranks::from_env()?;
+    let nranks = ranks.nranks();
     println!("{nranks} rank(s); computing the host references...");
     let hyper = Hyper::new(nranks);
     let sizes: Vec<usize> = SIZES.iter().map(|p| p.div_ceil(4 * nranks) * 4 * nranks).collect();
     let references_f32: Vec<[Vec<f64>; 3]> = sizes.iter().map(|&p| reference::<f32>(nranks, p, hyper)).collect();
     let references_bf16: Vec<[Vec<f64>; 3]> =
         sizes.iter().map(|&p| reference::<half::bf16>(nranks, p, hyper)).collect();
-    let reports = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
+    let reports = ranks.run(&Config::new(), |comm| {
         let rank = Rank::new(comm)?;
         let mut cases = Vec::new();
         for (s, &p) in sizes.iter().enumerate() {
@@ -184,8 +184,8 @@ fn run() -> Result<()> {
         Ok(cases)
     })?;
 
-    let nranks = reports.len();
-    println!("\n{nranks} rank(s); rank 0's median times in µs (every rank's result is checked)\n");
+    let first = ranks.first_rank();
+    println!("\n{nranks} rank(s); rank {first}'s median times in µs (every rank's result is checked)\n");
     println!(
         "{:>5} {:>10} | {:>9} {:>9} {:>7} | {:>10} | {:>9} {:>9} {:>9} {:>9}",
         "type", "params", "fused", "unfused", "speedup", "fused GB/s", "err par", "err state", "unf par", "unf state"
@@ -213,7 +213,8 @@ fn run() -> Result<()> {
     let failed: Vec<String> = reports
         .iter()
         .enumerate()
-        .flat_map(|(rank, cases)| {
+        .flat_map(|(index, cases)| {
+            let rank = first + index;
             cases.iter().filter(|c| !c.passed()).map(move |c| {
                 format!(
                     "rank {rank} {} {} parameters: (params, state) errors fused {:?}, unfused {:?} (limit {})",

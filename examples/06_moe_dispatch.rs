@@ -148,13 +148,13 @@ impl Case {
 }
 
 fn run() -> Result<()> {
-    let placement = common::placement()?;
-    let nranks = placement.nranks();
+    let ranks = common::Ranks::from_env()?;
+    let nranks = ranks.nranks();
     if nranks > 64 {
         return Err("this example handles at most 64 ranks".into());
     }
     println!("{nranks} rank(s), {} experts per rank", EXPERTS_PER_RANK);
-    let reports = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
+    let reports = ranks.run(&Config::new(), |comm| {
         let rank = Rank::new(comm)?;
         let mut cases = Vec::new();
         for &(tokens, hidden) in SHAPES {
@@ -164,9 +164,9 @@ fn run() -> Result<()> {
         Ok(cases)
     })?;
 
-    let nranks = reports.len();
+    let first = ranks.first_rank();
     println!(
-        "\n{nranks} rank(s); rank 0's median times in µs of dispatch + expert + combine (every rank is checked)\n"
+        "\n{nranks} rank(s); rank {first}'s median times in µs of dispatch + expert + combine (every rank is checked)\n"
     );
     println!(
         "{:>5} {:>12} {:>8} | {:>9} {:>9} {:>7} | {:>9} {:>9} {:>9} {:>9} | rank 0 receives from each rank",
@@ -194,7 +194,8 @@ fn run() -> Result<()> {
     let failed: Vec<String> = reports
         .iter()
         .enumerate()
-        .flat_map(|(rank, cases)| {
+        .flat_map(|(index, cases)| {
+            let rank = first + index;
             cases.iter().filter(|c| !c.passed()).map(move |c| {
                 format!(
                     "rank {rank} {} {}x{}: (received, combined) errors fused {:?}, unfused {:?} (limit {})",

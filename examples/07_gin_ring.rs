@@ -58,8 +58,8 @@ fn chunk_of(world_rank: usize) -> Vec<f32> {
 }
 
 fn run() -> Result<()> {
-    let placement = common::placement()?;
-    let outcomes = weft::host::spmd(placement.devices(), &Config::new(), rank)?;
+    let ranks = common::Ranks::from_env()?;
+    let outcomes = ranks.run(&Config::new(), rank)?;
     let mut failed = 0;
     for (r, outcome) in outcomes.iter().enumerate() {
         match outcome {

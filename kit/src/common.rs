@@ -11,7 +11,7 @@ use std::time::Instant;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream};
 use weft::host::jit::{self, CompileRequest, GpuArch, KernelCache, Toolchain};
-use weft::host::{Communicator, Error, LaunchConfig, Placement};
+use weft::host::{Communicator, Config, Error, Job, LaunchConfig, Placement};
 
 /// The examples' `main` result: any error, printed by the runtime, exits with status 1.
 pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -258,6 +258,69 @@ pub fn placement() -> std::result::Result<Placement, Error> {
     let placement = Placement::from_env()?;
     println!("{}", placement.describe());
     Ok(placement)
+}
+
+/// The ranks this process runs: under a launcher (torchrun, srun, mpirun: `Job::from_env`), its one rank of the job;
+/// otherwise every rank of the placement ([`placement`]) as threads. The same example binary runs both ways.
+pub enum Ranks {
+    /// One process per rank, started by a launcher.
+    Launched(Job),
+    /// Every rank in this process.
+    Local(Placement),
+}
+
+impl Ranks {
+    /// Reads the launcher's variables, else the placement; prints which.
+    pub fn from_env() -> std::result::Result<Ranks, Error> {
+        match Job::from_env()? {
+            Some(job) => {
+                println!("{job}: this process runs one rank");
+                Ok(Ranks::Launched(job))
+            }
+            None => Ok(Ranks::Local(placement()?)),
+        }
+    }
+
+    /// Ranks in the job.
+    pub fn nranks(&self) -> usize {
+        match self {
+            Ranks::Launched(job) => job.world_size,
+            Ranks::Local(placement) => placement.nranks(),
+        }
+    }
+
+    /// The rank of the first result [`Ranks::run`] returns (the others follow in order).
+    pub fn first_rank(&self) -> usize {
+        match self {
+            Ranks::Launched(job) => job.rank,
+            Ranks::Local(_) => 0,
+        }
+    }
+
+    /// Runs `body` on every rank this process runs, each with an active communicator, which is finalized and
+    /// destroyed afterwards (aborted if `body` failed); the results in rank order.
+    pub fn run<R: Send>(
+        &self,
+        config: &Config,
+        body: impl Fn(&Communicator) -> std::result::Result<R, Error> + Sync,
+    ) -> std::result::Result<Vec<R>, Error> {
+        match self {
+            Ranks::Local(placement) => weft::host::spmd(placement.devices(), config, body),
+            Ranks::Launched(job) => {
+                let comm = Communicator::from_job(job, config)?;
+                match body(&comm) {
+                    Ok(value) => {
+                        comm.finalize()?.destroy()?;
+                        Ok(vec![value])
+                    }
+                    Err(error) => {
+                        let _ = comm.abort();
+                        Err(error)
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The number of GPUs, or why there is none (no driver, or the driver sees no device).
