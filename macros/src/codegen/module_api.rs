@@ -41,7 +41,7 @@ pub(crate) fn items(sig: &Signature) -> TokenStream {
         quote!(::weft::host::launch::CudaStream),
     );
     let (context, function_ty) =
-        (quote!(::weft::cudarc::driver::CudaContext), quote!(::weft::cudarc::driver::CudaFunction));
+        (quote!(::weft::host::cudarc::driver::CudaContext), quote!(::weft::host::cudarc::driver::CudaFunction));
     let types_note = if sig.elements.is_empty() { "" } else { " for the element types given as type arguments" };
     let spec_doc = format!(" The kernel's name, source and entry point{types_note}, for the JIT's lookups.");
     let function_doc = format!(
