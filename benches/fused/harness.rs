@@ -8,10 +8,10 @@
 //! or thermal drift cannot favour one of them; every number reported is the median over all runs.
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
-use cudarc::driver::{CudaEvent, CudaFunction, CudaStream};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream};
 use weft::host::jit;
 use weft::host::{Active, Communicator, DeviceBuffer, Error, LaunchConfig};
 
@@ -178,10 +178,57 @@ impl Side {
     }
 }
 
+/// What the ranks of a run wait at between measurements, passing the largest of a value: a [`ThreadBarrier`] for
+/// ranks that are threads of this process, a [`CollectiveBarrier`] for one rank per process (under a launcher).
+pub trait Rendezvous {
+    /// Waits until every rank arrived; returns the largest `value` any of them passed. Fails if a rank failed.
+    fn wait_max(&self, value: u64) -> Result<u64>;
+
+    /// Waits until every rank arrived.
+    fn wait(&self) -> Result<()> {
+        self.wait_max(0).map(drop)
+    }
+
+    /// Releases every waiter with an error, now and from now on (threads; a process that fails leaves, and its
+    /// peers' next barrier ends in an error when [`COLLECTIVE_BARRIER_TIMEOUT`] passes).
+    fn break_all(&self) {}
+}
+
+impl CollectiveBarrier<'_> {
+    /// A barrier over `comm`, for one rank per process.
+    pub fn new(comm: &Communicator<Active>) -> Result<CollectiveBarrier<'_>> {
+        let stream = comm.context().new_stream()?;
+        let words = Mutex::new((stream.alloc_zeros::<u64>(1)?, stream.alloc_zeros::<u64>(1)?));
+        Ok(CollectiveBarrier { comm, stream, words })
+    }
+}
+
+/// How long a rank waits at a [`CollectiveBarrier`] for the others: they arrive between two measurements, seconds
+/// apart at most.
+pub const COLLECTIVE_BARRIER_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The barrier of one rank per process: an all-reduce (max) of one word on the run's communicator.
+pub struct CollectiveBarrier<'a> {
+    comm: &'a Communicator<Active>,
+    stream: Arc<CudaStream>,
+    words: Mutex<(CudaSlice<u64>, CudaSlice<u64>)>,
+}
+
+impl Rendezvous for CollectiveBarrier<'_> {
+    fn wait_max(&self, value: u64) -> Result<u64> {
+        let mut words = self.words.lock().unwrap_or_else(PoisonError::into_inner);
+        let (send, recv) = &mut *words;
+        self.stream.memcpy_htod(&[value], send)?;
+        self.comm.all_reduce(&*send, recv, weft::host::ReduceOp::Max, &self.stream)?;
+        self.comm.wait(&self.stream, COLLECTIVE_BARRIER_TIMEOUT)?;
+        Ok(self.stream.clone_dtoh(&*recv)?[0])
+    }
+}
+
 /// A barrier for the rank threads of one process that also agrees on a number (the largest any rank
 /// offers), and that a failing rank can break so the others stop waiting for it.
 #[derive(Debug)]
-pub struct RankBarrier {
+pub struct ThreadBarrier {
     ranks: usize,
     state: Mutex<BarrierState>,
     changed: Condvar,
@@ -196,15 +243,16 @@ struct BarrierState {
     broken: bool,
 }
 
-impl RankBarrier {
+impl ThreadBarrier {
     /// A barrier for `ranks` threads.
-    pub fn new(ranks: usize) -> RankBarrier {
-        RankBarrier { ranks, state: Mutex::new(BarrierState::default()), changed: Condvar::new() }
+    pub fn new(ranks: usize) -> ThreadBarrier {
+        ThreadBarrier { ranks, state: Mutex::new(BarrierState::default()), changed: Condvar::new() }
     }
+}
 
-    /// Waits until every rank arrived; returns the largest `value` any of them passed. Fails if a rank broke
-    /// the barrier (it failed and will not arrive).
-    pub fn wait_max(&self, value: u64) -> Result<u64> {
+impl Rendezvous for ThreadBarrier {
+    /// Fails if a rank broke the barrier (it failed and will not arrive).
+    fn wait_max(&self, value: u64) -> Result<u64> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.broken {
             return Err(bench_error("another rank failed; this one stops too"));
@@ -228,13 +276,7 @@ impl RankBarrier {
         Ok(state.released_max)
     }
 
-    /// Waits until every rank arrived.
-    pub fn wait(&self) -> Result<()> {
-        self.wait_max(0).map(drop)
-    }
-
-    /// Releases every waiter with an error, now and from now on.
-    pub fn break_all(&self) {
+    fn break_all(&self) {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).broken = true;
         self.changed.notify_all();
     }
@@ -242,7 +284,12 @@ impl RankBarrier {
 
 /// Runs both sides on set 0 with fresh inputs of `draw` and returns their relative errors (the worst over the
 /// outputs) against the host reference. Inputs are refilled and outputs poisoned before each side.
-pub fn check(instance: &mut dyn Instance, stream: &CudaStream, barrier: &RankBarrier, draw: u64) -> Result<[f64; 2]> {
+pub fn check(
+    instance: &mut dyn Instance,
+    stream: &CudaStream,
+    barrier: &dyn Rendezvous,
+    draw: u64,
+) -> Result<[f64; 2]> {
     let reference = instance.reference(draw);
     let mut errors = [f64::INFINITY; 2];
     for (error, side) in errors.iter_mut().zip([Side::Fused, Side::Unfused]) {
@@ -306,7 +353,7 @@ impl Timer {
         count: usize,
         first: usize,
         sets: usize,
-        barrier: &RankBarrier,
+        barrier: &dyn Rendezvous,
     ) -> Result<Vec<f64>> {
         let count = count.min(self.events.len());
         let slot = side as usize;
@@ -335,7 +382,7 @@ impl Timer {
         sets: usize,
         warmup: usize,
         iterations: usize,
-        barrier: &RankBarrier,
+        barrier: &dyn Rendezvous,
     ) -> Result<(Vec<f64>, Vec<f64>)> {
         for side in [Side::Fused, Side::Unfused] {
             let mut done = 0;
@@ -362,7 +409,7 @@ pub fn run_rank(
     comm: &Communicator<Active>,
     options: &Options,
     cases: &[&dyn Case],
-    barrier: &RankBarrier,
+    barrier: &dyn Rendezvous,
     done: &(dyn Fn(usize, &Row) + Sync),
 ) -> Result<Vec<Row>> {
     let result = measure_all(comm, options, cases, barrier, done);
@@ -376,7 +423,7 @@ fn measure_all(
     comm: &Communicator<Active>,
     options: &Options,
     cases: &[&dyn Case],
-    barrier: &RankBarrier,
+    barrier: &dyn Rendezvous,
     done: &(dyn Fn(usize, &Row) + Sync),
 ) -> Result<Vec<Row>> {
     let stream = comm.context().new_stream()?;

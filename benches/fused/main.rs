@@ -23,9 +23,10 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use weft::host::jit::{CompileRequest, GpuArch, KernelCache, Toolchain};
 
-use crate::harness::{Case, RankBarrier};
+use crate::harness::{Case, CollectiveBarrier, ThreadBarrier};
 use crate::options::{format_size, Options};
 use crate::report::Row;
+use weft_kit::common::Ranks;
 
 fn main() -> ExitCode {
     let options = match Options::from_env() {
@@ -54,14 +55,15 @@ fn main() -> ExitCode {
         Ok(_) => return without_gpu("the CUDA driver reports no GPU", &options, &selected),
         Err(error) => return without_gpu(&error.to_string(), &options, &selected),
     };
-    let placement = match weft::host::Placement::from_env() {
-        Ok(placement) => placement,
+    // One process over the GPUs (WEFT_RANKS), or one rank per process under torchrun / srun / mpirun.
+    let ranks = match weft_kit::common::Ranks::from_env() {
+        Ok(ranks) => ranks,
         Err(error) => {
             eprintln!("fused bench: {error}");
             return ExitCode::FAILURE;
         }
     };
-    match measure(&placement, &options, &selected) {
+    match measure(&ranks, &options, &selected) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("fused bench: {error}");
@@ -153,21 +155,25 @@ fn print_pending() {
 
 type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-fn measure(placement: &weft::host::Placement, options: &Options, cases: &[&dyn Case]) -> AnyResult<ExitCode> {
-    let (nranks, ranks_per_gpu) = (placement.nranks(), placement.max_ranks_per_gpu());
+fn measure(ranks: &Ranks, options: &Options, cases: &[&dyn Case]) -> AnyResult<ExitCode> {
+    let gpus = weft::host::cuda::device_count()?;
+    let (nranks, ranks_per_gpu) = match ranks {
+        Ranks::Local(placement) => (placement.nranks(), placement.max_ranks_per_gpu()),
+        Ranks::Launched(job) => (job.world_size, job.ranks_on_gpu(gpus)),
+    };
     // The toolchain and library first: a missing nvcc or mismatched NCCL headers fail here, with the fix,
     // before any communicator exists.
     let nccl = weft::host::sys::library()?.version().to_string();
     let nvcc = weft::host::jit::toolchain()?.nvcc_release().to_string();
     let gpu = cudarc::driver::CudaContext::new(0)?.name()?;
-    let ranks = match (nranks, ranks_per_gpu) {
+    let layout = match (nranks, ranks_per_gpu) {
         (1, _) => "1 rank".to_string(),
         (n, 1) => format!("{n} ranks, one per GPU"),
         (n, per) => {
             format!("{n} ranks, {per} per GPU (shared-GPU proxy: protocol and synchronisation cost, not NVLink)")
         }
     };
-    let machine = format!("{gpu}, NCCL {nccl}, {ranks}");
+    let machine = format!("{gpu}, NCCL {nccl}, {layout}");
     println!("weft fused-kernel benchmark: {machine}, nvcc {nvcc}");
     print_plan(options, cases);
 
@@ -200,12 +206,25 @@ fn measure(placement: &weft::host::Placement, options: &Options, cases: &[&dyn C
         bar.inc(1);
     };
 
-    let barrier = RankBarrier::new(nranks);
-    let per_rank = weft::host::spmd(placement.devices(), &weft::host::Config::new(), |comm| {
-        harness::run_rank(comm, options, cases, &barrier, &on_row)
-    });
+    let per_rank = match ranks {
+        Ranks::Local(placement) => {
+            let barrier = ThreadBarrier::new(nranks);
+            weft::host::spmd(placement.devices(), &weft::host::Config::new(), |comm| {
+                harness::run_rank(comm, options, cases, &barrier, &on_row)
+            })
+        }
+        Ranks::Launched(_) => ranks.run(&weft::host::Config::new(), |comm| {
+            let barrier = CollectiveBarrier::new(comm)?;
+            harness::run_rank(comm, options, cases, &barrier, &on_row)
+        }),
+    };
     bar.finish_and_clear();
     let rows = report::merge_ranks(per_rank?);
+    if ranks.first_rank() != 0 {
+        // Under a launcher every process measured its own rank; rank 0 reports (and writes the files).
+        println!("rank {}: measured; rank 0 prints the table", ranks.first_rank());
+        return Ok(if rows.iter().all(Row::passed) { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
 
     let limit_gbps = options.limit_for(nranks, ranks_per_gpu);
     println!("\n{}", report::table(&rows, limit_gbps));
