@@ -304,6 +304,14 @@ impl Ranks {
         config: &Config,
         body: impl Fn(&Communicator) -> std::result::Result<R, Error> + Sync,
     ) -> std::result::Result<Vec<R>, Error> {
+        // Rank 0 says how the job is laid out: the LSA team (the ranks that reach each other's memory by load and
+        // store: an NVLink domain, or one GPU's ranks), how many teams, and what GIN the network offers.
+        let body = |comm: &Communicator| {
+            if comm.rank() == 0 {
+                println!("layout: {}", comm.properties()?);
+            }
+            body(comm)
+        };
         match self {
             Ranks::Local(placement) => weft::host::spmd(placement.devices(), config, body),
             Ranks::Launched(job) => {
