@@ -2,8 +2,9 @@
 //! packing, and the launch itself.
 //!
 //! `#[weft::kernel]` launchers fill a [`KernelArgs`] in the kernel's parameter order (from the sealed
-//! [`KernelSlice`], [`KernelSliceMut`] and [`KernelWindow`] buffers only) and call [`KernelArgs::launch`], which
-//! checks the arguments against the compiled kernel's parameter list. Hand-written CUDA is launched with an [`ArgBuffer`] and [`launch_raw`] (`unsafe`).
+//! [`KernelSlice`], [`KernelSliceMut`] and [`KernelWindow`] buffers only), check the kernel's bounds
+//! ([`bounds`]) and call [`KernelArgs::launch`], which checks the arguments against the compiled kernel's
+//! parameter list. Hand-written CUDA is launched with an [`ArgBuffer`] and [`launch_raw`] (`unsafe`).
 
 use std::ffi::c_void;
 use std::fmt;
@@ -14,6 +15,7 @@ use cudarc::driver::{result as driver, CudaFunction, DevicePtr, DevicePtrMut, Sy
 
 use crate::error::{Error, Result};
 
+pub mod bounds;
 mod buffers;
 mod kernel_args;
 mod params;
