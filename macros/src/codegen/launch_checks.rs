@@ -36,8 +36,9 @@ fn team_lookups(sig: &Signature, teams: &[TeamKind]) -> TokenStream {
             (Some(dev), TeamKind::World, _) => quote!(#bounds::world_team(#dev)?),
             (Some(dev), TeamKind::Rail, _) => quote!(#bounds::rail_team(#dev)?),
             (None, TeamKind::Lsa, Some(w)) => quote!(#bounds::window_lsa_team(#w)?),
-            // The analysis leaves such accesses unproven, and `len(…)` rules naming them are refused.
-            _ => quote!((#bounds::Interval::EMPTY, #bounds::Interval::EMPTY)),
+            // Unreachable: the analysis leaves such accesses unproven, and `len(…)` rules naming them are refused.
+            // Any value at all, should it ever be read.
+            _ => quote!((#bounds::Interval::top(32), #bounds::Interval::top(32))),
         };
         quote!(let #var: (#bounds::Interval, #bounds::Interval) = #value;)
     });

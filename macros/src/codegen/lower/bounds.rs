@@ -110,7 +110,17 @@ impl Lowerer<'_> {
     }
 
     pub(crate) fn atom(&mut self, atom: Atom) -> NodeId {
-        let host = self.on_host() || matches!(atom, Atom::Const(_));
+        let host = match &atom {
+            Atom::Const(_) => true,
+            // The host reads team values from the device communicator (the LSA team also from a window's).
+            Atom::TeamSize(team) | Atom::TeamRank(team) => {
+                let has = |f: fn(&ParamKind) -> bool| self.sig.params.iter().any(|p| f(&p.kind));
+                self.on_host()
+                    && (has(|k| matches!(k, ParamKind::DevComm { .. }))
+                        || (*team == TeamKind::Lsa && has(|k| matches!(k, ParamKind::Window { .. }))))
+            }
+            _ => self.on_host(),
+        };
         self.bounds.atom(atom, host)
     }
 
@@ -162,6 +172,17 @@ impl Lowerer<'_> {
         for b in parts {
             finder.visit_block(b);
         }
+        self.forget_found(finder, conditions);
+    }
+
+    /// [`Self::forget_assigned`] for the locals an expression assigns (a `while` condition, an `if` value).
+    pub(crate) fn forget_assigned_in(&mut self, e: &Expr) {
+        let mut finder = Assigned::default();
+        finder.visit_expr(e);
+        self.forget_found(finder, &[]);
+    }
+
+    fn forget_found(&mut self, finder: Assigned, conditions: &[&Expr]) {
         for (name, sources) in finder.found {
             let Some(id) = self.lookup(&name) else { continue };
             let mut m = Mentions::default();
@@ -177,12 +198,6 @@ impl Lowerer<'_> {
             };
             self.set_local_shape(id, shape);
         }
-    }
-
-    /// [`Self::forget_assigned`] for the locals an expression assigns (a `while` condition).
-    pub(crate) fn forget_assigned_in(&mut self, e: &Expr) {
-        let block: syn::Block = syn::parse_quote!({ #e; });
-        self.forget_assigned([&block], &[]);
     }
 
     /// `target = value` (`value: None` for `+=` and the like): what the local holds from here on.

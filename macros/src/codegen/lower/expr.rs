@@ -129,7 +129,14 @@ impl Lowerer<'_> {
             Expr::Reference(r) => match &*r.expr {
                 Expr::Index(i) if matches!(&*i.index, Expr::Range(_)) => self.subslice(i),
                 // R13: C++ binds references implicitly.
-                inner => self.expr(inner),
+                inner => {
+                    let v = self.expr(inner);
+                    // `&mut x` lends `x` to a callee (a device fn, an atomic) that may change it.
+                    if r.mutability.is_some() {
+                        self.assigned(inner, None);
+                    }
+                    v
+                }
             },
             Expr::Return(_)
             | Expr::Break(_)
@@ -203,6 +210,8 @@ impl Lowerer<'_> {
                 let depth = self.enter_guards(guards, narrowed);
                 let rhs = self.expr(&b.right);
                 self.leave_guards(depth);
+                // What `b` assigns, it assigns only sometimes.
+                self.forget_assigned_in(&b.right);
                 rhs
             }
             _ => self.expr(&b.right),
@@ -422,6 +431,8 @@ impl Lowerer<'_> {
             None => Val::new(Code::text("(void)0"), Ty::Unit),
         };
         self.leave_guards(depth);
+        // What one branch assigns, the other may not.
+        self.forget_assigned_in(&Expr::If(i.clone()));
         self.unify(&then.ty, &els.ty);
         let ty = if matches!(then.ty, Ty::Unknown | Ty::Unit) { els.ty.clone() } else { then.ty.clone() };
         let mut code = cond.operand();

@@ -130,6 +130,7 @@ impl Lowerer<'_> {
             };
             arms.push((cond, value));
         }
+        self.forget_assigned_in(&Expr::Match(m.clone()));
         let mut code = Code::new();
         let n = arms.len();
         for (i, (cond, value)) in arms.into_iter().enumerate() {

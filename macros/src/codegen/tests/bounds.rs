@@ -318,3 +318,50 @@ fn the_repository_kernels_check_on_the_device_only_what_cannot_be_proven() {
     assert!(of("moe_combine").contains(&"row.load_pack(from + c)".to_string()));
     assert!(!of("gin_ring_allgather").is_empty());
 }
+
+#[test]
+fn a_local_changed_where_the_analysis_cannot_see_is_no_longer_trusted() {
+    // Lent as `&mut` to an atomic, assigned in one branch of an `if` value or on the right of `&&`: each time the
+    // local's value afterwards is not the one it had, so its accesses are checked on the device.
+    assert_decisions(
+        quote!(),
+        quote! {
+            fn k(out: &mut [u32], flag: &[u32], n: usize) {
+                let mut i: u32 = 0;
+                atomic_add(&mut i, 5, Scope::Device);
+                out[i as usize] = 1;
+                let mut j: usize = 0;
+                let _ = if flag[0] > 0 { j = n + 100; 1u32 } else { 0u32 };
+                out[j] = 2;
+                let mut k: usize = 0;
+                if flag[1] > 0 && { k = n + 100; true } {
+                    out[0] = 3;
+                }
+                out[k] = 4;
+            }
+        },
+        &[
+            ("out[i as usize]", OnDevice),
+            ("flag[0]", AtLaunch),
+            ("out[j]", OnDevice),
+            ("flag[1]", AtLaunch),
+            ("out[0]", AtLaunch),
+            ("out[k]", OnDevice),
+        ],
+    );
+}
+
+#[test]
+fn an_if_value_inside_a_comparison_does_not_stop_the_analysis() {
+    // Found by the fuzzer: re-reading an expression as a statement (`{ if … {} == x; }`) does not parse.
+    let errors = kernel_errors(
+        quote!(),
+        quote! {
+            fn k(out: &mut [u32], a: u32, b: u32) {
+                let mut m: u32 = 0;
+                out[0] = (if a > b { m = 1; a } else { b } == m) as u32;
+            }
+        },
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+}
