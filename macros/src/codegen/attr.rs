@@ -10,6 +10,8 @@
 //!                                                parameters, team sizes and ranks, and literals)
 //! #[kernel(launch_bounds(512, 3))]               `__launch_bounds__`: at most 512 threads per block, and
 //!                                                registers for at least 3 blocks per SM
+//! #[kernel(no_device_checks)]                    every access must be proven in bounds: one `launch` would check
+//!                                                on the device is an error
 //! ```
 
 use proc_macro2::{Span, TokenStream};
@@ -88,6 +90,8 @@ impl LenExpr {
 #[derive(Debug, Default)]
 pub(crate) struct Attributes {
     pub(crate) debug: bool,
+    /// `no_device_checks`: an access the bounds analysis cannot prove is an error, not a device check.
+    pub(crate) no_device_checks: bool,
     pub(crate) types: Vec<TypeList>,
     pub(crate) declared: Vec<(Resource, Declared, Span)>,
     pub(crate) len_checks: Vec<LenCheck>,
@@ -170,6 +174,10 @@ fn parse_argument(kind: AttrKind, tokens: TokenStream, attrs: &mut Attributes, c
                 attrs.debug = true;
                 Ok(())
             }
+            "no_device_checks" if kind == AttrKind::Kernel => {
+                attrs.no_device_checks = true;
+                Ok(())
+            }
             "types" if kind == AttrKind::Kernel => {
                 let content;
                 syn::parenthesized!(content in meta.input);
@@ -211,7 +219,7 @@ fn parse_argument(kind: AttrKind, tokens: TokenStream, attrs: &mut Attributes, c
                 }
                 None => {
                     let known = match kind {
-                        AttrKind::Kernel => "`types(…)`, `debug`, `len(…)`, `launch_bounds(…)`",
+                        AttrKind::Kernel => "`types(…)`, `debug`, `len(…)`, `launch_bounds(…)`, `no_device_checks`",
                         AttrKind::DeviceFn => "`debug`",
                     };
                     Err(meta.error(format!(

@@ -236,6 +236,8 @@ pub(crate) struct Site {
     /// The access as written.
     pub(crate) access: String,
     pub(crate) line: u32,
+    /// The access's tokens, for errors spanned on it.
+    pub(crate) tokens: proc_macro2::TokenStream,
     pub(crate) index: Option<NodeId>,
     pub(crate) end: Option<NodeId>,
     pub(crate) len: Option<NodeId>,
@@ -551,6 +553,21 @@ impl Bounds {
             Node::Cast(a, _) => self.below(*a, limit),
             _ => false,
         }
+    }
+
+    /// Why a site is checked on the device, for the error of `#[kernel(no_device_checks)]`.
+    pub(crate) fn why_unproven(&self, site: &Site) -> &'static str {
+        let nodes = [site.index, site.len];
+        if nodes.iter().any(Option::is_none) || (site.kind == SiteKind::Range && site.end.is_none()) {
+            return "weft cannot follow its index or its buffer's length (a value read from memory, returned by a \
+                    device fn, signed, or of a local assigned where weft cannot see)";
+        }
+        if !site.context_exact {
+            return "a condition around it hides which indices it reaches (one weft cannot follow, or on a value that \
+                    moves with the index)";
+        }
+        "its index's largest value is not one weft can compute exactly (a `%`, `step_by`, a join of two branches, or \
+         two variables that move together such as `warp * 64 + lane`)"
     }
 
     /// The sites checked on the device, for the launcher's docs.

@@ -229,8 +229,24 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
         }
     };
     let (checked_body, unchecked_body) = (body(true), body(false));
+    // `no_device_checks` covers the device fns the kernel calls too: their usage is known only to rustc. (The body's
+    // own unproven accesses are errors already, each at its access.)
+    let callees_proven = if attrs.no_device_checks && bounds.unproven().next().is_none() {
+        let message = format!(
+            "weft: kernel `{}` has #[kernel(no_device_checks)], but a device fn it calls has accesses checked on the \
+             device (their lengths are the caller's): index them within the kernel, or drop `no_device_checks`",
+            sig.ident
+        );
+        quote!(
+            const _: () = ::core::assert!(!(#device_checks), #message);
+        )
+    } else {
+        TokenStream::new()
+    };
     let (launch_doc, unchecked_doc) = docs(sig, bounds, &stream);
     quote! {
+        #callees_proven
+
         #[doc = #launch_doc]
         #[allow(clippy::too_many_arguments, unused_variables)]
         pub fn launch<#(#generics),*>(

@@ -87,20 +87,29 @@ fn width_of_ty(ty: &Ty) -> Option<Width> {
     }
 }
 
-/// `x` as source text, for messages (`x.lsa(peer)[i]`).
-pub(crate) fn source_text<T: ToTokens + syn::spanned::Spanned>(node: &T) -> String {
-    if let Some(text) = node.span().source_text() {
-        if !text.contains('\n') {
-            return text;
-        }
-    }
+/// `x` as source text, for messages (`x.lsa(peer)[i]`): from its tokens, since a span covers only the first token
+/// on stable Rust.
+pub(crate) fn source_text<T: ToTokens>(node: &T) -> String {
     let mut text = node.to_token_stream().to_string();
-    for (from, to) in
-        [(" [", "["), ("[ ", "["), (" ]", "]"), (" (", "("), ("( ", "("), (" )", ")"), (" . ", "."), (" .. ", "..")]
-    {
+    for (from, to) in [
+        (" [", "["),
+        ("[ ", "["),
+        (" ]", "]"),
+        (" (", "("),
+        ("( ", "("),
+        (" )", ")"),
+        (" . ", "."),
+        (" .. ", ".."),
+        (" ,", ","),
+        (" ::", "::"),
+        (":: ", "::"),
+        ("& ", "&"),
+        ("< ", "<"),
+        (" >", ">"),
+    ] {
         text = text.replace(from, to);
     }
-    text.replace(" ,", ",").replace(" ::", "::").replace(":: ", "::")
+    text
 }
 
 impl Lowerer<'_> {
@@ -665,7 +674,7 @@ impl Lowerer<'_> {
 
     /// Records an access; the lowering emits it through [`super::code::Code::site`].
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn site<T: ToTokens + syn::spanned::Spanned>(
+    pub(crate) fn site<T: ToTokens>(
         &mut self,
         node: &T,
         kind: SiteKind,
@@ -694,6 +703,7 @@ impl Lowerer<'_> {
             parameter,
             access: source_text(node),
             line: u32::try_from(super::line_of(node)).unwrap_or(0),
+            tokens: node.to_token_stream(),
             index,
             end,
             len,

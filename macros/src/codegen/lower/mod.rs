@@ -353,6 +353,21 @@ impl<'a> Lowerer<'a> {
             (0..self.bounds.sites.len()).filter(|&i| self.bounds.decision(i) == Decision::OnDevice).collect();
         self.usage.device_checks |= !on_device.is_empty();
         self.check_peer_sites(&on_device);
+        if self.attrs.no_device_checks && self.sig.kind == FnKind::Kernel {
+            for &i in &on_device {
+                let site = &self.bounds.sites[i];
+                self.cx.error_spanned_by(
+                    &site.tokens,
+                    format!(
+                        "`{}` would be checked on the device, which #[kernel(no_device_checks)] forbids: {}; index \
+                         it with a loop variable over a parameter (`for i in grid_stride(n)`), narrow it where it is \
+                         used (`if i < x.len()`), or drop `no_device_checks` (docs/macro.md, \"Bounds\")",
+                        site.access,
+                        self.bounds.why_unproven(site)
+                    ),
+                );
+            }
+        }
     }
 
     fn render(&self) -> String {

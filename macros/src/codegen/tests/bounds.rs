@@ -365,3 +365,35 @@ fn an_if_value_inside_a_comparison_does_not_stop_the_analysis() {
     );
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+#[test]
+fn no_device_checks_makes_an_unproven_access_an_error_at_the_access() {
+    let errors = kernel_errors(
+        quote!(no_device_checks),
+        quote! {
+            fn gather(x: &[f32], idx: &[u32], out: &mut [f32], n: usize) {
+                for i in grid_stride(n) {
+                    out[i] = x[idx[i] as usize];
+                }
+            }
+        },
+    );
+    assert_one_error(&errors, "`x[idx[i] as usize]` would be checked on the device, which #[kernel(no_device_checks)]");
+    assert!(errors[0].contains("weft cannot follow its index"), "{}", errors[0]);
+    // A kernel whose accesses are all proven is fine with it.
+    kernel_analysis(
+        quote!(no_device_checks),
+        quote! {
+            fn copy(x: &[f32], out: &mut [f32], n: usize) {
+                for i in grid_stride(n) {
+                    out[i] = x[i];
+                }
+            }
+        },
+    );
+    // Device fns have no launch of their own.
+    assert_one_error(
+        &device_fn_errors(quote!(no_device_checks), quote! { fn f(x: &[f32]) -> f32 { x[0] } }),
+        "unknown argument `no_device_checks`",
+    );
+}
