@@ -1,12 +1,13 @@
 //! Every kernel in tests/ and examples/ is generated and compiled with nvcc to an sm_90 cubin against each
 //! NCCL release's headers in `WEFT_CODEGEN_NCCL_INCLUDES` (`cargo xtask test` sets it to 2.28.9 and 2.32.3), in
-//! both forms a launch may pick (16-byte-aligned arguments, any arguments; docs/kernel-abi.md); so is the
-//! hand-written CUDA of tests/cuda/.
+//! both forms a launch may pick (16-byte-aligned arguments, any arguments; docs/kernel-abi.md), and a kernel with
+//! accesses checked on the device also in the form with those checks (`WEFT_BOUNDS_CHECKS`, docs/macro.md); so is
+//! the hand-written CUDA of tests/cuda/.
 
 use weft_kit::kernels as example_kernels;
 use weft_kit::test_kernels as kernels;
 
-use weft::host::jit::{ArgAlignment, CompileRequest, GpuArch, KernelCache, Toolchain};
+use weft::host::jit::{ArgAlignment, BoundsChecks, CompileRequest, GpuArch, KernelCache, Toolchain};
 
 /// CUDA C++ written by hand against `weft.cuh` (GPU tests that need what the Rust vocabulary does not offer).
 const HAND_WRITTEN: &[(&str, &str)] = &[("phantom_peer_wait", include_str!("cuda/phantom_peer_wait.cu"))];
@@ -42,25 +43,45 @@ fn every_kernel_compiles_for_sm90_against_each_nccl_release() {
     for (version, include) in &sets {
         let toolchain = Toolchain::from_paths(&nvcc, include, None).unwrap();
         assert_eq!(toolchain.nccl_version.to_string(), *version, "{include} holds another NCCL release");
-        // One thread per form: two nvcc processes at a time.
+        // One thread per alignment form: two nvcc processes at a time.
         compiled += std::thread::scope(|scope| {
             let forms = [ArgAlignment::Aligned16, ArgAlignment::Any].map(|form| {
                 let (toolchain, cache, all) = (&toolchain, &cache, &all);
                 scope.spawn(move || {
+                    let mut compiled = 0;
                     for (name, source) in all {
-                        let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90)
-                            .with_flags(form.flags());
-                        let kernel = cache.get_or_compile(toolchain, &request).unwrap_or_else(|e| {
-                            panic!("`{name}` ({form:?}) does not compile against NCCL {version}: {e}")
-                        });
-                        assert!(kernel.cubin.len() > 1000, "`{name}`: a {}-byte cubin", kernel.cubin.len());
+                        // The checked form differs only where the source has a checked access.
+                        let checks: &[BoundsChecks] = if has_device_checks(source) && form == ArgAlignment::Aligned16 {
+                            &[BoundsChecks::Off, BoundsChecks::On]
+                        } else {
+                            &[BoundsChecks::Off]
+                        };
+                        for &check in checks {
+                            let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90)
+                                .with_flags(form.flags_with(check));
+                            let kernel = cache.get_or_compile(toolchain, &request).unwrap_or_else(|e| {
+                                panic!("`{name}` ({form:?}, {check:?}) does not compile against NCCL {version}: {e}")
+                            });
+                            assert!(kernel.cubin.len() > 1000, "`{name}`: a {}-byte cubin", kernel.cubin.len());
+                            compiled += 1;
+                        }
                     }
-                    all.len()
+                    compiled
                 })
             });
             forms.into_iter().map(|form| form.join().unwrap()).sum::<usize>()
         });
     }
-    println!("{compiled} kernels x NCCL releases x argument forms compiled");
-    assert_eq!(compiled, all.len() * sets.len() * 2);
+    let checked = all.iter().filter(|(_, source)| has_device_checks(source)).count();
+    println!("{compiled} kernels x NCCL releases x argument forms (+ {checked} with device checks) compiled");
+    assert!(checked > 0, "some kernel (the MoE kernels, `gather`) has accesses checked on the device");
+    assert_eq!(compiled, (all.len() * 2 + checked) * sets.len());
+}
+
+/// Whether a kernel's C++ has an access the macro emitted through a `weft::detail::*_at` check.
+fn has_device_checks(source: &str) -> bool {
+    source.match_indices("weft::detail::").any(|(at, _)| {
+        let rest = &source[at + "weft::detail::".len()..];
+        rest.split(['(', '<']).next().is_some_and(|name| name.ends_with("_at") || name == "at")
+    })
 }

@@ -52,6 +52,14 @@
 #define WEFT_ALIGNED_ARGS 0
 #endif
 
+// Bounds (docs/macro.md, "Bounds"): the macro emits each access it could not prove in bounds through a
+// weft::detail::*_at function (end of this file). With WEFT_BOUNDS_CHECKS=1 (the form a kernel's checked `launch`
+// runs) those check the access and stop the kernel with a trap if it falls outside; without it (`launch_unchecked`)
+// they are the plain access. Proven accesses never go through them.
+#ifndef WEFT_BOUNDS_CHECKS
+#define WEFT_BOUNDS_CHECKS 0
+#endif
+
 #define WEFT_FN __device__ __forceinline__
 
 namespace weft {
@@ -1714,5 +1722,194 @@ WEFT_FN void DevComm::multimem_reduce_sum_copy(Co coop, Window<T> const& src, Wi
     static_assert(detail::always_false<T>::value, WEFT_MULTIMEM_STORE_16_MESSAGE);
   }
 }
+
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// Checked accesses (see WEFT_BOUNDS_CHECKS above). Each takes the access's operands and the Rust line it was written
+// on; a failed check prints them and traps, the kernel's equivalent of a Rust panic on an out-of-bounds index.
+
+namespace detail {
+
+__device__ __noinline__ inline void out_of_bounds(unsigned line, unsigned long long index, unsigned long long limit) {
+  printf("weft: out-of-bounds access at line %u of the kernel's source: %llu is not below %llu\n", line, index, limit);
+  __trap();
+}
+
+// `index < limit`, or trap.
+WEFT_FN void check_below(size_t index, size_t limit, unsigned line) {
+#if WEFT_BOUNDS_CHECKS
+  if (__builtin_expect(!(index < limit), 0)) out_of_bounds(line, index, limit);
+#else
+  (void)index;
+  (void)limit;
+  (void)line;
+#endif
+}
+
+// `x[i]` on a slice, view or shared array (a reference, so it can be assigned and passed to atomics).
+template <class C>
+WEFT_FN decltype(auto) at(C&& c, size_t i, unsigned line) {
+  check_below(i, c.len(), line);
+  return c[i];
+}
+
+// Packs: pack `p` covers elements `p * LANES .. (p + 1) * LANES`.
+template <class C>
+WEFT_FN auto load_pack_at(C const& c, size_t p, unsigned line) {
+  using P = decltype(c.load_pack(p));
+  check_below(p, c.len() / P::LANES, line);
+  return c.load_pack(p);
+}
+template <class C, class P>
+WEFT_FN void store_pack_at(C const& c, size_t p, P const& value, unsigned line) {
+  check_below(p, c.len() / P::LANES, line);
+  c.store_pack(p, value);
+}
+template <class U, class C>
+WEFT_FN WidePack<U> load_wide_at(C const& c, size_t p, unsigned line) {
+  check_below(p, c.len() / WidePack<U>::LANES, line);
+  return c.template load_wide<U>(p);
+}
+template <class C, class U>
+WEFT_FN void store_wide_at(C const& c, size_t p, WidePack<U> const& value, unsigned line) {
+  check_below(p, c.len() / WidePack<U>::LANES, line);
+  c.store_wide(p, value);
+}
+
+// `&x[a..b]`: `a <= b <= len`.
+template <class C>
+WEFT_FN auto subslice_at(C const& c, size_t start, size_t end, unsigned line) {
+  check_below(end, c.len() + 1, line);
+  check_below(start, end + 1, line);
+  return c.subslice(start, end);
+}
+
+// A window's views: the peer within its team.
+template <class T>
+WEFT_FN View<T> lsa_at(Window<T> const& w, uint32_t peer, unsigned line, DevComm const& dev) {
+  check_below(peer, dev.lsa_size(), line);
+  return w.lsa(peer);
+}
+template <class T>
+WEFT_FN View<T> peer_at(Window<T> const& w, Team team, uint32_t peer, unsigned line) {
+  check_below(peer, team.nranks, line);
+  return w.peer(team, peer);
+}
+
+// A pack's lane.
+template <class P>
+WEFT_FN auto lane_at(P const& pack, size_t k, unsigned line) {
+  check_below(k, P::LANES, line);
+  return pack.lane(k);
+}
+
+// Multimem views.
+template <class T>
+WEFT_FN T load_reduce_sum_at(MultimemView<T> const& v, size_t i, unsigned line) {
+  check_below(i, v.len(), line);
+  return v.load_reduce_sum(i);
+}
+template <class T, class V>
+WEFT_FN void reduce_add_at(MultimemView<T> const& v, size_t i, V value, unsigned line) {
+  check_below(i, v.len(), line);
+  v.reduce_add(i, value);
+}
+template <class T, class V>
+WEFT_FN void store_at(MultimemView<T> const& v, size_t i, V value, unsigned line) {
+  check_below(i, v.len(), line);
+  v.store(i, value);
+}
+
+// GIN: the peer within the team, and `count` elements within both windows.
+template <class T, class R, class L, class Co>
+WEFT_FN void put_at(GinSession const& gin, Team team, uint32_t peer, Window<T> const& dst, Window<T> const& src,
+                    size_t count, R remote, L local, Co coop, unsigned line) {
+  check_below(peer, team.nranks, line);
+  check_below(count, dst.len() + 1, line);
+  check_below(count, src.len() + 1, line);
+  gin.put(team, peer, dst, src, count, remote, local, coop);
+}
+template <class T, class V, class R, class Co>
+WEFT_FN void put_value_at(GinSession const& gin, Team team, uint32_t peer, Window<T> const& dst, V value, R remote,
+                          Co coop, unsigned line) {
+  check_below(peer, team.nranks, line);
+  check_below(0, dst.len(), line);
+  gin.put_value(team, peer, dst, value, remote, coop);
+}
+template <class R, class Co>
+WEFT_FN void signal_at(GinSession const& gin, Team team, uint32_t peer, R remote, Co coop, unsigned line) {
+  check_below(peer, team.nranks, line);
+  gin.signal(team, peer, remote, coop);
+}
+template <class T, class Co>
+WEFT_FN void get_at(GinSession const& gin, Team team, uint32_t peer, Window<T> const& remote, Window<T> const& local,
+                    size_t count, Co coop, unsigned line) {
+  check_below(peer, team.nranks, line);
+  check_below(count, remote.len() + 1, line);
+  check_below(count, local.len() + 1, line);
+  gin.get(team, peer, remote, local, count, coop);
+}
+template <class W>
+WEFT_FN uint64_t read_va_signal_at(GinSession const& gin, W const& signal, unsigned line) {
+  check_below(0, signal.len(), line);
+  return gin.read_va_signal(signal);
+}
+template <class Co, class W>
+WEFT_FN void wait_va_signal_at(GinSession const& gin, Co coop, W const& signal, uint64_t least, unsigned line) {
+  check_below(0, signal.len(), line);
+  gin.wait_va_signal(coop, signal, least);
+}
+template <class W>
+WEFT_FN void reset_va_signal_at(GinSession const& gin, W const& signal, unsigned line) {
+  check_below(0, signal.len(), line);
+  gin.reset_va_signal(signal);
+}
+
+// Reduce-copy: `count` elements within the source and the destination (every peer's window is as long as this
+// rank's: windows are registered symmetrically).
+#define WEFT_CHECKED_COPY(name)                                                                 \
+  template <class Co, class S, class D>                                                         \
+  WEFT_FN void name##_at(DevComm const& dev, Co coop, S const& src, D const& dst, size_t count, \
+                         unsigned line) {                                                       \
+    check_below(count, src.len() + 1, line);                                                    \
+    check_below(count, dst.len() + 1, line);                                                    \
+    dev.name(coop, src, dst, count);                                                            \
+  }
+WEFT_CHECKED_COPY(lsa_reduce_sum)
+WEFT_CHECKED_COPY(lsa_copy)
+WEFT_CHECKED_COPY(lsa_reduce_sum_copy)
+WEFT_CHECKED_COPY(multimem_reduce_sum)
+WEFT_CHECKED_COPY(multimem_copy)
+WEFT_CHECKED_COPY(multimem_reduce_sum_copy)
+#undef WEFT_CHECKED_COPY
+
+// Local reduce-copy: every strided run within its slice.
+WEFT_FN void check_runs(size_t runs, size_t stride, size_t count, size_t len, unsigned line) {
+  if (runs == 0) return;
+  check_below(count, len + 1, line);
+  check_below(runs - 1, stride == 0 ? ~size_t(0) : (len - count) / stride + 1, line);
+}
+template <class T, class Co>
+WEFT_FN void local_reduce_sum_at(Co coop, Slice<T> src, uint32_t src_count, size_t src_stride, SliceMut<T> dst,
+                                 size_t count, unsigned line) {
+  check_runs(src_count, src_stride, count, src.len(), line);
+  check_below(count, dst.len() + 1, line);
+  local_reduce_sum(coop, src, src_count, src_stride, dst, count);
+}
+template <class T, class Co>
+WEFT_FN void local_copy_at(Co coop, Slice<T> src, SliceMut<T> dst, uint32_t dst_count, size_t dst_stride,
+                           size_t count, unsigned line) {
+  check_below(count, src.len() + 1, line);
+  check_runs(dst_count, dst_stride, count, dst.len(), line);
+  local_copy(coop, src, dst, dst_count, dst_stride, count);
+}
+template <class T, class Co>
+WEFT_FN void local_reduce_sum_copy_at(Co coop, Slice<T> src, uint32_t src_count, size_t src_stride, SliceMut<T> dst,
+                                      uint32_t dst_count, size_t dst_stride, size_t count, unsigned line) {
+  check_runs(src_count, src_stride, count, src.len(), line);
+  check_runs(dst_count, dst_stride, count, dst.len(), line);
+  local_reduce_sum_copy(coop, src, src_count, src_stride, dst, dst_count, dst_stride, count);
+}
+
+}  // namespace detail
 
 }  // namespace weft

@@ -157,6 +157,43 @@ pub enum Error {
         device: usize,
     },
 
+    /// A launch packed arguments that do not match the compiled kernel's parameter list (`cuFuncGetParamInfo`): a
+    /// different number of them, or one of another size or at another offset. Nothing was launched.
+    #[error(
+        "`{kernel}` (entry point `{entry_point}`): parameter {parameter} does not match the compiled kernel: \
+         {problem}; the kernel's C++ and its launcher disagree (the NCCL headers the kernel was compiled against must \
+         be those of the loaded libnccl: `cargo xtask doctor` shows both)"
+    )]
+    ParamMismatch {
+        /// The kernel launched.
+        kernel: &'static str,
+        /// Its entry point.
+        entry_point: &'static str,
+        /// The parameter that differs: its name and position (`` `dev` (#0) ``), or its position.
+        parameter: String,
+        /// What differs.
+        problem: String,
+    },
+
+    /// A launch in which an access of the kernel the `#[weft::kernel]` macro bounded would fall outside its buffer
+    /// (docs/macro.md, "Bounds"). Nothing was launched.
+    #[error(
+        "`{kernel}` would access `{parameter}` out of bounds at `{access}` (line {line}): {problem} (if the access is \
+         guarded in a way weft cannot follow, `launch_unchecked` launches it on your word: read its contract)"
+    )]
+    OutOfBounds {
+        /// The kernel launched.
+        kernel: &'static str,
+        /// The buffer, window or shared array accessed (for a view or sub-slice: the parameter it comes from).
+        parameter: &'static str,
+        /// The access, as written in the kernel.
+        access: &'static str,
+        /// Its line in the kernel's source file.
+        line: u32,
+        /// The largest index the access can reach and the length it has, or why weft cannot bound it; and the fix.
+        problem: String,
+    },
+
     /// A CUDA driver call failed.
     #[error("CUDA error: {0}")]
     Cuda(#[from] cudarc::driver::DriverError),

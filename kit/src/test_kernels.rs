@@ -104,6 +104,15 @@ pub fn bounded_fill(out: &mut [f32], value: f32, n: usize) {
     }
 }
 
+/// `out[i] = x[idx[i]]` for `i < n`: the index into `x` is data, so no launch-time check can bound it and `launch`
+/// checks it on the device (the GPU bounds tests make it fail on purpose).
+#[weft::kernel]
+pub fn gather(x: &[f32], idx: &[u32], out: &mut [f32], n: usize) {
+    for i in grid_stride(n) {
+        out[i] = x[idx[i] as usize];
+    }
+}
+
 /// Every kernel's name and generated CUDA C++, for the codegen test.
 pub const ALL: &[(&str, &str)] = &[
     (copy_from_next_peer::NAME, copy_from_next_peer::SOURCE),
@@ -114,4 +123,5 @@ pub const ALL: &[(&str, &str)] = &[
     (pack_axpy::NAME, pack_axpy::SOURCE),
     (pack_window_copy::NAME, pack_window_copy::SOURCE),
     (bounded_fill::NAME, bounded_fill::SOURCE),
+    (gather::NAME, gather::SOURCE),
 ];

@@ -32,7 +32,7 @@ mod tests;
 pub use cache::{CacheKey, KernelCache};
 pub use compile::{CacheOrigin, CompileRequest, CompiledKernel, GpuArch};
 pub use error::JitError;
-pub use registry::{ArgAlignment, KernelRegistry, KernelSpec};
+pub use registry::{ArgAlignment, BoundsChecks, KernelRegistry, KernelSpec};
 pub use toolchain::{
     check_nccl_include, find_cuda_include, find_nccl_include, find_nvcc, nvcc_version, parse_nvcc_release, LoadedNccl,
     Toolchain,
@@ -55,6 +55,18 @@ pub fn function_for(
     alignment: ArgAlignment,
 ) -> Result<CudaFunction, JitError> {
     KernelRegistry::global().function_for(ctx, spec, alignment)
+}
+
+/// The launch function of `spec` in `ctx` compiled in form `alignment`, with the device-side checks of the accesses
+/// the macro could not prove in bounds when `checks` is [`BoundsChecks::On`] (what a kernel's checked `launch`
+/// runs). After the first call per context and form it is two map lookups.
+pub fn function_in(
+    ctx: &Arc<CudaContext>,
+    spec: &KernelSpec,
+    alignment: ArgAlignment,
+    checks: BoundsChecks,
+) -> Result<CudaFunction, JitError> {
+    KernelRegistry::global().function_in(ctx, spec, alignment, checks)
 }
 
 /// The process-wide toolchain: discovered once, with the NCCL headers checked against the libnccl this process

@@ -46,11 +46,34 @@ impl ArgAlignment {
 
     /// The nvcc flags that select this form in `weft.cuh` (part of the cache key).
     pub fn flags(self) -> &'static [&'static str] {
-        match self {
-            ArgAlignment::Aligned16 => &["-DWEFT_ALIGNED_ARGS=1"],
-            ArgAlignment::Any => &[],
+        self.flags_with(BoundsChecks::Off)
+    }
+
+    /// The nvcc flags of this alignment form with device-side bounds checks `checks` (part of the cache key).
+    pub fn flags_with(self, checks: BoundsChecks) -> &'static [&'static str] {
+        match (self, checks) {
+            (ArgAlignment::Aligned16, BoundsChecks::Off) => &["-DWEFT_ALIGNED_ARGS=1"],
+            (ArgAlignment::Any, BoundsChecks::Off) => &[],
+            (ArgAlignment::Aligned16, BoundsChecks::On) => &["-DWEFT_ALIGNED_ARGS=1", "-DWEFT_BOUNDS_CHECKS=1"],
+            (ArgAlignment::Any, BoundsChecks::On) => &["-DWEFT_BOUNDS_CHECKS=1"],
         }
     }
+}
+
+/// Whether the accesses `#[weft::kernel]` could not prove in bounds are checked on the device (docs/macro.md,
+/// "Bounds"): a kernel's `launch` runs the form with checks when its body (or a device fn it calls) has such an
+/// access, `launch_unchecked` the form without. Accesses the macro proved never carry a check.
+///
+/// A failed check prints the Rust line, the index and the length, and stops the kernel with a trap: the launch's
+/// stream then reports `CUDA_ERROR_LAUNCH_FAILED` (or `ILLEGAL_INSTRUCTION`) at its next synchronization, and the
+/// CUDA context cannot be used further, as after a Rust panic in `panic = "abort"` code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BoundsChecks {
+    /// No device-side check (`WEFT_BOUNDS_CHECKS` undefined).
+    #[default]
+    Off,
+    /// Unproven accesses are checked (`-DWEFT_BOUNDS_CHECKS=1`).
+    On,
 }
 
 /// Identifies one module: a source (by address and length; see [`KernelSpec::source`]) compiled in one form for
@@ -61,6 +84,7 @@ struct ModuleKey {
     source: usize,
     source_len: usize,
     alignment: ArgAlignment,
+    checks: BoundsChecks,
     device: usize,
     context: usize,
 }
@@ -81,6 +105,7 @@ struct ContentKey {
     source_hash: u64,
     source_len: usize,
     alignment: ArgAlignment,
+    checks: BoundsChecks,
     device: usize,
     context: usize,
 }
@@ -141,7 +166,19 @@ impl KernelRegistry {
         spec: &KernelSpec,
         alignment: ArgAlignment,
     ) -> Result<CudaFunction, JitError> {
-        let loaded = self.module(ctx, spec, alignment)?;
+        self.function_in(ctx, spec, alignment, BoundsChecks::Off)
+    }
+
+    /// The function `spec.entry_point` of `spec`'s module compiled in form `alignment` with device-side bounds
+    /// checks `checks`, as [`Self::function`].
+    pub fn function_in(
+        &self,
+        ctx: &Arc<CudaContext>,
+        spec: &KernelSpec,
+        alignment: ArgAlignment,
+        checks: BoundsChecks,
+    ) -> Result<CudaFunction, JitError> {
+        let loaded = self.module(ctx, spec, alignment, checks)?;
         let mut functions = loaded.functions.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(function) = functions.get(spec.entry_point) {
             return Ok(function.clone());
@@ -163,11 +200,13 @@ impl KernelRegistry {
         ctx: &Arc<CudaContext>,
         spec: &KernelSpec,
         alignment: ArgAlignment,
+        checks: BoundsChecks,
     ) -> Result<Arc<LoadedModule>, JitError> {
         let key = ModuleKey {
             source: spec.source.as_ptr() as usize,
             source_len: spec.source.len(),
             alignment,
+            checks,
             device: ctx.ordinal(),
             context: ctx.cu_ctx() as usize,
         };
@@ -187,6 +226,7 @@ impl KernelRegistry {
                         source_hash: hash(spec.source),
                         source_len: spec.source.len(),
                         alignment,
+                        checks,
                         device: key.device,
                         context: key.context,
                     };
@@ -213,7 +253,7 @@ impl KernelRegistry {
             .map_err(|source| JitError::Driver { action: "reading the device's compute capability", source })?;
         let request =
             CompileRequest::new(spec.name, spec.source, self.weft_header, GpuArch::from_compute_capability(capability))
-                .with_flags(alignment.flags());
+                .with_flags(alignment.flags_with(checks));
         let compiled = cache.get_or_compile(toolchain, &request)?;
         let loaded = Arc::new(LoadedModule { module: load(ctx, &compiled)?, functions: Mutex::default() });
         *slot = Some(loaded.clone());

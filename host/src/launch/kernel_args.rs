@@ -1,54 +1,32 @@
 //! What `#[weft::kernel]`-generated launchers call: typed argument pushing with the run-time checks types
 //! cannot make (buffers and device communicator on the stream's device, resources for the grid), then
 //! compile-or-load and launch.
+//!
+//! Pushing is safe; launching is `unsafe` ([`KernelArgs::launch`]): the arguments say nothing about what the
+//! kernel's C++ does with them. Generated launchers call it inside the macro's expansion, where the macro vouches
+//! for the source (it wrote it) and for the accesses (it proved them, checks them at launch, or has them checked on
+//! the device); code outside weft needs an `unsafe` block, which `#![forbid(unsafe_code)]` refuses.
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::CudaStream;
 use weft_device::caps::CapabilitySet;
 
-use super::{launch_raw, ArgBuffer, LaunchConfig, SliceArg, WindowArg};
+use super::buffers::{KernelSlice, KernelSliceMut, KernelWindow};
+use super::params::{self, ParamSlot};
+use super::{launch_raw, ArgBuffer, LaunchConfig, SliceArg};
 use crate::comm::Mode;
 use crate::devcomm::{DevComm, Requirements};
 use crate::error::{Error, Result};
-use crate::jit::ArgAlignment;
-use crate::resources::Window;
-
-/// A buffer a kernel reads through a `&[T]` parameter: anything cudarc can hand out for reading.
-pub trait KernelSlice<T>: DevicePtr<T> {}
-impl<T, B: DevicePtr<T> + ?Sized> KernelSlice<T> for B {}
-
-/// A buffer a kernel writes through a `&mut [T]` parameter.
-pub trait KernelSliceMut<T>: DevicePtrMut<T> {}
-impl<T, B: DevicePtrMut<T> + ?Sized> KernelSliceMut<T> for B {}
-
-/// A symmetric window a kernel reaches through a `&Window<T>` parameter.
-pub trait KernelWindow<T> {
-    /// The by-value argument, or why the window cannot be used (released, …).
-    fn window_arg(&self) -> Result<WindowArg>;
-    /// The CUDA device the window's local part lives on.
-    fn cuda_device(&self) -> usize;
-    /// Records that a kernel using the window is launched on `stream` (what freeing the window waits for).
-    fn note_launch(&self, stream: &Arc<CudaStream>);
-}
-
-impl<T: crate::Element, M: Mode> KernelWindow<T> for Window<'_, T, M> {
-    fn window_arg(&self) -> Result<WindowArg> {
-        self.kernel_arg()
-    }
-    fn cuda_device(&self) -> usize {
-        self.communicator().cuda_device()
-    }
-    fn note_launch(&self, stream: &Arc<CudaStream>) {
-        self.buffer().note_launch(stream);
-    }
-}
+use crate::jit::{ArgAlignment, BoundsChecks};
 
 /// The arguments of one kernel launch, in parameter order, with the checks a generated launcher needs.
 pub struct KernelArgs<'a> {
     kernel: &'static str,
     stream: &'a Arc<CudaStream>,
     args: ArgBuffer<'a>,
+    /// The kernel's parameters, in order (for errors; empty if not given).
+    parameters: &'static [&'static str],
     /// Whether every slice and window pushed so far starts on a 16-byte boundary: picks the compiled form.
     alignment: ArgAlignment,
     /// Ranks sharing the GPU of the device communicator pushed, if any (1 otherwise).
@@ -57,14 +35,34 @@ pub struct KernelArgs<'a> {
 
 impl std::fmt::Debug for KernelArgs<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KernelArgs").field("kernel", &self.kernel).field("args", &self.args).finish()
+        f.debug_struct("KernelArgs")
+            .field("kernel", &self.kernel)
+            .field("parameters", &self.parameters)
+            .field("args", &self.args)
+            .finish()
     }
 }
 
 impl<'a> KernelArgs<'a> {
     /// Starts the argument list of `kernel`, to be launched on `stream`.
     pub fn new(kernel: &'static str, stream: &'a Arc<CudaStream>) -> KernelArgs<'a> {
-        KernelArgs { kernel, stream, args: ArgBuffer::new(), alignment: ArgAlignment::Aligned16, ranks_on_gpu: 1 }
+        KernelArgs::with_parameters(kernel, &[], stream)
+    }
+
+    /// [`KernelArgs::new`] for a kernel whose parameters are named `parameters`, in order (errors name them).
+    pub fn with_parameters(
+        kernel: &'static str,
+        parameters: &'static [&'static str],
+        stream: &'a Arc<CudaStream>,
+    ) -> KernelArgs<'a> {
+        KernelArgs {
+            kernel,
+            stream,
+            args: ArgBuffer::new(),
+            parameters,
+            alignment: ArgAlignment::Aligned16,
+            ranks_on_gpu: 1,
+        }
     }
 
     fn wrong_device(&self, parameter: &'static str, device: usize) -> Error {
@@ -94,7 +92,7 @@ impl<'a> KernelArgs<'a> {
         Ok(())
     }
 
-    /// A `&Window<T>` parameter; returns the window's length (for declared length checks).
+    /// A `&Window<T>` parameter; returns the window's length (for the bounds checks).
     pub fn push_window<T>(&mut self, parameter: &'static str, window: &'a impl KernelWindow<T>) -> Result<usize> {
         if window.cuda_device() != self.stream.context().ordinal() {
             return Err(self.wrong_device(parameter, window.cuda_device()));
@@ -108,14 +106,13 @@ impl<'a> KernelArgs<'a> {
 
     /// A `&[T]` parameter; returns its length.
     pub fn push_slice<T>(&mut self, parameter: &'static str, buffer: &'a impl KernelSlice<T>) -> Result<usize> {
-        let device = buffer.stream().context().ordinal();
-        if device != self.stream.context().ordinal() {
-            return Err(self.wrong_device(parameter, device));
-        }
-        let arg: SliceArg = self.args.slice_arg(buffer, self.stream)?;
-        self.alignment = self.alignment.and(arg.ptr);
-        self.args.push(arg);
-        Ok(arg.len)
+        super::check_same_context(buffer.buffer_stream(), self.stream)
+            .map_err(|_| self.wrong_device(parameter, buffer.buffer_stream().context().ordinal()))?;
+        let len = buffer.buffer_len();
+        let (ptr, guard) = buffer.read_address(self.stream);
+        self.args.keep(guard);
+        self.push_slice_arg(SliceArg { ptr, len });
+        Ok(len)
     }
 
     /// A `&mut [T]` parameter; returns its length.
@@ -124,17 +121,22 @@ impl<'a> KernelArgs<'a> {
         parameter: &'static str,
         buffer: &'a mut impl KernelSliceMut<T>,
     ) -> Result<usize> {
-        let device = buffer.stream().context().ordinal();
-        if device != self.stream.context().ordinal() {
-            return Err(self.wrong_device(parameter, device));
-        }
-        let arg: SliceArg = self.args.slice_arg_mut(buffer, self.stream)?;
-        self.alignment = self.alignment.and(arg.ptr);
-        self.args.push(arg);
-        Ok(arg.len)
+        super::check_same_context(buffer.buffer_stream(), self.stream)
+            .map_err(|_| self.wrong_device(parameter, buffer.buffer_stream().context().ordinal()))?;
+        let len = buffer.buffer_len();
+        let (ptr, guard) = buffer.write_address(self.stream);
+        self.args.keep(guard);
+        self.push_slice_arg(SliceArg { ptr, len });
+        Ok(len)
     }
 
-    /// A scalar parameter, by value.
+    fn push_slice_arg(&mut self, arg: SliceArg) {
+        self.alignment = self.alignment.and(arg.ptr);
+        self.args.push(arg);
+    }
+
+    /// A scalar parameter, by value. (`parameter` names it in errors of the launch, through the list given to
+    /// [`KernelArgs::with_parameters`].)
     pub fn push_scalar<T: Copy + 'static>(&mut self, parameter: &'static str, value: T) {
         let _ = parameter;
         self.args.push(value);
@@ -146,18 +148,52 @@ impl<'a> KernelArgs<'a> {
         self.args.push(handle);
     }
 
-    /// Compiles (or loads from the cache) `spec` for the stream's GPU, in the form these arguments allow, and
-    /// launches it with them.
-    pub fn launch(mut self, spec: &crate::jit::KernelSpec, cfg: LaunchConfig) -> Result<()> {
+    /// Where each argument sits in the parameter buffer, in order.
+    fn slots(&self) -> impl ExactSizeIterator<Item = ParamSlot> + '_ {
+        self.args.offsets().iter().zip(self.args.layouts()).map(|(&offset, &(size, _))| ParamSlot { offset, size })
+    }
+
+    /// The arguments against the compiled entry point's parameters; the happy path allocates nothing.
+    fn check_params(&self, spec: &crate::jit::KernelSpec, function: &cudarc::driver::CudaFunction) -> Result<()> {
+        let compiled = params::compiled(function)?;
+        if self.slots().len() == compiled.len() && self.slots().zip(compiled.iter()).all(|(a, b)| a == *b) {
+            return Ok(());
+        }
+        let pushed: Vec<ParamSlot> = self.slots().collect();
+        params::compare(spec.name, spec.entry_point, self.parameters, &pushed, &compiled)
+    }
+
+    /// Compiles (or loads from the cache) `spec` for the stream's GPU, in the form these arguments and `checks`
+    /// ask for, checks the arguments against the compiled entry point's parameter list (`cuFuncGetParamInfo`: their
+    /// number, and each one's offset and size; [`Error::ParamMismatch`] otherwise), and launches it.
+    ///
+    /// # Safety
+    /// - `spec.source` is the C++ that `#[weft::kernel]` generated for one kernel, `spec.entry_point` one of its
+    ///   entry points, and this list holds that kernel's parameters, every one, in declaration order, each pushed
+    ///   with the method of its kind (the layout check catches a wrong size or count, not a wrong meaning).
+    /// - Every access of the kernel stays inside the memory its arguments describe. The accesses the macro proved
+    ///   in bounds do when the lengths and values pushed satisfy the bounds it inferred (the generated `launch`
+    ///   checks them before calling this); the others do if `checks` is [`BoundsChecks::On`] (the device checks
+    ///   them) or if the caller knows they do (`launch_unchecked`'s contract).
+    /// - The kernel's resource indices (barriers, GIN signals and counters, LL all-to-all slots) are below what the
+    ///   device communicator was created with (`DevComm::check_requirements` checks those the macro inferred).
+    pub unsafe fn launch(
+        mut self,
+        spec: &crate::jit::KernelSpec,
+        cfg: LaunchConfig,
+        checks: BoundsChecks,
+    ) -> Result<()> {
         cfg.validate()?;
-        let function = crate::jit::function_for(self.stream.context(), spec, self.alignment)?;
+        let function = crate::jit::function_in(self.stream.context(), spec, self.alignment, checks)?;
+        self.check_params(spec, &function)?;
         if self.ranks_on_gpu > 1 {
             check_co_resident(spec.name, &function, self.stream, &cfg, self.ranks_on_gpu)?;
         }
-        // SAFETY: the generated launcher pushed exactly the kernel's parameters in declaration order, each laid
-        // out as docs/kernel-abi.md fixes (checked by the codegen and GPU tests); every buffer, window and device
-        // communicator is borrowed for 'a, beyond this call, and cudarc's guards in `args` order later frees and
-        // writes after the kernel; the function was loaded into the stream's own context just above.
+        // SAFETY: the arguments are the kernel's parameters in declaration order, laid out as the compiled entry
+        // point takes them (count, offsets and sizes compared just above) and as docs/kernel-abi.md fixes; the
+        // accesses they allow stay in bounds (caller's precondition); every buffer, window and device communicator
+        // is borrowed for 'a, beyond this call, and cudarc's guards in `args` order later frees and writes after the
+        // kernel; the function was loaded into the stream's own context just above.
         let launched = unsafe { launch_raw(&function, self.stream, &cfg, &mut self.args) };
         // A block larger than the compiled kernel allows fails the launch synchronously (nothing runs, the context
         // stays usable); only then is the limit looked up, so the happy path pays nothing for the better error.

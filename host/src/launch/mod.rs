@@ -1,8 +1,10 @@
 //! Kernel launches: the launch geometry, the by-value argument structs of `docs/kernel-abi.md`, argument
 //! packing, and the launch itself.
 //!
-//! `#[weft::kernel]` launchers fill an [`ArgBuffer`] in the kernel's parameter order and call [`launch_raw`];
-//! code outside weft rarely needs either.
+//! `#[weft::kernel]` launchers fill a [`KernelArgs`] in the kernel's parameter order (from the sealed
+//! [`KernelSlice`], [`KernelSliceMut`] and [`KernelWindow`] buffers only), check the kernel's bounds
+//! ([`bounds`]) and call [`KernelArgs::launch`], which checks the arguments against the compiled kernel's
+//! parameter list. Hand-written CUDA is launched with an [`ArgBuffer`] and [`launch_raw`] (`unsafe`).
 
 use std::ffi::c_void;
 use std::fmt;
@@ -13,8 +15,13 @@ use cudarc::driver::{result as driver, CudaFunction, DevicePtr, DevicePtrMut, Sy
 
 use crate::error::{Error, Result};
 
+pub mod bounds;
+mod buffers;
 mod kernel_args;
-pub use kernel_args::{length_check_failed, KernelArgs, KernelSlice, KernelSliceMut, KernelWindow};
+mod params;
+pub use buffers::{KernelSlice, KernelSliceMut, KernelWindow};
+pub use kernel_args::{length_check_failed, KernelArgs};
+pub use params::ParamSlot;
 
 /// A `weft::Window<T>` kernel parameter: an NCCL window and the part of it the kernel sees.
 ///
@@ -364,6 +371,17 @@ impl<'a> ArgBuffer<'a> {
         &self.layouts
     }
 
+    /// Where each argument starts, in bytes: the offsets of the kernel's parameter buffer, which lays its
+    /// parameters out as this buffer's arena does (each at the next multiple of its alignment).
+    pub fn offsets(&self) -> &[usize] {
+        &self.offsets
+    }
+
+    /// Keeps a buffer's synchronization guard until this `ArgBuffer` is dropped (after the launch).
+    pub(crate) fn keep(&mut self, guard: SyncOnDrop<'a>) {
+        self.guards.push(guard);
+    }
+
     /// The `void** kernelParams` of `cuLaunchKernel`: one pointer per argument, to this buffer's copy of it.
     /// The pointers are valid while `self` is neither dropped nor modified.
     pub fn kernel_params(&mut self) -> &mut [*mut c_void] {
@@ -402,7 +420,7 @@ pub fn resident_blocks(function: &CudaFunction, stream: &CudaStream, cfg: &Launc
     Ok(resident)
 }
 
-fn check_same_context(buffer_stream: &CudaStream, stream: &CudaStream) -> Result<()> {
+pub(crate) fn check_same_context(buffer_stream: &CudaStream, stream: &CudaStream) -> Result<()> {
     let (ours, theirs) = (stream.context(), buffer_stream.context());
     if ours == theirs {
         return Ok(());
@@ -545,6 +563,9 @@ mod tests {
         args.push(half::bf16::from_f32(1.5));
         assert_eq!(args.len(), 7);
         assert_eq!(args.layouts(), &[(1, 1), (8, 8), (16, 8), (2, 2), (24, 8), (16, 16), (2, 2)]);
+        // The offsets of a C parameter list of these types (each at the next multiple of its alignment): what
+        // `cuFuncGetParamInfo` reports for the compiled kernel and `KernelArgs::launch` compares.
+        assert_eq!(args.offsets(), &[0, 8, 16, 32, 40, 64, 80]);
         assert_eq!(read_arg::<u8>(&mut args, 0), 7);
         assert_eq!(read_arg::<f64>(&mut args, 1), 2.5);
         assert_eq!(read_arg::<SliceArg>(&mut args, 2), SliceArg { ptr: 0x1000, len: 10 });

@@ -45,7 +45,7 @@ use weft::prelude::*;
 /// gives each token its rank in its group, so a token's place among its segment's tokens for the same destination
 /// takes one step. A prefix over the warps, per destination, then turns places in a segment into places in the
 /// destination's group (token order). Every warp works at once: the serial part is `tokens / block` steps.
-#[weft::kernel(len(experts >= tokens, order >= tokens, position >= tokens))]
+#[weft::kernel(len(experts >= tokens, order >= tokens, position >= tokens, meta >= 2 * lsa_size))]
 pub fn moe_route(
     dev: &DevComm<Lsa>,
     experts: &Window<u32>,
@@ -154,7 +154,10 @@ pub fn moe_route(
 /// `x`: this rank's tokens, `tokens x hidden` (a window); `recv`: `capacity x hidden`; `recv_expert`:
 /// `capacity` expert ids; `recv_total[0]`: how many tokens arrived. Tokens past `capacity` are dropped (size
 /// `capacity` as `lsa_size x tokens` to never drop any).
-#[weft::kernel(types(f32, bf16), len(recv_expert >= capacity, recv_total >= 1))]
+#[weft::kernel(
+    types(f32, bf16),
+    len(recv_expert >= capacity, recv_total >= 1, recv >= capacity * hidden, meta >= 2 * lsa_size)
+)]
 #[allow(clippy::too_many_arguments)]
 pub fn moe_dispatch<T: Float>(
     dev: &DevComm<Lsa>,
@@ -251,7 +254,10 @@ pub fn moe_toy_expert<T: Float>(recv: &[T], recv_expert: &[u32], recv_total: &[u
 ///
 /// `y`: the expert outputs, `capacity x hidden` (a window); `experts`, `position`, `gate`: `tokens` entries;
 /// `out`: `tokens x hidden`.
-#[weft::kernel(types(f32, bf16), len(experts >= tokens, position >= tokens, gate >= tokens))]
+#[weft::kernel(
+    types(f32, bf16),
+    len(experts >= tokens, position >= tokens, gate >= tokens, out >= tokens * hidden, meta >= 2 * lsa_size)
+)]
 #[allow(clippy::too_many_arguments)]
 pub fn moe_combine<T: Float>(
     dev: &DevComm<Lsa>,

@@ -6,9 +6,12 @@
 //! #[kernel(debug)]                               print the generated C++ while compiling
 //! #[kernel(lsa_barriers = 4)]                    a resource count the body's indices do not show
 //! #[kernel(lsa_barriers = grid)]                 … one per block of the launch grid (x)
-//! #[kernel(len(x == out, out >= n))]             launch-time checks of slice/window lengths
+//! #[kernel(len(x == out, out >= n * lsa_size))]  launch-time checks of slice/window lengths (arithmetic over
+//!                                                parameters, team sizes and ranks, and literals)
 //! #[kernel(launch_bounds(512, 3))]               `__launch_bounds__`: at most 512 threads per block, and
 //!                                                registers for at least 3 blocks per SM
+//! #[kernel(no_device_checks)]                    every access must be proven in bounds: one `launch` would check
+//!                                                on the device is an error
 //! ```
 
 use proc_macro2::{Span, TokenStream};
@@ -35,25 +38,60 @@ pub(crate) enum Declared {
     Grid,
 }
 
-/// `len(a == b)`: compared at launch; each side is a parameter (its length for slices and windows, its value for
-/// integer scalars) or an integer literal.
+/// `len(a == b)`: compared at launch; each side is arithmetic (`+ - * / %`, parentheses) over parameters (a slice's
+/// or window's length, an integer's value), the device communicator's team sizes and ranks (`lsa_size`, `lsa_rank`,
+/// `nranks`, `rank`) and integer literals.
 #[derive(Debug, Clone)]
 pub(crate) struct LenCheck {
-    pub(crate) lhs: LenOperand,
+    pub(crate) lhs: LenExpr,
     pub(crate) op: syn::BinOp,
-    pub(crate) rhs: LenOperand,
+    pub(crate) rhs: LenExpr,
     pub(crate) tokens: TokenStream,
 }
 
+/// One side of a `len(…)` rule.
 #[derive(Debug, Clone)]
-pub(crate) enum LenOperand {
-    Param(Ident),
+pub(crate) enum LenExpr {
+    /// A parameter, or (if no parameter has the name) a team value: `lsa_size`, `lsa_rank`, `nranks`, `rank`.
+    Name(Ident),
     Literal(u64),
+    Binary(Box<LenExpr>, LenOp, Box<LenExpr>),
+}
+
+/// The arithmetic of `len(…)` rules, computed on the host without wrapping (a rule whose arithmetic overflows,
+/// underflows or divides by zero fails).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LenOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+}
+
+/// The team values `len(…)` rules may name, with what the host reads for them.
+pub(crate) const TEAM_VALUES: &[&str] = &["lsa_size", "lsa_rank", "nranks", "rank"];
+
+impl LenExpr {
+    /// Every name it mentions.
+    pub(crate) fn names(&self) -> Vec<&Ident> {
+        match self {
+            LenExpr::Name(i) => vec![i],
+            LenExpr::Literal(_) => Vec::new(),
+            LenExpr::Binary(a, _, b) => {
+                let mut out = a.names();
+                out.extend(b.names());
+                out
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Attributes {
     pub(crate) debug: bool,
+    /// `no_device_checks`: an access the bounds analysis cannot prove is an error, not a device check.
+    pub(crate) no_device_checks: bool,
     pub(crate) types: Vec<TypeList>,
     pub(crate) declared: Vec<(Resource, Declared, Span)>,
     pub(crate) len_checks: Vec<LenCheck>,
@@ -136,6 +174,10 @@ fn parse_argument(kind: AttrKind, tokens: TokenStream, attrs: &mut Attributes, c
                 attrs.debug = true;
                 Ok(())
             }
+            "no_device_checks" if kind == AttrKind::Kernel => {
+                attrs.no_device_checks = true;
+                Ok(())
+            }
             "types" if kind == AttrKind::Kernel => {
                 let content;
                 syn::parenthesized!(content in meta.input);
@@ -177,7 +219,7 @@ fn parse_argument(kind: AttrKind, tokens: TokenStream, attrs: &mut Attributes, c
                 }
                 None => {
                     let known = match kind {
-                        AttrKind::Kernel => "`types(…)`, `debug`, `len(…)`, `launch_bounds(…)`",
+                        AttrKind::Kernel => "`types(…)`, `debug`, `len(…)`, `launch_bounds(…)`, `no_device_checks`",
                         AttrKind::DeviceFn => "`debug`",
                     };
                     Err(meta.error(format!(
@@ -267,7 +309,7 @@ fn scalar(ident: &Ident) -> syn::Result<Scalar> {
 fn parse_len_check(expr: &syn::Expr) -> syn::Result<LenCheck> {
     use quote::ToTokens;
     let syn::Expr::Binary(b) = expr else {
-        return Err(syn::Error::new_spanned(expr, "expected a comparison such as `x == out` or `out >= n`"));
+        return Err(syn::Error::new_spanned(expr, "expected a comparison such as `x == out` or `out >= n * lsa_size`"));
     };
     if !matches!(
         b.op,
@@ -280,14 +322,31 @@ fn parse_len_check(expr: &syn::Expr) -> syn::Result<LenCheck> {
     ) {
         return Err(syn::Error::new_spanned(b.op, "expected one of `==`, `!=`, `<`, `<=`, `>`, `>=`"));
     }
-    let operand = |e: &syn::Expr| -> syn::Result<LenOperand> {
-        match e {
-            syn::Expr::Path(p) if p.path.get_ident().is_some() => {
-                Ok(LenOperand::Param(p.path.get_ident().cloned().unwrap_or_else(|| Ident::new("_", Span::call_site()))))
-            }
-            syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => Ok(LenOperand::Literal(i.base10_parse()?)),
-            _ => Err(syn::Error::new_spanned(e, "expected a parameter name or an integer literal")),
+    Ok(LenCheck { lhs: len_expr(&b.left)?, op: b.op, rhs: len_expr(&b.right)?, tokens: expr.to_token_stream() })
+}
+
+fn len_expr(e: &syn::Expr) -> syn::Result<LenExpr> {
+    const HOW: &str = "expected a parameter, a team value (`lsa_size`, `lsa_rank`, `nranks`, `rank`), an integer \
+                       literal, or arithmetic of them with `+ - * / %` (`out >= n * lsa_size`)";
+    match e {
+        syn::Expr::Path(p) => match p.path.get_ident() {
+            Some(ident) if p.qself.is_none() => Ok(LenExpr::Name(ident.clone())),
+            _ => Err(syn::Error::new_spanned(e, HOW)),
+        },
+        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => Ok(LenExpr::Literal(i.base10_parse()?)),
+        syn::Expr::Paren(p) => len_expr(&p.expr),
+        syn::Expr::Group(g) => len_expr(&g.expr),
+        syn::Expr::Binary(b) => {
+            let op = match b.op {
+                syn::BinOp::Add(_) => LenOp::Add,
+                syn::BinOp::Sub(_) => LenOp::Sub,
+                syn::BinOp::Mul(_) => LenOp::Mul,
+                syn::BinOp::Div(_) => LenOp::Div,
+                syn::BinOp::Rem(_) => LenOp::Rem,
+                _ => return Err(syn::Error::new_spanned(b.op, HOW)),
+            };
+            Ok(LenExpr::Binary(Box::new(len_expr(&b.left)?), op, Box::new(len_expr(&b.right)?)))
         }
-    };
-    Ok(LenCheck { lhs: operand(&b.left)?, op: b.op, rhs: operand(&b.right)?, tokens: expr.to_token_stream() })
+        _ => Err(syn::Error::new_spanned(e, HOW)),
+    }
 }

@@ -212,6 +212,7 @@ fn scalar_tokens(s: super::types::Scalar, span: proc_macro2::Span) -> TokenStrea
 }
 
 /// The module next to a `#[kernel]`: docs/kernel-abi.md's "Generated module".
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn kernel_module(
     item: &ItemFn,
     sig: &Signature,
@@ -219,6 +220,7 @@ pub(crate) fn kernel_module(
     header: &str,
     kernel_source: &str,
     usage: &Usage,
+    bounds: &super::bounds::Bounds,
     calls: &[syn::Path],
 ) -> TokenStream {
     let vis = &item.vis;
@@ -308,7 +310,7 @@ pub(crate) fn kernel_module(
         }
     };
     let requirements = launcher::requirements(sig);
-    let launch = launcher::launch(sig, attrs);
+    let launch = launcher::launch(sig, attrs, bounds);
     let api = super::module_api::items(sig);
     let doc = format!(
         " The generated side of the kernel [`{name_str}`](fn@{name_str}): its CUDA C++, entry points, capabilities, \

@@ -1,17 +1,18 @@
-//! The generated `requirements()` and `launch()`. Everything the generated code says about `weft-host` is in this
-//! file, so following a change of the host's API is a change here only; docs/macro.md ("What the generated code
-//! needs") lists the items.
+//! The generated `requirements()`, `launch()` and `launch_unchecked()`. Everything the generated code says about
+//! `weft-host` is in this file (`launch_checks` writes the checks with the paths of [`host`]), so following a change
+//! of the host's API is a change here only; docs/macro.md ("What the generated code needs") lists the items.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
 use syn::Ident;
 
 use super::ast::{ParamKind, Signature};
-use super::attr::{Attributes, LenOperand};
-use super::usage::Resource;
+use super::attr::Attributes;
+use super::bounds::{Bounds, Site};
+use super::usage::{Resource, DEVICE_CHECKS_BIT};
 
 /// Host paths, in one place.
-mod host {
+pub(crate) mod host {
     use proc_macro2::TokenStream;
     use quote::quote;
 
@@ -45,11 +46,17 @@ mod host {
     pub(super) fn kernel_args() -> TokenStream {
         quote!(::weft::host::launch::KernelArgs)
     }
-    pub(super) fn length_check_failed() -> TokenStream {
+    pub(crate) fn length_check_failed() -> TokenStream {
         quote!(::weft::host::launch::length_check_failed)
     }
     pub(super) fn kernel_spec() -> TokenStream {
         quote!(::weft::host::jit::KernelSpec)
+    }
+    pub(super) fn bounds_checks() -> TokenStream {
+        quote!(::weft::host::jit::BoundsChecks)
+    }
+    pub(crate) fn bounds() -> TokenStream {
+        quote!(::weft::host::launch::bounds)
     }
     pub(super) fn caps(name: &str) -> TokenStream {
         let ident = proc_macro2::Ident::new(name, proc_macro2::Span::call_site());
@@ -105,8 +112,9 @@ pub(crate) fn requirements(sig: &Signature) -> TokenStream {
     }
 }
 
-/// `launch(stream, cfg, <the kernel's parameters>)`.
-pub(crate) fn launch(sig: &Signature, attrs: &Attributes) -> TokenStream {
+/// `launch(stream, cfg, <the kernel's parameters>)` and `launch_unchecked(…)`, the same but `unsafe`: no bound
+/// checked before launching nor on the device.
+pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> TokenStream {
     let used: Vec<String> = sig.params.iter().map(|p| p.ident.to_string()).collect();
     let pick = |preferred: &str, fallback: &str| {
         Ident::new(if used.iter().any(|u| u == preferred) { fallback } else { preferred }, Span::call_site())
@@ -180,34 +188,10 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes) -> TokenStream {
         }
     }
 
-    let length_check_failed = host::length_check_failed();
-    let len_checks = attrs.len_checks.iter().map(|check| {
-        let operand = |o: &LenOperand| match o {
-            LenOperand::Literal(v) => quote!((#v as u64)),
-            LenOperand::Param(ident) => match sig.params.iter().find(|p| p.ident == *ident).map(|p| &p.kind) {
-                Some(ParamKind::Window { .. } | ParamKind::Slice { .. }) => {
-                    let len = format_ident!("__weft_len_{}", ident);
-                    quote!((#len as u64))
-                }
-                _ => quote!((#ident as u64)),
-            },
-        };
-        let (lhs, rhs, op) = (operand(&check.lhs), operand(&check.rhs), &check.op);
-        let rule = check.tokens.to_string();
-        let values = [&check.lhs, &check.rhs].into_iter().filter_map(|o| match o {
-            LenOperand::Param(ident) => {
-                let n = ident.to_string();
-                let v = operand(o);
-                Some(quote!((#n, #v)))
-            }
-            LenOperand::Literal(_) => None,
-        });
-        quote! {
-            if !(#lhs #op #rhs) {
-                return ::core::result::Result::Err(#length_check_failed(NAME, #rule, &[#(#values),*]));
-            }
-        }
-    });
+    let names: Vec<String> =
+        sig.params.iter().filter(|p| !matches!(p.kind, ParamKind::Other)).map(|p| p.ident.to_string()).collect();
+    let declared = super::launch_checks::declared_checks(sig, &attrs.len_checks);
+    let proven = super::launch_checks::bounds_checks(sig, bounds, &cfg);
 
     let entry = if sig.elements.is_empty() {
         quote!(ENTRY_POINTS[0])
@@ -218,31 +202,115 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes) -> TokenStream {
         });
         quote!(const { __weft_entry_point(&[#(#names),*]) })
     };
-    let doc = format!(
-        " Compiles `{}` for the stream's GPU (once per process; cubins are cached on disk), checks what the types \
-         cannot (the grid against the communicator's resources, buffers on the stream's device, declared lengths) \
-         and launches it on `{stream}`.",
-        sig.ident
-    );
     let (stream_ty, config, error) = (host::stream(), host::launch_config(), host::error());
-    let (kernel_args, kernel_spec) = (host::kernel_args(), host::kernel_spec());
+    let (kernel_args, kernel_spec, bounds_checks) = (host::kernel_args(), host::kernel_spec(), host::bounds_checks());
+    let device_checks = quote!(__WEFT_USAGE[1] & #DEVICE_CHECKS_BIT != 0);
+    let body = |checked: bool| {
+        let proven = if checked { proven.clone() } else { TokenStream::new() };
+        let form = if checked {
+            quote!(if #device_checks { #bounds_checks::On } else { #bounds_checks::Off })
+        } else {
+            quote!(#bounds_checks::Off)
+        };
+        quote! {
+            let __weft_entry: &'static str = #entry;
+            #(#checks)*
+            let mut __weft_args = #kernel_args::with_parameters(NAME, &[#(#names),*], #stream);
+            #(#pushes)*
+            #declared
+            #proven
+            let __weft_spec = #kernel_spec { name: NAME, source: __WEFT_SOURCE_STATIC, entry_point: __weft_entry };
+            // SAFETY (the macro's, not the caller's): the source is this kernel's, generated by the macro with
+            // `__weft_entry` among its entry points; the arguments were pushed above for every parameter, in order,
+            // each by its kind; in `launch` every access is proven in bounds by the checks above or checked on the
+            // device (the `On` form whenever the kernel or a device fn it calls has an unproven access); in
+            // `launch_unchecked` the caller promised what those checks would have shown.
+            unsafe { __weft_args.launch(&__weft_spec, #cfg, #form) }
+        }
+    };
+    let (checked_body, unchecked_body) = (body(true), body(false));
+    // `no_device_checks` covers the device fns the kernel calls too: their usage is known only to rustc. (The body's
+    // own unproven accesses are errors already, each at its access.)
+    let callees_proven = if attrs.no_device_checks && bounds.unproven().next().is_none() {
+        let message = format!(
+            "weft: kernel `{}` has #[kernel(no_device_checks)], but a device fn it calls has accesses checked on the \
+             device (their lengths are the caller's): index them within the kernel, or drop `no_device_checks`",
+            sig.ident
+        );
+        quote!(
+            const _: () = ::core::assert!(!(#device_checks), #message);
+        )
+    } else {
+        TokenStream::new()
+    };
+    let (launch_doc, unchecked_doc) = docs(sig, bounds, &stream);
     quote! {
-        #[doc = #doc]
-        #[allow(clippy::too_many_arguments)]
+        #callees_proven
+
+        #[doc = #launch_doc]
+        #[allow(clippy::too_many_arguments, unused_variables)]
         pub fn launch<#(#generics),*>(
             #stream: &::std::sync::Arc<#stream_ty>,
             #cfg: #config,
             #(#params),*
         ) -> ::core::result::Result<(), #error> {
-            let __weft_entry: &'static str = #entry;
-            #(#checks)*
-            let mut __weft_args = #kernel_args::new(NAME, #stream);
-            #(#pushes)*
-            #(#len_checks)*
-            __weft_args.launch(
-                &#kernel_spec { name: NAME, source: __WEFT_SOURCE_STATIC, entry_point: __weft_entry },
-                #cfg,
-            )
+            #checked_body
+        }
+
+        #[doc = #unchecked_doc]
+        #[allow(clippy::too_many_arguments, unused_variables, unused_unsafe)]
+        pub unsafe fn launch_unchecked<#(#generics),*>(
+            #stream: &::std::sync::Arc<#stream_ty>,
+            #cfg: #config,
+            #(#params),*
+        ) -> ::core::result::Result<(), #error> {
+            #unchecked_body
         }
     }
+}
+
+/// `launch`'s and `launch_unchecked`'s docs: what each checks, access by access.
+fn docs(sig: &Signature, bounds: &Bounds, stream: &Ident) -> (String, String) {
+    let item = |s: &Site| format!("\n - `{}` (line {})", s.access.replace('`', "'"), s.line);
+    let at_launch: String = bounds.at_launch().map(item).collect();
+    let on_device: String = bounds.unproven().map(item).collect();
+    let name = &sig.ident;
+    let mut launch = format!(
+        " Compiles `{name}` for the stream's GPU (once per process; cubins are cached on disk), checks what the types \
+         cannot (the grid against the communicator's resources, buffers on the stream's device, declared `len(…)` \
+         rules, and the bounds below) and launches it on `{stream}`.\n\n # Bounds\n\n Every access of the kernel \
+         stays in its buffer (docs/macro.md, \"Bounds\")."
+    );
+    if !at_launch.is_empty() {
+        launch.push_str(&format!(
+            "\n\n Proved from the launch's values, checked before launching (`Error::OutOfBounds` names the access \
+             otherwise):{at_launch}"
+        ));
+    }
+    if !on_device.is_empty() {
+        launch.push_str(&format!(
+            "\n\n Not provable by the macro, so checked on the device (a failed check stops the kernel with a trap, \
+             as a Rust panic would):{on_device}"
+        ));
+    }
+    launch.push_str(
+        "\n\n A device fn the kernel calls may add accesses checked on the device; `launch_unchecked` checks none.",
+    );
+    let mut unchecked = format!(
+        " [`launch`] without its bounds checks: neither the proven accesses' bounds before launching nor the others \
+         on the device (the declared `len(…)` rules and every other check of `launch` remain). For a kernel whose \
+         bounds `launch` refuses though its accesses are guarded in a way the macro cannot follow, or whose device \
+         checks cost too much.\n\n # Safety\n\n Every memory access of `{name}` (and of the device fns it calls) \
+         must stay inside the buffer, window, view or shared array it goes through, for the values and buffers \
+         passed and the launch geometry `cfg`."
+    );
+    if !at_launch.is_empty() {
+        unchecked.push_str(&format!(
+            "\n\n In particular these accesses, which `launch` would check before launching:{at_launch}"
+        ));
+    }
+    if !on_device.is_empty() {
+        unchecked.push_str(&format!("\n\n and these, which `launch` checks on the device:{on_device}"));
+    }
+    (launch, unchecked)
 }

@@ -12,9 +12,11 @@
 
 pub(crate) mod ast;
 pub(crate) mod attr;
+pub(crate) mod bounds;
 pub(crate) mod ctxt;
 pub(crate) mod cuda;
 pub(crate) mod expand;
+pub(crate) mod launch_checks;
 pub(crate) mod launcher;
 pub(crate) mod lower;
 pub(crate) mod module_api;
@@ -28,7 +30,7 @@ use quote::quote;
 use syn::ItemFn;
 
 use ast::{FnKind, ParamKind, Signature};
-use attr::{AttrKind, Attributes, Declared, LenOperand};
+use attr::{AttrKind, Attributes, Declared};
 use ctxt::Ctxt;
 use lower::{LoweredBody, Options};
 use usage::Usage;
@@ -69,9 +71,10 @@ pub(crate) fn analyze(kind: FnKind, attr: TokenStream, item: &ItemFn, options: O
 }
 
 fn check_len_checks(sig: &Signature, attrs: &Attributes, cx: &Ctxt) {
+    let has_dev = sig.params.iter().any(|p| matches!(p.kind, ParamKind::DevComm { .. }));
+    let has_window = sig.params.iter().any(|p| matches!(p.kind, ParamKind::Window { .. }));
     for check in &attrs.len_checks {
-        for operand in [&check.lhs, &check.rhs] {
-            let LenOperand::Param(ident) = operand else { continue };
+        for ident in check.lhs.names().into_iter().chain(check.rhs.names()) {
             match sig.params.iter().find(|p| p.ident == *ident).map(|p| (&p.kind, &p.ty)) {
                 Some((ParamKind::Window { .. } | ParamKind::Slice { .. }, _)) => {}
                 Some((ParamKind::Scalar { rust }, _)) if is_integer_type(rust) => {}
@@ -81,7 +84,25 @@ fn check_len_checks(sig: &Signature, attrs: &Attributes, cx: &Ctxt) {
                     ident,
                     format!("`{ident}` has no length: `len(…)` compares slices, windows and integer parameters"),
                 ),
-                None => cx.error_spanned_by(ident, format!("`{ident}` is not a parameter of this kernel")),
+                None if attr::TEAM_VALUES.contains(&ident.to_string().as_str()) => {
+                    let lsa = ident.to_string().starts_with("lsa_");
+                    if !(has_dev || lsa && has_window) {
+                        cx.error_spanned_by(
+                            ident,
+                            format!(
+                                "`{ident}` is a value of the device communicator's teams, and this kernel takes no \
+                                 `&DevComm` to read it from: add a `dev: &DevComm<…>` parameter"
+                            ),
+                        );
+                    }
+                }
+                None => cx.error_spanned_by(
+                    ident,
+                    format!(
+                        "`{ident}` is not a parameter of this kernel (nor a team value: `lsa_size`, `lsa_rank`, \
+                         `nranks`, `rank`)"
+                    ),
+                ),
             }
         }
     }
@@ -135,7 +156,7 @@ pub(crate) fn expand(kind: FnKind, attr: TokenStream, item: TokenStream) -> Expa
             // After an error, the module still exists (launch calls elsewhere keep type-checking) but names no
             // callee: a closure or recursive call the error is about would only add rustc's unresolved-path noise.
             let calls = if cx.error_count() == 0 { &a.lowered.calls[..] } else { &[] };
-            expand::kernel_module(&item_fn, &a.sig, &a.attrs, &header, &kernel, &a.usage, calls)
+            expand::kernel_module(&item_fn, &a.sig, &a.attrs, &header, &kernel, &a.usage, &a.lowered.bounds, calls)
         }
         FnKind::DeviceFn => {
             let source = cuda::device_fn(&a.sig, &item_fn, &a.lowered, &cx);

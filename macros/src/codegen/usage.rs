@@ -160,7 +160,13 @@ pub(crate) struct ResourceUse {
 pub(crate) struct Usage {
     pub(crate) caps: Caps,
     pub(crate) resources: [ResourceUse; 9],
+    /// Some access is checked on the device (docs/macro.md, "Bounds"): the kernel's `launch` runs the form with
+    /// checks. Encoded as bit 3 of the capability word, which merging ORs.
+    pub(crate) device_checks: bool,
 }
+
+/// The bit of the capability word that says some access is checked on the device.
+pub(crate) const DEVICE_CHECKS_BIT: u32 = 1 << 3;
 
 /// Version tag of [`Usage::encode`]'s layout, first word of every encoded usage.
 pub(crate) const USAGE_FORMAT: u32 = 1;
@@ -190,7 +196,8 @@ impl Usage {
 
     /// The words of the `__WEFT_USAGE` constant (a private format between expansions of this macro).
     pub(crate) fn encode(&self) -> Vec<u32> {
-        let mut words = vec![USAGE_FORMAT, self.caps.bits()];
+        let checks = if self.device_checks { DEVICE_CHECKS_BIT } else { 0 };
+        let mut words = vec![USAGE_FORMAT, self.caps.bits() | checks];
         for r in &self.resources {
             words.push(r.constant);
             words.push(u32::from(r.grid_axes));

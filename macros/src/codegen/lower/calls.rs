@@ -114,8 +114,16 @@ impl Lowerer<'_> {
             Some(seg) => self.type_arguments(&seg.arguments).0,
             None => String::new(),
         };
+        let arg_codes: Vec<Code> = args.iter().map(|a| a.code.clone()).collect();
         let mut code = Code::text(format!("weft::{}{generics}(", super::cpp_ident(last)));
         code.push(Code::join(args.into_iter().map(|a| a.code).collect(), ", ")).push_str(")");
+        if let Some(call) = self.function_sites(c, last) {
+            let mut parts = arg_codes;
+            parts.push(Code::text(super::line_of(c).to_string()));
+            let mut checked = Code::text(format!("weft::detail::{}{generics}(", call.checker));
+            checked.push(Code::join(parts, ", ")).push_str(")");
+            code = Code::site(call.sites, code, checked);
+        }
         Val { code, ty, index, atom: true }
     }
 

@@ -2,6 +2,7 @@
 //! seen (see `infer`). Rendered after lowering.
 
 use super::infer::Vars;
+use crate::codegen::bounds::{Bounds, Decision, SiteId};
 use crate::codegen::types::{float_text, Scalar, Ty};
 
 #[derive(Clone, Debug)]
@@ -17,6 +18,13 @@ enum Piece {
     Ty(Ty),
     /// `static_cast<T>(code)` if the variable resolves to an integer type C++ promotes to `int`, else `code`.
     Promote(usize, Code),
+    /// A memory access: `plain` if every one of its sites is proven in bounds, else `checked` (the
+    /// `weft::detail::*_at` form, which checks it on the device when the kernel is compiled with checks).
+    Site {
+        sites: Vec<SiteId>,
+        plain: Code,
+        checked: Code,
+    },
 }
 
 /// A fragment of C++.
@@ -42,6 +50,11 @@ impl Code {
 
     pub(crate) fn promote(var: usize, inner: Code) -> Code {
         Code(vec![Piece::Promote(var, inner)])
+    }
+
+    /// An access whose C++ depends on whether `sites` are proven in bounds (decided once the body is lowered).
+    pub(crate) fn site(sites: Vec<SiteId>, plain: Code, checked: Code) -> Code {
+        Code(vec![Piece::Site { sites, plain, checked }])
     }
 
     pub(crate) fn push_str(&mut self, s: &str) -> &mut Code {
@@ -101,6 +114,10 @@ impl Code {
                     }
                     _ => out.push_str(&inner.render(r)),
                 },
+                Piece::Site { sites, plain, checked } => {
+                    let proven = sites.iter().all(|s| r.bounds.decision(*s) != Decision::OnDevice);
+                    out.push_str(&if proven { plain.render(r) } else { checked.render(r) })
+                }
             }
         }
         out
@@ -112,6 +129,8 @@ pub(crate) struct Resolver<'a> {
     pub(crate) vars: &'a Vars,
     /// C++ names of locals, by local id (for `decltype(name)`).
     pub(crate) local_names: &'a [String],
+    /// Which accesses are proven in bounds.
+    pub(crate) bounds: &'a Bounds,
 }
 
 impl Resolver<'_> {

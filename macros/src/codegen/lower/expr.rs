@@ -3,7 +3,8 @@
 use syn::{BinOp, Expr, Lit, UnOp};
 
 use super::code::Code;
-use super::{Line, Lowerer};
+use super::{line_of, Line, Lowerer};
+use crate::codegen::bounds::SiteKind;
 use crate::codegen::types::{Position, Scalar, Ty};
 use crate::codegen::usage::IndexValue;
 
@@ -99,6 +100,7 @@ impl Lowerer<'_> {
                 self.check_not_moved(&a.right);
                 let value = self.expr(&a.right);
                 self.flow_into(&place.ty, &value.ty);
+                self.assigned(&a.left, Some(&a.right));
                 let mut code = place.code;
                 code.push_str(" = ").push(value.code);
                 Val::compound(code, Ty::Unit)
@@ -127,7 +129,14 @@ impl Lowerer<'_> {
             Expr::Reference(r) => match &*r.expr {
                 Expr::Index(i) if matches!(&*i.index, Expr::Range(_)) => self.subslice(i),
                 // R13: C++ binds references implicitly.
-                inner => self.expr(inner),
+                inner => {
+                    let v = self.expr(inner);
+                    // `&mut x` lends `x` to a callee (a device fn, an atomic) that may change it.
+                    if r.mutability.is_some() {
+                        self.assigned(inner, None);
+                    }
+                    v
+                }
             },
             Expr::Return(_)
             | Expr::Break(_)
@@ -194,7 +203,19 @@ impl Lowerer<'_> {
     fn binary(&mut self, b: &syn::ExprBinary) -> Val {
         let op = binop(&b.op);
         let lhs = self.expr(&b.left);
-        let rhs = self.expr(&b.right);
+        // `a && b` evaluates `b` only where `a` holds (`a || b`: where it does not): what `a` says bounds `b`'s accesses.
+        let rhs = match b.op {
+            BinOp::And(_) | BinOp::Or(_) => {
+                let (guards, narrowed) = self.guards_of(&b.left, matches!(b.op, BinOp::Or(_)));
+                let depth = self.enter_guards(guards, narrowed);
+                let rhs = self.expr(&b.right);
+                self.leave_guards(depth);
+                // What `b` assigns, it assigns only sometimes.
+                self.forget_assigned_in(&b.right);
+                rhs
+            }
+            _ => self.expr(&b.right),
+        };
         match op.kind {
             OpKind::Arith => {
                 self.unify_operands(&lhs.ty, &rhs.ty);
@@ -238,11 +259,13 @@ impl Lowerer<'_> {
             }
             OpKind::CompoundArith => {
                 self.flow_into(&lhs.ty, &rhs.ty);
+                self.assigned(&b.left, None);
                 let mut code = lhs.code;
                 code.push_str(&format!(" {} ", op.text)).push(rhs.code);
                 Val::compound(code, Ty::Unit)
             }
             OpKind::CompoundShift => {
+                self.assigned(&b.left, None);
                 let mut code = lhs.code;
                 code.push_str(&format!(" {} ", op.text)).push(rhs.code);
                 Val::compound(code, Ty::Unit)
@@ -329,6 +352,7 @@ impl Lowerer<'_> {
 
     fn index(&mut self, i: &syn::ExprIndex) -> Val {
         let base = self.expr(&i.expr);
+        let indexable = matches!(base.ty, Ty::Indexable(..));
         let elem = match &base.ty {
             Ty::Indexable(_, e) => Some((**e).clone()),
             Ty::Error => Some(Ty::Error),
@@ -336,8 +360,17 @@ impl Lowerer<'_> {
         };
         let idx =
             if elem.is_some() { self.expr_expect(&i.index, &Ty::Scalar(Scalar::Usize)) } else { self.expr(&i.index) };
-        let mut code = base.operand();
-        code.push_str("[").push(idx.code).push_str("]");
+        let base = base.operand();
+        let mut code = base.clone();
+        code.push_str("[").push(idx.code.clone()).push_str("]");
+        if indexable {
+            let (len, parameter) = self.buffer_of(&i.expr);
+            let index = self.index_of(&i.index);
+            let site = self.site(i, SiteKind::Index, parameter, index, None, len);
+            let mut checked = Code::text("weft::detail::at(");
+            checked.push(base).push_str(", ").push(idx.code).push_str(&format!(", {})", line_of(i)));
+            code = Code::site(vec![site], code, checked);
+        }
         Val::new(code, elem.unwrap_or(Ty::Unknown))
     }
 
@@ -355,6 +388,7 @@ impl Lowerer<'_> {
             Some(s) => self.expr_expect(s, &usize_ty).code,
             None => Code::text("0"),
         };
+        let base_is_error = base.ty == Ty::Error;
         let base = base.operand();
         let end = match &r.end {
             Some(e) => self.expr_expect(e, &usize_ty).code,
@@ -364,18 +398,41 @@ impl Lowerer<'_> {
                 len
             }
         };
-        let mut code = base;
-        code.push_str(".subslice(").push(start).push_str(", ").push(end).push_str(")");
-        Val::new(code, ty)
+        let mut code = base.clone();
+        code.push_str(".subslice(").push(start.clone()).push_str(", ").push(end.clone()).push_str(")");
+        if base_is_error {
+            return Val::new(code, ty);
+        }
+        let (len, parameter) = self.buffer_of(&i.expr);
+        let start_node = match &r.start {
+            Some(s) => self.index_of(s),
+            None => Some(self.bounds.constant(0)),
+        };
+        let end_node = match &r.end {
+            Some(e) => self.index_of(e),
+            None => len,
+        };
+        let site = self.site(i, SiteKind::Range, parameter, start_node, end_node, len);
+        let mut checked = Code::text("weft::detail::subslice_at(");
+        checked.push(base).push_str(", ").push(start).push_str(", ").push(end).push_str(&format!(", {})", line_of(i)));
+        Val::new(Code::site(vec![site], code, checked), ty)
     }
 
     fn if_value(&mut self, i: &syn::ExprIf) -> Val {
         let cond = self.expr_expect(&i.cond, &Ty::Scalar(Scalar::Bool));
+        let (guards, narrowed) = self.guards_of(&i.cond, false);
+        let depth = self.enter_guards(guards, narrowed);
         let then = self.block_value(&i.then_branch);
+        self.leave_guards(depth);
+        let (guards, narrowed) = self.guards_of(&i.cond, true);
+        let depth = self.enter_guards(guards, narrowed);
         let els = match &i.else_branch {
             Some((_, e)) => self.expr(e),
             None => Val::new(Code::text("(void)0"), Ty::Unit),
         };
+        self.leave_guards(depth);
+        // What one branch assigns, the other may not.
+        self.forget_assigned_in(&Expr::If(i.clone()));
         self.unify(&then.ty, &els.ty);
         let ty = if matches!(then.ty, Ty::Unknown | Ty::Unit) { els.ty.clone() } else { then.ty.clone() };
         let mut code = cond.operand();

@@ -18,10 +18,26 @@ enum Iteration<'e> {
 
 impl Lowerer<'_> {
     pub(crate) fn while_stmt(&mut self, w: &syn::ExprWhile) {
+        // What the loop assigns is loop-carried: untracked at its head, bounded in the body where the condition
+        // narrows it (`while p < n { …; p += stride; }`).
+        self.forget_assigned([&w.body], &[&w.cond]);
+        self.forget_assigned_in(&w.cond);
         let cond = self.expr_expect(&w.cond, &Ty::Scalar(Scalar::Bool));
         let mut head = Code::text("while (");
         head.push(cond.code).push_str(") {");
+        let (guards, narrowed) = self.guards_of(&w.cond, false);
+        let depth = self.enter_guards(guards, narrowed);
         self.loop_with_body(w.label.as_ref(), false, head, line_of(&w.cond), &w.body, Vec::new(), Vec::new());
+        self.leave_guards(depth);
+        self.forget_assigned([&w.body], &[&w.cond]);
+    }
+
+    /// `loop { … }`.
+    pub(crate) fn loop_stmt(&mut self, l: &syn::ExprLoop, line: usize) {
+        self.forget_assigned([&l.body], &[]);
+        let head = Code::text("while (true) {");
+        self.loop_with_body(l.label.as_ref(), false, head, line, &l.body, Vec::new(), Vec::new());
+        self.forget_assigned([&l.body], &[]);
     }
 
     /// Emits `head`, the body (with `prologue` first and `epilogue` after a `continue` target), and `}`.
@@ -189,6 +205,19 @@ impl Lowerer<'_> {
             }
         };
         let step = step_expr.map(|s| (self.expr_expect(s, &Ty::Scalar(Scalar::Usize)), is_stable(s, &f.body)));
+        // The loop variable's range, from the bounds as they are before the loop (Rust evaluates them once).
+        let range = {
+            let start = match start_expr {
+                Some(s) => self.index_of(s),
+                None => Some(self.bounds.constant(0)),
+            };
+            let end = self.index_of(end_expr);
+            match (start, end) {
+                (Some(s), Some(e)) => Some(self.bounds.range(s, e, inclusive, step_expr.is_none())),
+                _ => None,
+            }
+        };
+        self.forget_assigned([&f.body], &[]);
         let stable_end = is_stable(end_expr, &f.body);
         let stable_start = start_expr.is_none_or(|s| is_stable(s, &f.body));
 
@@ -292,19 +321,31 @@ impl Lowerer<'_> {
         self.push_scope();
         let declared_ty = ty.clone();
         if let Some(rust) = &var_rust {
-            if var_mut {
+            let id = if var_mut {
                 // Assigning the variable must not change the iteration, as in Rust.
                 let name = self.fresh_name(rust);
                 let mut copy = ty_code.clone();
                 copy.push_str(&format!(" {name} = {iter_name};"));
                 prologue.push(copy);
-                self.declare_named(rust, name, declared_ty, IndexValue::Unknown);
+                self.declare_named(rust, name, declared_ty, IndexValue::Unknown)
             } else {
-                self.declare_named(rust, iter_name.clone(), declared_ty, IndexValue::Unknown);
+                self.declare_named(rust, iter_name.clone(), declared_ty, IndexValue::Unknown)
+            };
+            self.locals[id].mutable = var_mut;
+            if let Some(range) = range {
+                let width = match &self.locals[id].ty {
+                    Ty::Scalar(s) => crate::codegen::bounds::unsigned_bits(*s).map(crate::codegen::bounds::Width::Bits),
+                    Ty::Var(v) => Some(crate::codegen::bounds::Width::Var(*v)),
+                    _ => None,
+                };
+                if width.is_some() {
+                    self.locals[id].shape = super::bounds::Shape::Int(range, width);
+                }
             }
         }
         self.loop_with_body(f.label.as_ref(), inclusive, head, line, &f.body, prologue, epilogue);
         self.pop_scope();
+        self.forget_assigned([&f.body], &[]);
         if wrapped {
             self.indent -= 1;
             self.emit_text("}");

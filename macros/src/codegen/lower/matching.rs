@@ -58,6 +58,9 @@ impl Lowerer<'_> {
                     self.declare_named(&rust, fresh, ty.clone(), IndexValue::Unknown);
                 }
             }
+            // The bounds analysis does not follow patterns: an arm runs for some values of the scrutinee.
+            let arm_guard = self.arm_guard(&m.expr, arm);
+            let depth = self.enter_guards(vec![arm_guard], Vec::new());
             match &*arm.body {
                 Expr::Block(b) if b.label.is_none() => {
                     self.push_scope();
@@ -66,6 +69,7 @@ impl Lowerer<'_> {
                 }
                 other => self.tail(other, sink),
             }
+            self.leave_guards(depth);
             self.indent -= 1;
             self.pop_scope();
             if unconditional {
@@ -75,6 +79,7 @@ impl Lowerer<'_> {
         if opened {
             self.emit_text("}");
         }
+        self.forget_assigned_in(&Expr::Match(m.clone()));
         if wrapped {
             self.indent -= 1;
             self.emit_text("}");
@@ -101,10 +106,13 @@ impl Lowerer<'_> {
             self.push_scope();
             let (cond, _) = self.pattern(&arm.pat, &name, &ty);
             let guard = arm.guard.as_ref().map(|(_, g)| self.expr_expect(g, &Ty::Scalar(Scalar::Bool)));
+            let arm_guard = self.arm_guard(&m.expr, arm);
+            let depth = self.enter_guards(vec![arm_guard], Vec::new());
             let value = match &*arm.body {
                 Expr::Block(b) => self.block_value(&b.block),
                 e => self.expr(e),
             };
+            self.leave_guards(depth);
             self.pop_scope();
             self.unify(&result_ty.clone(), &value.ty);
             if matches!(result_ty, Ty::Unknown | Ty::Unit) {
@@ -122,6 +130,7 @@ impl Lowerer<'_> {
             };
             arms.push((cond, value));
         }
+        self.forget_assigned_in(&Expr::Match(m.clone()));
         let mut code = Code::new();
         let n = arms.len();
         for (i, (cond, value)) in arms.into_iter().enumerate() {

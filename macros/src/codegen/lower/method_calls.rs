@@ -67,6 +67,10 @@ impl Lowerer<'_> {
                 found
             }
         };
+        let resolved = found.is_some();
+        let recv_ty = recv.ty.clone();
+        let arg_tys: Vec<Ty> = args.iter().map(|a| a.ty.clone()).collect();
+        let arg_codes: Vec<Code> = args.iter().map(|a| a.code.clone()).collect();
         let ty = match found {
             None => {
                 args.iter().for_each(|a| self.escape(&a.ty.clone()));
@@ -108,7 +112,8 @@ impl Lowerer<'_> {
                 }
             }
         };
-        let mut code = recv.operand();
+        let recv_code = recv.operand();
+        let mut code = recv_code.clone();
         if m.turbofish.is_some() {
             // R14: `x.recv::<T>(slot)` → `x.template recv<T'>(slot)`.
             code.push_str(&format!(".template {name}{turbofish}("));
@@ -116,6 +121,26 @@ impl Lowerer<'_> {
             code.push_str(&format!(".{name}("));
         }
         code.push(Code::join(args.into_iter().map(|a| a.code).collect(), ", ")).push_str(")");
+        if resolved {
+            if let Some(call) = self.method_sites(m, &recv_ty, &arg_tys) {
+                // Unproven: `weft::detail::<checker>(receiver, arguments…, line)`, which checks on the device.
+                let mut parts = vec![recv_code];
+                parts.extend(arg_codes);
+                parts.push(Code::text(super::line_of(m).to_string()));
+                if call.needs_dev {
+                    match self.dev_comm_name() {
+                        Some(dev) => parts.push(Code::text(dev)),
+                        None => {
+                            let span = m.method.span();
+                            self.lsa_without_dev.extend(call.sites.iter().map(|s| (*s, span)));
+                        }
+                    }
+                }
+                let mut checked = Code::text(format!("weft::detail::{}{turbofish}(", call.checker));
+                checked.push(Code::join(parts, ", ")).push_str(")");
+                code = Code::site(call.sites, code, checked);
+            }
+        }
         Val::new(code, ty)
     }
 

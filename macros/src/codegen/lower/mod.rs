@@ -1,6 +1,7 @@
 //! Rust body → C++ body. Runs after `valid` and assumes its checks: anything `valid` rejected is skipped here
 //! without a second error. What only this pass can see (types of literals, resource indices) it reports itself.
 
+pub(crate) mod bounds;
 mod calls;
 mod code;
 mod expr;
@@ -21,6 +22,7 @@ use syn::visit::Visit;
 
 use super::ast::{FnKind, ParamKind, Signature};
 use super::attr::Attributes;
+use super::bounds::{Bounds, Decision};
 use super::ctxt::Ctxt;
 use super::types::{Ty, TypeMapper};
 use super::usage::{IndexValue, Usage};
@@ -43,6 +45,8 @@ pub(crate) struct LoweredBody {
     /// Paths (as the kernel's generated module must write them) of every free function the body calls; each has a
     /// companion module with the C++ source of device fns (empty for vocabulary functions).
     pub(crate) calls: Vec<syn::Path>,
+    /// The body's memory accesses and how each is kept in bounds.
+    pub(crate) bounds: Bounds,
 }
 
 /// Options of the C++ writer.
@@ -66,6 +70,10 @@ struct Local {
     /// For immutable integer locals: what a resource index through them means.
     index: IndexValue,
     decl: Origin,
+    /// `let mut`.
+    mutable: bool,
+    /// What the bounds analysis knows of its value where the lowering is.
+    shape: bounds::Shape,
 }
 
 /// Why a `let`'s C++ type hangs on a type variable, for the error if it stays unknown.
@@ -106,6 +114,13 @@ pub(crate) struct Lowerer<'a> {
     let_vars: Vec<(usize, Span, String, LetVarReason)>,
     /// Locals of unknown type already reported as a method's receiver.
     untyped_reported: HashSet<usize>,
+    bounds: Bounds,
+    /// The conditions around the code being lowered.
+    guards: Vec<bounds::Guard>,
+    /// Locals narrowed by those conditions, innermost last.
+    overrides: Vec<(usize, bounds::Shape)>,
+    /// `w.lsa(peer)` sites in a function without a `DevComm` parameter, and where they are written.
+    lsa_without_dev: Vec<(super::bounds::SiteId, Span)>,
 }
 
 /// Lowers `body` of a function with signature `sig`.
@@ -142,6 +157,10 @@ pub(crate) fn lower_body(
         calls: Vec::new(),
         let_vars: Vec::new(),
         untyped_reported: HashSet::new(),
+        bounds: Bounds::default(),
+        guards: Vec::new(),
+        overrides: Vec::new(),
+        lsa_without_dev: Vec::new(),
     };
     let mut param_names = Vec::new();
     for p in &sig.params {
@@ -161,11 +180,13 @@ pub(crate) fn lower_body(
         param_names.push(cpp.clone());
         l.declare_named(&rust, cpp, p.ty.clone(), IndexValue::Unknown);
     }
+    l.param_shapes();
     let ret = sig.ret_ty.clone();
     l.lower_fn_block(&item.block, &ret);
     l.check_let_vars();
+    l.finish_bounds();
     let text = l.render();
-    LoweredBody { text, param_names, usage: l.usage, calls: l.calls }
+    LoweredBody { text, param_names, usage: l.usage, calls: l.calls, bounds: l.bounds }
 }
 
 impl<'a> Lowerer<'a> {
@@ -236,7 +257,15 @@ impl<'a> Lowerer<'a> {
         self.seq += 1;
         let decl = self.origin();
         let id = self.locals.len();
-        self.locals.push(Local { rust: rust.to_string(), cpp, ty, index, decl });
+        self.locals.push(Local {
+            rust: rust.to_string(),
+            cpp,
+            ty,
+            index,
+            decl,
+            mutable: false,
+            shape: bounds::Shape::None,
+        });
         if let Some((_, ids)) = self.scopes.last_mut() {
             ids.push(id);
         }
@@ -312,9 +341,38 @@ impl<'a> Lowerer<'a> {
         }
     }
 
+    /// Decides every access once literal types are known, and notes whether any is checked on the device.
+    fn finish_bounds(&mut self) {
+        let vars = &self.vars;
+        self.bounds.finish(|v| match vars.binding(v) {
+            Some(Ty::Scalar(s)) => super::bounds::unsigned_bits(s),
+            // An unsuffixed integer literal nothing typed is an `i32` (Rust's fallback, and the C++ spelling).
+            _ => None,
+        });
+        let on_device: Vec<usize> =
+            (0..self.bounds.sites.len()).filter(|&i| self.bounds.decision(i) == Decision::OnDevice).collect();
+        self.usage.device_checks |= !on_device.is_empty();
+        self.check_peer_sites(&on_device);
+        if self.attrs.no_device_checks && self.sig.kind == FnKind::Kernel {
+            for &i in &on_device {
+                let site = &self.bounds.sites[i];
+                self.cx.error_spanned_by(
+                    &site.tokens,
+                    format!(
+                        "`{}` would be checked on the device, which #[kernel(no_device_checks)] forbids: {}; index \
+                         it with a loop variable over a parameter (`for i in grid_stride(n)`), narrow it where it is \
+                         used (`if i < x.len()`), or drop `no_device_checks` (docs/macro.md, \"Bounds\")",
+                        site.access,
+                        self.bounds.why_unproven(site)
+                    ),
+                );
+            }
+        }
+    }
+
     fn render(&self) -> String {
         let names: Vec<String> = self.locals.iter().map(|l| l.cpp.clone()).collect();
-        let resolver = Resolver { vars: &self.vars, local_names: &names };
+        let resolver = Resolver { vars: &self.vars, local_names: &names, bounds: &self.bounds };
         let mut out = String::new();
         let mut last_line = 0;
         for line in &self.lines {

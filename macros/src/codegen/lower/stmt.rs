@@ -28,11 +28,42 @@ impl Lowerer<'_> {
     /// The statements of `block` in the current scope; the tail expression goes to `sink`.
     pub(crate) fn block_stmts(&mut self, block: &Block, sink: &Sink) {
         let n = block.stmts.len();
+        let depth = self.enter_guards(Vec::new(), Vec::new());
         for (i, s) in block.stmts.iter().enumerate() {
             match s {
                 Stmt::Expr(e, None) if i + 1 == n => self.tail(e, sink),
                 _ => self.stmt(s),
             }
+            self.after_early_exit(s);
+        }
+        self.leave_guards(depth);
+    }
+
+    /// What the rest of a block may assume after `s`: `if c { …; return; }` (no `else`) means `!c` from here on; any
+    /// other statement that may leave early (`return`, or `break`/`continue` out of it) hides which values the rest
+    /// runs with, so no bound after it is exact.
+    fn after_early_exit(&mut self, s: &Stmt) {
+        let e = match s {
+            Stmt::Expr(e, _) => e,
+            Stmt::Local(l) => match &l.init {
+                Some(init) if super::bounds::leaves(&init.expr, 0) => {
+                    self.guards.push(super::bounds::Guard::opaque());
+                    return;
+                }
+                _ => return,
+            },
+            _ => return,
+        };
+        if let Expr::If(i) = e {
+            if i.else_branch.is_none() && super::bounds::diverges(&i.then_branch) {
+                let (guards, narrowed) = self.guards_of(&i.cond, true);
+                self.guards.extend(guards);
+                self.overrides.extend(narrowed);
+                return;
+            }
+        }
+        if super::bounds::leaves(e, 0) {
+            self.guards.push(super::bounds::Guard::opaque());
         }
     }
 
@@ -100,10 +131,7 @@ impl Lowerer<'_> {
         match e {
             Expr::If(i) => self.if_stmt(i, &Sink::Discard),
             Expr::While(w) => self.while_stmt(w),
-            Expr::Loop(l) => {
-                let head = Code::text("while (true) {");
-                self.loop_with_body(l.label.as_ref(), false, head, line, &l.body, Vec::new(), Vec::new());
-            }
+            Expr::Loop(l) => self.loop_stmt(l, line),
             Expr::ForLoop(f) => self.for_stmt(f),
             Expr::Block(b) if b.label.is_none() => {
                 self.emit_text("{");
@@ -148,31 +176,61 @@ impl Lowerer<'_> {
     fn if_stmt(&mut self, i: &syn::ExprIf, sink: &Sink) {
         let mut current = i;
         let mut first = true;
+        // Each branch runs where the earlier conditions failed (the bounds analysis narrows by both).
+        let mut earlier: Vec<&Expr> = Vec::new();
+        let mut branches: Vec<&Block> = Vec::new();
+        let under = |l: &mut Self, earlier: &[&Expr], cond: Option<&Expr>| {
+            let (mut guards, mut narrowed) = (Vec::new(), Vec::new());
+            for e in earlier {
+                let (g, n) = l.guards_of(e, true);
+                guards.extend(g);
+                narrowed.extend(n);
+            }
+            if let Some(c) = cond {
+                let (g, n) = l.guards_of(c, false);
+                guards.extend(g);
+                narrowed.extend(n);
+            }
+            l.enter_guards(guards, narrowed)
+        };
         loop {
+            let depth = under(self, &earlier, None);
             let cond = self.expr_expect(&current.cond, &Ty::Scalar(Scalar::Bool));
+            self.leave_guards(depth);
             let mut head = Code::text(if first { "if (" } else { "} else if (" });
             head.push(cond.code).push_str(") {");
             self.emit(head, line_of(&current.cond));
             first = false;
+            let depth = under(self, &earlier, Some(&current.cond));
             self.braced_block(&current.then_branch, sink);
+            self.leave_guards(depth);
+            branches.push(&current.then_branch);
+            earlier.push(&current.cond);
             match current.else_branch.as_ref().map(|(_, e)| &**e) {
                 None => break,
                 Some(Expr::If(next)) => current = next,
                 Some(Expr::Block(b)) => {
                     self.emit_text("} else {");
+                    let depth = under(self, &earlier, None);
                     self.braced_block(&b.block, sink);
+                    self.leave_guards(depth);
+                    branches.push(&b.block);
                     break;
                 }
                 Some(other) => {
                     self.emit_text("} else {");
                     self.indent += 1;
+                    let depth = under(self, &earlier, None);
                     self.tail(other, sink);
+                    self.leave_guards(depth);
                     self.indent -= 1;
+                    self.forget_assigned_in(other);
                     break;
                 }
             }
         }
         self.emit_text("}");
+        self.forget_assigned(branches, &earlier);
     }
 
     fn let_stmt(&mut self, local: &syn::Local) {
@@ -220,7 +278,8 @@ impl Lowerer<'_> {
                     };
                     let name = self.fresh_name(&rust);
                     self.emit(Code::text(format!("{cpp} {name};")), line);
-                    self.declare_named(&rust, name, ty, IndexValue::Unknown);
+                    let id = self.declare_named(&rust, name, ty, IndexValue::Unknown);
+                    self.locals[id].mutable = mutable;
                     return;
                 };
                 // `let x: T = if … { … } else { … };` with statements in the branches: declare, then assign.
@@ -229,7 +288,8 @@ impl Lowerer<'_> {
                     self.emit(Code::text(format!("{cpp} {name};")), line);
                     let sink = Sink::Assign(name.clone(), ty.clone());
                     self.tail(init, &sink);
-                    self.declare_named(&rust, name, ty.clone(), IndexValue::Unknown);
+                    let id = self.declare_named(&rust, name, ty.clone(), IndexValue::Unknown);
+                    self.locals[id].mutable = mutable;
                     return;
                 }
                 // A branch that leaves (`else { return; }`) has no value for `?:`: declare, then assign in the
@@ -242,13 +302,15 @@ impl Lowerer<'_> {
                     self.emit(decl, line);
                     self.let_vars.push((v, pi.ident.span(), rust.clone(), LetVarReason::Branches));
                     self.tail(init, &Sink::Assign(name.clone(), Ty::Var(v)));
-                    self.declare_named(&rust, name, Ty::Var(v), IndexValue::Unknown);
+                    let id = self.declare_named(&rust, name, Ty::Var(v), IndexValue::Unknown);
+                    self.locals[id].mutable = mutable;
                     return;
                 }
                 let value = match &mapped {
                     Some((_, ty)) => self.expr_expect(init, ty),
                     None => self.expr(init),
                 };
+                let shape = self.shape(init);
                 let name = self.fresh_name(&rust);
                 let (decl, ty) = match mapped {
                     Some((cpp, ty)) => (Code::text(cpp), ty),
@@ -266,7 +328,9 @@ impl Lowerer<'_> {
                 let mut code = decl;
                 code.push_str(&format!(" {name} = ")).push(value.code).push_str(";");
                 self.emit(code, line);
-                self.declare_named(&rust, name, ty, index);
+                let id = self.declare_named(&rust, name, ty, index);
+                self.locals[id].mutable = mutable;
+                self.locals[id].shape = shape;
             }
             Pat::Wild(_) => {
                 if let Some(init) = init {
@@ -297,8 +361,13 @@ impl Lowerer<'_> {
                                 None => self.expr(v),
                             });
                         }
-                        for (p, v) in t.elems.iter().zip(vals) {
+                        let shapes: Vec<_> = values.elems.iter().map(|v| self.shape(v)).collect();
+                        for ((p, v), shape) in t.elems.iter().zip(vals).zip(shapes) {
+                            let before = self.locals.len();
                             self.bind_pattern_value(p, v, line);
+                            if matches!(p, Pat::Ident(_)) && self.locals.len() == before + 1 {
+                                self.locals[before].shape = shape;
+                            }
                         }
                         return;
                     }
@@ -362,7 +431,8 @@ impl Lowerer<'_> {
                 code.push_str(&format!(" {name} = ")).push(v.code).push_str(";");
                 self.emit(code, line);
                 let index = if pi.mutability.is_some() { IndexValue::Unknown } else { v.index };
-                self.declare_named(&rust, name, ty, index);
+                let id = self.declare_named(&rust, name, ty, index);
+                self.locals[id].mutable = pi.mutability.is_some();
             }
             Pat::Wild(_) => {
                 let mut code = Code::text("(void)(");
@@ -433,7 +503,10 @@ impl Lowerer<'_> {
         let rust = pi.ident.to_string();
         let name = self.fresh_name(&rust);
         self.emit(Code::text(format!("__shared__ {cpp} {name};")), line);
-        self.declare_named(&rust, name, t, IndexValue::Unknown);
+        let length = super::bounds::shared_length(&ty);
+        let shape = self.shared_shape(&t, &rust, length);
+        let id = self.declare_named(&rust, name, t, IndexValue::Unknown);
+        self.locals[id].shape = shape;
         true
     }
 }

@@ -90,7 +90,8 @@ fn collect(file: &Path, items: &[syn::Item], out: &mut Vec<Case>) {
     }
 }
 
-/// The cases of the sources whose kernels rustc accepts: examples, GPU tests, UI passes.
+/// The cases of the sources whose kernels rustc accepts: the examples' (kit/src/kernels), the GPU tests'
+/// (kit/src/test_kernels.rs), UI passes.
 pub(crate) fn accepted_sources() -> Vec<Case> {
     let mut files = rust_files("kit/src/kernels");
     files.push(workspace().join("kit/src/test_kernels.rs"));

@@ -1,6 +1,7 @@
 //! Unit tests of the translation: C++ per construct, literal typing, capability and requirement inference, the
 //! generated module, and every rejection.
 
+mod bounds;
 mod control_flow;
 mod corpus;
 mod emit;

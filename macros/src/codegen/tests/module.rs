@@ -83,16 +83,53 @@ fn capability_generic_communicator_keeps_its_parameter() {
 #[test]
 fn length_checks_are_emitted() {
     let out = squeeze(expand_kernel(
-        quote!(len(x == out, out >= n)),
-        quote! { fn k(x: &[f32], out: &mut [f32], n: usize) {} },
+        quote!(len(x == out, out >= n * lsa_size + 1)),
+        quote! { fn k(dev: &DevComm<Lsa>, x: &[f32], out: &mut [f32], n: usize) {} },
     ));
+    // Each side is computed on the host without wrapping; a rule whose arithmetic fails is a failed rule.
     assert_has(
         &out,
-        r#"if !((__weft_len_x as u64) == (__weft_len_out as u64)) {
-            return ::core::result::Result::Err(::weft::host::launch::length_check_failed(NAME, "x == out", &[("x", (__weft_len_x as u64)), ("out", (__weft_len_out as u64))]));
+        r#"match (::core::option::Option::Some(__weft_len_x as u128), ::core::option::Option::Some(__weft_len_out as u128)) {
+            (::core::option::Option::Some(__weft_l), ::core::option::Option::Some(__weft_r)) if __weft_l == __weft_r => {}
+            _ => return ::core::result::Result::Err(::weft::host::launch::length_check_failed(NAME, "x == out", &[("x", ::core::option::Option::Some(__weft_len_x as u128).unwrap_or(0) as u64), ("out", ::core::option::Option::Some(__weft_len_out as u128).unwrap_or(0) as u64)])),
         }"#,
     );
-    assert_has(&out, r#"if !((__weft_len_out as u64) >= (n as u64))"#);
+    // Team values come from the device communicator's team.
+    assert_has(&out, "let __weft_team_lsa: (::weft::host::launch::bounds::Interval, ::weft::host::launch::bounds::Interval) = ::weft::host::launch::bounds::lsa_team(dev)?;");
+    assert_has(
+        &out,
+        "::weft::host::launch::bounds::rule(::weft::host::launch::bounds::rule(::core::option::Option::Some(n as u128), __weft_team_lsa.0.bounds().map(|(value, _)| value), u128::checked_mul), ::core::option::Option::Some(1u128), u128::checked_add)",
+    );
+}
+
+#[test]
+fn launch_checks_proven_bounds_and_launch_unchecked_does_not() {
+    let out = squeeze(expand_kernel(
+        quote!(),
+        quote! {
+            fn k(x: &[f32], out: &mut [f32], n: usize) {
+                for i in grid_stride(n) {
+                    out[i] = x[i];
+                }
+            }
+        },
+    ));
+    // `launch` evaluates the index's range on the launch's values and checks it against each buffer's length.
+    assert_has(&out, "let __weft_b2: ::weft::host::launch::bounds::Interval = ::weft::host::launch::bounds::Interval::point(n as u128);");
+    assert_has(&out, "let __weft_b4: ::weft::host::launch::bounds::Interval = ::weft::host::launch::bounds::Interval::range(__weft_b3, __weft_b2, false);");
+    assert_has(
+        &out,
+        r#"::weft::host::launch::bounds::require_index(NAME, &::weft::host::launch::bounds::Site { parameter: "out", access: "out[i]", line: 1u32 }, __weft_b4, __weft_b1)?;"#,
+    );
+    assert_has(
+        &out,
+        r#"::weft::host::launch::bounds::require_index(NAME, &::weft::host::launch::bounds::Site { parameter: "x", access: "x[i]", line: 1u32 }, __weft_b4, __weft_b0)?;"#,
+    );
+    assert_has(&out, "unsafe{__weft_args.launch(&__weft_spec,cfg,if__WEFT_USAGE[1]&8u32!=0{::weft::host::jit::BoundsChecks::On}else{::weft::host::jit::BoundsChecks::Off})}");
+    // `launch_unchecked` is `unsafe`, checks no bound and runs the form without device checks.
+    let unchecked = &out[out.find("pubunsafefnlaunch_unchecked").expect("launch_unchecked")..];
+    assert!(!unchecked.contains("require_index"), "{unchecked}");
+    assert_has(unchecked, "unsafe{__weft_args.launch(&__weft_spec,cfg,::weft::host::jit::BoundsChecks::Off)}");
 }
 
 #[test]

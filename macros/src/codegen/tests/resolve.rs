@@ -118,7 +118,10 @@ fn coop_type_parameters_have_the_coop_methods() {
             coop.sync();
         }
     });
-    assert_lines(&b, &["out[static_cast<size_t>(coop.thread_rank())] = coop.size();", "coop.sync();"]);
+    assert_lines(
+        &b,
+        &["weft::detail::at(out, static_cast<size_t>(coop.thread_rank()), 1) = coop.size();", "coop.sync();"],
+    );
 }
 
 #[test]

@@ -82,6 +82,7 @@ fn trait_type_sets_match_the_device_crate() {
         let tokens: Vec<String> = m.mac.tokens.to_string().split([',', ':']).map(|t| t.trim().to_string()).collect();
         match name.as_str() {
             "marker" => found.push((tokens[0].clone(), tokens[1..].to_vec())),
+            // `native_float!(f32, f64)` and `half_float!(f16, bf16)` implement `Float`.
             "native_float" | "half_float" => match found.iter_mut().find(|(n, _)| n == "Float") {
                 Some((_, types)) => types.extend(tokens.iter().cloned()),
                 None => found.push(("Float".into(), tokens.clone())),
@@ -100,12 +101,15 @@ fn trait_type_sets_match_the_device_crate() {
 }
 
 /// The public methods of weft-device's impl blocks, trait impls excluded (`Index`, `Iterator`, …), and the methods
-/// its own traits declare (`LoadPack::load_pack`, `Float::sqrt`).
+/// its own public traits declare (`LoadPack::load_pack`, `Float::sqrt`; not a private helper's, `InF32::in_f32`).
 #[derive(Default)]
 struct Methods(Vec<String>);
 
 impl<'ast> Visit<'ast> for Methods {
     fn visit_item_trait(&mut self, t: &'ast syn::ItemTrait) {
+        if !matches!(t.vis, syn::Visibility::Public(_)) {
+            return;
+        }
         for item in &t.items {
             if let syn::TraitItem::Fn(f) = item {
                 if f.sig.receiver().is_some() {

@@ -1,0 +1,138 @@
+//! The buffers and windows a generated launcher accepts for a kernel's `&[T]`, `&mut [T]` and `&Window<T>`
+//! parameters.
+//!
+//! A launch hands the kernel a device address and a length, and the kernel's bounds (docs/macro.md, "Bounds") are
+//! proved or checked against that length: so the address and length must be true. cudarc's `DevicePtr` traits are
+//! safe to implement, so any type could report any address through them; the traits here are sealed instead, and
+//! implemented only for memory whose address and length weft can trust:
+//!
+//! - cudarc's [`CudaSlice`], [`CudaView`] and [`CudaViewMut`] (allocated by cudarc, or cut from such an allocation
+//!   by its bounds-checked `slice`; every way to make one from a raw address is `unsafe`);
+//! - weft's [`DeviceBuffer`] (allocated by `ncclMemAlloc`) for slices, and weft's [`Window`] for windows.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
+
+use super::WindowArg;
+use crate::comm::Mode;
+use crate::devcomm::Team;
+use crate::error::Result;
+use crate::resources::{DeviceBuffer, Window};
+
+pub(crate) mod sealed {
+    use super::*;
+
+    /// Device memory whose address and length weft trusts (see the module docs). Not implementable outside weft.
+    pub trait Buffer<T> {
+        /// The number of `T`s.
+        fn buffer_len(&self) -> usize;
+        /// The stream the memory belongs to (its context is the device it lives on).
+        fn buffer_stream(&self) -> &Arc<CudaStream>;
+        /// The address for a kernel on `stream` that reads the memory; `stream` first waits for pending writes, and
+        /// the read is recorded when the guard drops.
+        fn read_address<'a>(&'a self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>);
+    }
+
+    /// [`Buffer`] that a kernel may also write.
+    pub trait BufferMut<T>: Buffer<T> {
+        /// The address for a kernel on `stream` that writes the memory; `stream` first waits for pending reads
+        /// and writes, and the write is recorded when the guard drops.
+        fn write_address<'a>(&'a mut self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>);
+    }
+
+    /// A symmetric window weft registered.
+    pub trait SymmetricWindow<T> {
+        /// The by-value argument, or why the window cannot be used (released, …).
+        fn window_arg(&self) -> Result<WindowArg>;
+        /// The CUDA device the window's local part lives on.
+        fn cuda_device(&self) -> usize;
+        /// Records that a kernel using the window is launched on `stream` (what freeing the window waits for).
+        fn note_launch(&self, stream: &Arc<CudaStream>);
+        /// The LSA team of the window's communicator (its size bounds `window.lsa(peer)`).
+        fn lsa_team(&self) -> Result<Team>;
+    }
+}
+
+/// A buffer a kernel reads through a `&[T]` parameter: cudarc's `CudaSlice<T>`, `CudaView<'_, T>`,
+/// `CudaViewMut<'_, T>`, or weft's `DeviceBuffer<T>`.
+///
+/// Sealed: a launch trusts the address and length it reports (module docs).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not device memory a weft kernel can read as `&[{T}]`",
+    label = "a `&[{T}]` kernel parameter takes a buffer of `{T}`s",
+    note = "pass a cudarc `CudaSlice<{T}>`, `CudaView<'_, {T}>` or `CudaViewMut<'_, {T}>`, or a weft \
+            `DeviceBuffer<{T}>` (the element types must match)"
+)]
+pub trait KernelSlice<T>: sealed::Buffer<T> {}
+
+/// A buffer a kernel writes through a `&mut [T]` parameter: cudarc's `CudaSlice<T>`, `CudaViewMut<'_, T>`, or
+/// weft's `DeviceBuffer<T>`.
+///
+/// Sealed: a launch trusts the address and length it reports (module docs).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not device memory a weft kernel can write as `&mut [{T}]`",
+    label = "a `&mut [{T}]` kernel parameter takes a writable buffer of `{T}`s",
+    note = "pass a cudarc `CudaSlice<{T}>` or `CudaViewMut<'_, {T}>`, or a weft `DeviceBuffer<{T}>` (the element \
+            types must match)"
+)]
+pub trait KernelSliceMut<T>: sealed::BufferMut<T> {}
+
+/// A symmetric window a kernel reaches through a `&Window<T>` parameter: a weft [`Window<'_, T, M>`](Window).
+///
+/// Sealed: a launch trusts the handle and length it reports (module docs).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a window a weft kernel can take as `&Window<{T}>`",
+    label = "a `&Window<{T}>` kernel parameter takes a weft window of `{T}`s",
+    note = "register one with `Communicator::window` (the element types must match)"
+)]
+pub trait KernelWindow<T>: sealed::SymmetricWindow<T> {}
+
+/// cudarc's own types and weft's buffer: their `DevicePtr` impls report the memory they own.
+macro_rules! trusted_buffer {
+    ($($ty:ty),* $(,)?) => {$(
+        impl<T> sealed::Buffer<T> for $ty {
+            fn buffer_len(&self) -> usize {
+                DeviceSlice::len(self)
+            }
+            fn buffer_stream(&self) -> &Arc<CudaStream> {
+                DeviceSlice::stream(self)
+            }
+            fn read_address<'a>(&'a self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
+                DevicePtr::device_ptr(self, stream)
+            }
+        }
+        impl<T> KernelSlice<T> for $ty {}
+    )*};
+}
+
+macro_rules! trusted_buffer_mut {
+    ($($ty:ty),* $(,)?) => {$(
+        impl<T> sealed::BufferMut<T> for $ty {
+            fn write_address<'a>(&'a mut self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
+                DevicePtrMut::device_ptr_mut(self, stream)
+            }
+        }
+        impl<T> KernelSliceMut<T> for $ty {}
+    )*};
+}
+
+trusted_buffer!(CudaSlice<T>, CudaView<'_, T>, CudaViewMut<'_, T>, DeviceBuffer<T>);
+trusted_buffer_mut!(CudaSlice<T>, CudaViewMut<'_, T>, DeviceBuffer<T>);
+
+impl<T: crate::Element, M: Mode> sealed::SymmetricWindow<T> for Window<'_, T, M> {
+    fn window_arg(&self) -> Result<WindowArg> {
+        self.kernel_arg()
+    }
+    fn cuda_device(&self) -> usize {
+        self.communicator().cuda_device()
+    }
+    fn note_launch(&self, stream: &Arc<CudaStream>) {
+        self.buffer().note_launch(stream);
+    }
+    fn lsa_team(&self) -> Result<Team> {
+        self.communicator().team_lsa()
+    }
+}
+
+impl<T: crate::Element, M: Mode> KernelWindow<T> for Window<'_, T, M> {}
