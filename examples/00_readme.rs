@@ -29,7 +29,7 @@ fn main() -> Result<(), weft::host::Error> {
         x.buffer_mut().copy_from_host(&vec![comm.rank() as f32 + 1.0; n])?;
         let mut out = stream.alloc_zeros::<f32>(n)?;
         allreduce::launch(&stream, cfg, &dev, &x, &mut out, n)?;
-        Ok(stream.clone_dtoh(&out)?[0])
+        Ok(comm.download(&stream, &out)?[0])
     })?;
     let nranks = sums.len() as f32;
     println!("{} rank(s), each summed {sums:?}; expected {}", sums.len(), nranks * (nranks + 1.0) / 2.0);

@@ -110,8 +110,8 @@ fn rank(comm: &Communicator) -> std::result::Result<RankReport, weft::host::Erro
     // Checked runs first (outputs poisoned with NaN above), then timed ones.
     lsa_allreduce::launch(&stream, cfg, &dev, &window, &mut weft_out, n)?;
     comm.all_reduce(window.buffer(), &mut nccl_out, ReduceOp::Sum, &stream)?;
-    let weft_error = relative_error(&stream.clone_dtoh(&weft_out)?, &reference);
-    let nccl_error = relative_error(&stream.clone_dtoh(&nccl_out)?, &reference);
+    let weft_error = relative_error(&weft::host::cuda::download(&stream, &weft_out)?, &reference);
+    let nccl_error = relative_error(&weft::host::cuda::download(&stream, &nccl_out)?, &reference);
 
     let start = comm.context().new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
     let end = comm.context().new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
@@ -130,7 +130,7 @@ fn rank(comm: &Communicator) -> std::result::Result<RankReport, weft::host::Erro
             nccl_times.push(nccl);
         }
     }
-    stream.synchronize()?;
+    weft::host::cuda::settle(&stream)?;
     Ok(RankReport {
         rank: comm.rank(),
         weft_ms: median(weft_times),

@@ -240,7 +240,7 @@ fn rank_lifecycle(
         let send = stream.clone_htod(&vec![(rank + 1) as f32; 4096])?;
         let mut recv = stream.alloc_zeros::<f32>(4096)?;
         comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)?;
-        let sum = stream.clone_dtoh(&recv)?;
+        let sum = weft::host::cuda::download(&stream, &recv)?;
         let want = (nranks * (nranks + 1) / 2) as f32;
         log.push(format!("all-reduce of rank + 1: {} (expected {want})", sum[0]));
         if sum.iter().any(|v| *v != want) {

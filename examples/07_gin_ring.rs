@@ -109,7 +109,7 @@ fn rank(comm: &Communicator) -> std::result::Result<Outcome, Error> {
     let src = stream.clone_htod(&chunk_of(comm.rank()))?;
 
     ring::launch(&stream, cfg, &dev, &data, &src, CHUNK)?;
-    stream.synchronize()?;
+    weft::host::cuda::settle(&stream)?;
     let got = data.buffer().copy_to_host()?;
     let mut correct = true;
     for member in 0..rail.nranks {
@@ -122,6 +122,6 @@ fn rank(comm: &Communicator) -> std::result::Result<Outcome, Error> {
     let times = common::time_variants(&stopwatch, &stream, WARMUP, ITERATIONS, 1, |_| {
         ring::launch(&stream, cfg, &dev, &data, &src, CHUNK)
     })?;
-    stream.synchronize()?;
+    weft::host::cuda::settle(&stream)?;
     Ok(Outcome::Ran { rail: rail_size, micros: times[0], correct })
 }

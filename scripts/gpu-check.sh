@@ -20,8 +20,10 @@
 #   bench     the benchmarks: 1 rank on 2.28.9, 1/2/4/8 ranks on 2.30.7 (WEFT_GPU_CHECK_QUICK=1: quick mode)
 #   smoke     (not in the default) NCCL 2.30.7: the wait probes, then at 2, 4 and 8 ranks the multi-rank tests (with
 #             WEFT_TRACE=1: each rank's steps) and the quickstart, 45 s each at most: a first look at a change
-#   variants  (not in the default) NCCL 2.30.7, 4 ranks: the collectives test under NCCL settings that change what
-#             NCCL does at a first collective (to find what waits for the device there; docs/multi-rank.md)
+#   bounds    (not in the default) 1 rank: the launch-soundness tests on both releases
+#   variants  (not in the default) NCCL 2.30.7, 4 ranks: the collectives test under settings that change what
+#             NCCL and CUDA do at a first collective (to find what waits for the device there; docs/multi-rank.md)
+#   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s).
 # Full logs and the benchmarks' CSV/SVG go to one archive, $OUT/gpu-logs.tgz (the device tool brings back few files),
 # and a summary (one line per run: name, exit status, last result line) is printed last.
@@ -31,7 +33,8 @@ root=$(pwd)
 out=$(mktemp -d /tmp/weft-gpu-logs.XXXX)
 summary="$out/summary.txt"
 : > "$summary"
-export NCCL_DEBUG=WARN WEFT_CACHE_DIR=/tmp/weft-cache
+# WEFT_STACKS=1: a run killed at its deadline prints every thread's stack first (scripts/symbolize.py names them).
+export NCCL_DEBUG=WARN WEFT_CACHE_DIR=/tmp/weft-cache WEFT_STACKS=1
 [ "${WEFT_GPU_CHECK_QUICK:-0}" = 1 ] && export WEFT_BENCH_QUICK=1
 # The multi-rank tests and the fault tests; everything else is one rank (or several on several GPUs).
 multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_faults "")
@@ -76,7 +79,7 @@ with_nccl() { # release (2.28.9 | 2.30.7), command...
 suite() { # tag
   local tag=$1
   # weft_macros is a proc-macro crate: its unit tests link libstd as a dylib and run on the CPU machine only.
-  for t in weft_host weft_device gpu gpu_kernels gpu_timeout gpu_waits gpu_faults codegen; do
+  for t in weft_host weft_device gpu gpu_kernels gpu_bounds gpu_group_outputs gpu_timeout gpu_waits gpu_faults codegen; do
     [ -x ".gpu/bin/test-$t" ] && run "$tag test-$t" 300 ".gpu/bin/test-$t" --include-ignored --test-threads=1
   done
   for e in .gpu/bin/example-*; do run "$tag $(basename "$e")" 300 "$e"; done
@@ -110,15 +113,25 @@ smoke() {
   unset WEFT_RANKS WEFT_TRACE
 }
 
+bounds() { # release
+  run "$1 test-gpu_bounds" 120 .gpu/bin/test-gpu_bounds --include-ignored --test-threads=1
+}
+
 variants() {
   export WEFT_RANKS=4 WEFT_TRACE=1
   local t=".gpu/bin/test-gpu --include-ignored --test-threads=1 --nocapture every_collective"
   run "2.30.7 x4 collectives" 45 $t
-  NCCL_LOCAL_REGISTER=0 run "2.30.7 x4 collectives LOCAL_REGISTER=0" 45 $t
   CUDA_MODULE_LOADING=EAGER run "2.30.7 x4 collectives MODULE_LOADING=EAGER" 45 $t
-  NCCL_RUNTIME_CONNECT=0 NCCL_LOCAL_REGISTER=0 CUDA_MODULE_LOADING=EAGER run "2.30.7 x4 collectives all three" 45 $t
   NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL,P2P,NET,ALLOC run "2.30.7 x4 collectives NCCL_DEBUG=INFO" 45 $t
   unset WEFT_RANKS WEFT_TRACE
+}
+
+hangs() { # the runs that hung last time, once each, for their stacks (scripts/symbolize.py)
+  export WEFT_TRACE=1
+  WEFT_RANKS=2 run "2.30.7 x2 test-gpu" 40 .gpu/bin/test-gpu --include-ignored --test-threads=1 --nocapture every_rank
+  WEFT_RANKS=4 run "2.30.7 x4 test-gpu_kernels" 40 .gpu/bin/test-gpu_kernels --include-ignored --test-threads=1 --nocapture every_rank
+  WEFT_RANKS=8 run "2.30.7 x8 example-quickstart" 40 .gpu/bin/example-quickstart
+  unset WEFT_TRACE
 }
 
 bench() { # release, rank counts...
@@ -141,6 +154,8 @@ if [ ! -d .gpu/bin ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 case $parts in *,smoke,*) with_nccl 2.30.7 smoke ;; esac
+case $parts in *,bounds,*) with_nccl 2.30.7 bounds 2.30.7; with_nccl 2.28.9 bounds 2.28.9 ;; esac
+case $parts in *,hangs,*) with_nccl 2.30.7 hangs ;; esac
 case $parts in *,variants,*) with_nccl 2.30.7 variants ;; esac
 case $parts in *,suite,*) with_nccl 2.28.9 suite 2.28.9 ;; esac
 case $parts in *,suite30,*) with_nccl 2.30.7 suite 2.30.7 ;; esac

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command with a deadline; if it is still running then, prints every thread's stack (gdb if present, else the
-# kernel's view from /proc) before killing it, so a hang on the GPU machine says where it hung.
+# process's own dump when it runs with WEFT_STACKS=1, then the kernel's view from /proc) before killing it, so a hang
+# on the GPU machine says where it hung.
 #   scripts/hang-dump.sh SECONDS command [args...]
 limit=$1; shift
 "$@" &
@@ -13,6 +14,9 @@ echo "hang-dump: '$*' still running after ${limit}s; stacks of pid $pid:"
 if command -v gdb >/dev/null; then
   gdb -batch -p "$pid" -ex "thread apply all bt 25" 2>/dev/null | grep -E '^(Thread|#)' | cut -c1-160
 else
+  # A weft process run with WEFT_STACKS=1 prints each thread's return addresses on SIGUSR2 (host/src/stacks.rs);
+  # scripts/symbolize.py names them. Then the kernel's view.
+  kill -USR2 "$pid" 2>/dev/null && sleep 3
   for t in /proc/"$pid"/task/*; do
     echo "thread $(basename "$t") $(cat "$t/comm") wchan=$(cat "$t/wchan" 2>/dev/null)"
     sed 's/^/    /' "$t/stack" 2>/dev/null | head -8

@@ -149,17 +149,17 @@ fn lsa_kernels_match_the_host_reference_on_every_rank() {
         let mut out = s.clone_htod(&vec![f32::NAN; n])?;
         trace!("rank {me}: all-reduce");
         lsa_allreduce::launch(&s, reduce_cfg, &dev, &window, &mut out, n)?;
-        let reduced: Vec<f64> = s.clone_dtoh(&out)?.iter().map(|v| f64::from(*v)).collect();
+        let reduced: Vec<f64> = comm.download(&s, &out)?.iter().map(|v| f64::from(*v)).collect();
         let mut copy = s.clone_htod(&vec![f32::NAN; n])?;
         trace!("rank {me}: copy");
         kernels::copy_from_next_peer::launch(&s, copy_cfg, &dev, &window, &mut copy, n)?;
-        let copied = s.clone_dtoh(&copy)?;
+        let copied = comm.download(&s, &copy)?;
         let blocks = trips_cfg.grid_dim.0 as usize;
         let mut done = s.clone_htod(&vec![0u32; blocks])?;
         trace!("rank {me}: round trips");
         kernels::barrier_round_trips::launch(&s, trips_cfg, &dev, 100, &mut done)?;
-        let rounds = s.clone_dtoh(&done)?;
-        s.synchronize()?;
+        let rounds = comm.download(&s, &done)?;
+        comm.wait(&s, weft::host::cuda::SETTLE_TIMEOUT)?;
         trace!("rank {me}: drop");
         drop((dev, window));
         trace!("rank {me}: done");
@@ -450,8 +450,8 @@ fn barrier_timeout_when_a_peer_never_arrives_on_every_rank() {
         if comm.rank() != 0 {
             kernels::barrier_wait_with_deadline::launch(&s, cfg, &dev, 200_000_000, &mut outcome)?;
         }
-        s.synchronize()?;
-        Ok(s.clone_dtoh(&outcome)?[0])
+        comm.wait(&s, weft::host::cuda::SETTLE_TIMEOUT)?;
+        Ok(comm.download(&s, &outcome)?[0])
     })
     .unwrap();
     assert_eq!(outcomes[0], u32::MAX);

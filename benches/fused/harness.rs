@@ -221,7 +221,7 @@ impl Rendezvous for CollectiveBarrier<'_> {
         self.stream.memcpy_htod(&[value], send)?;
         self.comm.all_reduce(&*send, recv, weft::host::ReduceOp::Max, &self.stream)?;
         self.comm.wait(&self.stream, COLLECTIVE_BARRIER_TIMEOUT)?;
-        Ok(self.stream.clone_dtoh(&*recv)?[0])
+        Ok(weft::host::cuda::download(&self.stream, &*recv)?[0])
     }
 }
 
@@ -298,7 +298,7 @@ pub fn check(
         // Every rank's inputs are in place before any rank's kernel reads its peers'.
         barrier.wait()?;
         side.run(instance, 0)?;
-        stream.synchronize()?;
+        weft::host::cuda::settle(&stream)?;
         let outputs = instance.outputs(0)?;
         *error = if outputs.len() == reference.len() {
             outputs.iter().zip(&reference).map(|(got, want)| relative_error(got, want)).fold(0.0, f64::max)
@@ -370,7 +370,7 @@ impl Timer {
         // catch up with the host and wait for launches. A slow enqueue (a collective's first call sets up its
         // connections) lengthens only the next spin, and that first batch is a discarded warm-up anyway.
         self.spin_ns[slot] = enqueue_ns.saturating_mul(2).clamp(FIRST_SPIN_NS, MAX_SPIN_NS);
-        self.stream.synchronize()?;
+        weft::host::cuda::settle(&self.stream)?;
         self.events.iter().take(count).map(|(start, end)| Ok(f64::from(start.elapsed_ms(end)?) * 1e3)).collect()
     }
 
@@ -469,7 +469,7 @@ fn measure_all(
             }
         }
     }
-    stream.synchronize()?;
+    weft::host::cuda::settle(&stream)?;
     Ok(rows)
 }
 

@@ -64,21 +64,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             assert_eq!(status, sys::ncclResult_t::ncclSuccess);
         }
         let raw = start.elapsed().as_secs_f64() / CALLS as f64;
-        stream.synchronize()?;
+        weft_host::cuda::settle(&stream)?;
 
         let start = Instant::now();
         for _ in 0..CALLS {
             comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)?;
         }
         let weft = start.elapsed().as_secs_f64() / CALLS as f64;
-        stream.synchronize()?;
+        weft_host::cuda::settle(&stream)?;
 
         let start = Instant::now();
         for _ in 0..CALLS {
             comm.all_reduce(&vmm_send, &mut vmm_recv, ReduceOp::Sum, &stream)?;
         }
         let weft_vmm = start.elapsed().as_secs_f64() / CALLS as f64;
-        stream.synchronize()?;
+        weft_host::cuda::settle(&stream)?;
         if round >= 5 {
             raw_times.push(raw * 1e6);
             weft_times.push(weft * 1e6);

@@ -89,3 +89,51 @@ pub fn load_now(
     // SAFETY: the handle belongs to a module `function` keeps loaded, in `context`, which is current.
     unsafe { cudarc::driver::sys::cuFuncLoad(function.cu_function()) }.result()
 }
+
+/// How long weft's own host copies ([`DeviceBuffer`](crate::DeviceBuffer) `copy_*`, [`Communicator::download`](
+/// crate::Communicator::download)) wait for their stream before [`Error::Stalled`].
+pub const SETTLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// [`settle_within`] [`SETTLE_TIMEOUT`]: the drop-in for `stream.synchronize()` where ranks of one process share a
+/// GPU.
+pub fn settle(stream: &CudaStream) -> Result<(), Error> {
+    settle_within(stream, SETTLE_TIMEOUT)
+}
+
+/// Copies `src` to a new host vector once the stream's earlier work is done ([`settle`]): the drop-in for
+/// `stream.clone_dtoh(src)` where ranks of one process share a GPU. With a communicator at hand,
+/// [`Communicator::download`](crate::Communicator::download) also watches it for asynchronous errors.
+pub fn download<T: cudarc::driver::DeviceRepr, Src: cudarc::driver::DevicePtr<T>>(
+    stream: &Arc<CudaStream>,
+    src: &Src,
+) -> Result<Vec<T>, Error> {
+    settle(stream)?;
+    Ok(stream.clone_dtoh(src)?)
+}
+
+/// Waits until everything enqueued on `stream` so far has finished by polling an event, holding no driver lock
+/// while it waits; [`Error::Stalled`] when `timeout` passes first.
+///
+/// Why not `stream.synchronize()` or a copy that waits by itself: a thread blocked inside the driver waiting for
+/// a stream — a copy to or from pageable host memory waits for the stream's earlier work there — holds a lock of
+/// the context that other threads' launches and `cuEventCreate` need (seen on the H200 with driver 580:
+/// docs/multi-rank.md, "Host copies"). When the awaited work is a kernel waiting for a peer rank of the same
+/// process, that peer can then never launch, and both hang. Polling waits the same time without the lock.
+pub fn settle_within(stream: &CudaStream, timeout: std::time::Duration) -> Result<(), Error> {
+    let started = std::time::Instant::now();
+    let marker = stream.record_event(None)?;
+    let mut pause = std::time::Duration::from_micros(5);
+    loop {
+        // SAFETY: `marker` is a live event of the stream's context, recorded just above.
+        match unsafe { cudarc::driver::result::event::query(marker.cu_event()) } {
+            Ok(()) => return Ok(()),
+            Err(error) if error.0 == cudarc::driver::sys::cudaError_enum::CUDA_ERROR_NOT_READY => {}
+            Err(error) => return Err(error.into()),
+        }
+        if started.elapsed() >= timeout {
+            return Err(Error::Stalled { operation: "the work enqueued on the stream", after: timeout });
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_micros(200));
+    }
+}

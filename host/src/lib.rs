@@ -34,6 +34,7 @@ pub mod job;
 pub mod placement;
 pub mod resources;
 pub mod spmd;
+pub mod stacks;
 
 /// The cudarc weft is built on (streams, buffers, contexts), re-exported so that programs use the same version.
 pub use cudarc;

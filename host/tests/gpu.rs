@@ -397,72 +397,76 @@ fn every_collective_matches_a_host_reference_on_every_rank() {
             let mut recv = poison(n)?;
             trace!("rank {me}: all_reduce");
             comm.all_reduce(&send, &mut recv, op, &s)?;
-            seen.push((format!("all_reduce {name}"), s.clone_dtoh(&recv)?, across(f, 0..n)));
+            seen.push((format!("all_reduce {name}"), comm.download(&s, &recv)?, across(f, 0..n)));
         }
         let mut recv = poison(n)?;
         trace!("rank {me}: all_reduce");
         comm.all_reduce(&send, &mut recv, ReduceOp::Avg, &s)?;
-        seen.push(("all_reduce avg".into(), s.clone_dtoh(&recv)?, sum.iter().map(|v| v / nranks as f32).collect()));
+        seen.push((
+            "all_reduce avg".into(),
+            comm.download(&s, &recv)?,
+            sum.iter().map(|v| v / nranks as f32).collect(),
+        ));
         let mut inplace = s.clone_htod(&inputs[me][..n])?;
         trace!("rank {me}: all_reduce_in_place");
         comm.all_reduce_in_place(&mut inplace, ReduceOp::Sum, &s)?;
-        seen.push(("all_reduce in place".into(), s.clone_dtoh(&inplace)?, sum.clone()));
+        seen.push(("all_reduce in place".into(), comm.download(&s, &inplace)?, sum.clone()));
 
         for root in [0, last] {
             let mut recv = poison(n)?;
             trace!("rank {me}: broadcast");
             comm.broadcast(&send, &mut recv, root, &s)?;
-            seen.push((format!("broadcast from {root}"), s.clone_dtoh(&recv)?, first(root)));
+            seen.push((format!("broadcast from {root}"), comm.download(&s, &recv)?, first(root)));
         }
         let mut inplace = s.clone_htod(&inputs[me][..n])?;
         trace!("rank {me}: broadcast_in_place");
         comm.broadcast_in_place(&mut inplace, last, &s)?;
-        seen.push(("broadcast in place".into(), s.clone_dtoh(&inplace)?, first(last)));
+        seen.push(("broadcast in place".into(), comm.download(&s, &inplace)?, first(last)));
 
         let mut recv = poison(n)?;
         trace!("rank {me}: reduce");
         comm.reduce(&send, &mut recv, ReduceOp::Sum, last, &s)?;
         if me == last {
-            seen.push(("reduce".into(), s.clone_dtoh(&recv)?, sum.clone()));
+            seen.push(("reduce".into(), comm.download(&s, &recv)?, sum.clone()));
         }
 
         let gathered: Vec<f32> = (0..nranks).flat_map(first).collect();
         let mut recv = poison(n * nranks)?;
         trace!("rank {me}: all_gather");
         comm.all_gather(&send, &mut recv, &s)?;
-        seen.push(("all_gather".into(), s.clone_dtoh(&recv)?, gathered.clone()));
+        seen.push(("all_gather".into(), comm.download(&s, &recv)?, gathered.clone()));
         let mut inplace = poison(n * nranks)?;
         s.memcpy_htod(&inputs[me][..n], &mut inplace.slice_mut(me * n..(me + 1) * n))?;
         trace!("rank {me}: all_gather_in_place");
         comm.all_gather_in_place(&mut inplace, &s)?;
-        seen.push(("all_gather in place".into(), s.clone_dtoh(&inplace)?, gathered.clone()));
+        seen.push(("all_gather in place".into(), comm.download(&s, &inplace)?, gathered.clone()));
 
         let mine = across(|a, b| a + b, me * n..(me + 1) * n);
         let mut recv = poison(n)?;
         trace!("rank {me}: reduce_scatter");
         comm.reduce_scatter(&send_all, &mut recv, ReduceOp::Sum, &s)?;
-        seen.push(("reduce_scatter".into(), s.clone_dtoh(&recv)?, mine.clone()));
+        seen.push(("reduce_scatter".into(), comm.download(&s, &recv)?, mine.clone()));
         let mut inplace = s.clone_htod(&inputs[me])?;
         trace!("rank {me}: reduce_scatter_in_place");
         comm.reduce_scatter_in_place(&mut inplace, ReduceOp::Sum, &s)?;
-        let got = s.clone_dtoh(&inplace)?[me * n..(me + 1) * n].to_vec();
+        let got = comm.download(&s, &inplace)?[me * n..(me + 1) * n].to_vec();
         seen.push(("reduce_scatter in place".into(), got, mine));
 
         let mut recv = poison(n * nranks)?;
         trace!("rank {me}: all_to_all");
         comm.all_to_all(&send_all, &mut recv, &s)?;
-        seen.push(("all_to_all".into(), s.clone_dtoh(&recv)?, (0..nranks).flat_map(|r| block(r, me)).collect()));
+        seen.push(("all_to_all".into(), comm.download(&s, &recv)?, (0..nranks).flat_map(|r| block(r, me)).collect()));
 
         let mut recv = poison(n * nranks)?;
         trace!("rank {me}: gather");
         comm.gather(&send, (me == last).then_some(&mut recv), last, &s)?;
         if me == last {
-            seen.push(("gather".into(), s.clone_dtoh(&recv)?, gathered.clone()));
+            seen.push(("gather".into(), comm.download(&s, &recv)?, gathered.clone()));
         }
         let mut recv = poison(n)?;
         trace!("rank {me}: scatter");
         comm.scatter((me == 0).then_some(&send_all), &mut recv, 0, &s)?;
-        seen.push(("scatter".into(), s.clone_dtoh(&recv)?, block(0, me)));
+        seen.push(("scatter".into(), comm.download(&s, &recv)?, block(0, me)));
 
         // A ring: send to the next rank, receive from the previous one, in one group.
         let (next, previous) = ((me + 1) % nranks, (me + nranks - 1) % nranks);
@@ -474,13 +478,13 @@ fn every_collective_matches_a_host_reference_on_every_rank() {
             trace!("rank {me}: recv");
             comm.recv(&mut recv, previous, &s)
         })?;
-        seen.push(("send/recv ring".into(), s.clone_dtoh(&recv)?, first(previous)));
+        seen.push(("send/recv ring".into(), comm.download(&s, &recv)?, first(previous)));
 
         let half = comm.pre_mul_sum::<f32>(Scalar::Host(0.5))?;
         let mut recv = poison(n)?;
         trace!("rank {me}: all_reduce");
         comm.all_reduce(&send, &mut recv, ReduceOp::Custom(half.op()), &s)?;
-        seen.push(("pre_mul_sum".into(), s.clone_dtoh(&recv)?, sum.iter().map(|v| v * 0.5).collect()));
+        seen.push(("pre_mul_sum".into(), comm.download(&s, &recv)?, sum.iter().map(|v| v * 0.5).collect()));
         drop(half);
 
         Ok(seen
@@ -506,7 +510,7 @@ fn spmd_runs_one_communicator_on_every_rank() {
         let send = s.clone_htod(&x)?;
         let mut recv = s.alloc_zeros::<f32>(1000)?;
         comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
-        Ok(s.clone_dtoh(&recv)?[0])
+        Ok(comm.download(&s, &recv)?[0])
     })
     .unwrap();
     let n = devices.len() as f32;
@@ -573,7 +577,7 @@ fn nccl_2_29_host_features_on_every_rank() {
         let send = s.clone_htod(&vec![1.0f32; 1024])?;
         let mut recv = s.alloc_zeros::<f32>(1024)?;
         comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
-        assert!(s.clone_dtoh(&recv)?.iter().all(|&v| v == nranks as f32), "all-reduce after resume");
+        assert!(comm.download(&s, &recv)?.iter().all(|&v| v == nranks as f32), "all-reduce after resume");
 
         trace!("rank {me}: put_signal");
         // put_signal around a ring: rank r writes its input into rank r+1's window, which waits for the signal.
@@ -594,7 +598,7 @@ fn nccl_2_29_host_features_on_every_rank() {
         let ok = got == inputs[previous];
         report.push(format!("put_signal ring: rank {previous}'s data {}", if ok { "arrived" } else { "is WRONG" }));
         assert!(ok, "rank {me}: the window does not hold rank {previous}'s data");
-        s.synchronize()?;
+        comm.wait(&s, weft_host::cuda::SETTLE_TIMEOUT)?;
         drop((window, source, plain));
         comm.finalize().map_err(Error::from)?.destroy().map_err(Error::from)?;
         Ok(report)

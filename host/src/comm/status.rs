@@ -55,6 +55,7 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
     pub fn wait(&self, stream: &cudarc::driver::CudaStream, timeout: std::time::Duration) -> Result<(), Error> {
         let started = std::time::Instant::now();
         let marker = stream.record_event(None)?;
+        let mut pause = std::time::Duration::from_micros(5);
         loop {
             // SAFETY: `marker` is a live event of the stream's context, recorded just above.
             match unsafe { cudarc::driver::result::event::query(marker.cu_event()) } {
@@ -66,8 +67,24 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
             if started.elapsed() >= timeout {
                 return Err(Error::Stalled { operation: "the work enqueued on the stream", after: timeout });
             }
-            std::thread::sleep(std::time::Duration::from_micros(200));
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_micros(200));
         }
+    }
+
+    /// Copies `src` to a new host vector once `stream`'s earlier work is done, waiting as [`wait`](Self::wait)
+    /// does (at most [`SETTLE_TIMEOUT`](crate::cuda::SETTLE_TIMEOUT)).
+    ///
+    /// Use it instead of `stream.clone_dtoh(src)` wherever ranks of one process share a GPU: cudarc's copy to
+    /// pageable memory waits for the stream inside the driver, holding a lock that a peer rank's next launch
+    /// needs, and hangs both when the awaited kernel waits for that peer ([`crate::cuda::settle_within`]).
+    pub fn download<T: cudarc::driver::DeviceRepr, Src: cudarc::driver::DevicePtr<T>>(
+        &self,
+        stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+        src: &Src,
+    ) -> Result<Vec<T>, Error> {
+        self.wait(stream, crate::cuda::SETTLE_TIMEOUT)?;
+        Ok(stream.clone_dtoh(src)?)
     }
 
     /// A memory statistic (`ncclCommMemStats`, NCCL 2.29+).

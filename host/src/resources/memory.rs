@@ -72,6 +72,8 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             return Err(Error::invalid("host", format!("holds {} elements, the buffer {}", host.len(), self.len)));
         }
         self.stream.context().bind_to_thread()?;
+        // The stream's earlier work first, without holding a driver lock (crate::cuda::settle).
+        crate::cuda::settle(&self.stream)?;
         // SAFETY: both ranges hold `len` elements of T; the copy is synchronous on the buffer's stream,
         // which orders it after earlier work on that stream.
         unsafe {
@@ -88,6 +90,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     {
         let mut host = vec![T::default(); self.len];
         self.stream.context().bind_to_thread()?;
+        crate::cuda::settle(&self.stream)?;
         // SAFETY: both ranges hold `len` elements of T; the stream is synchronized before `host` is read.
         unsafe {
             cudarc::driver::result::memcpy_dtoh_async(&mut host, self.ptr, self.stream.cu_stream())?;

@@ -82,6 +82,8 @@ pub fn library() -> Result<&'static Library, Error> {
     static LIBRARY: OnceLock<Result<Library, Vec<LoadAttempt>>> = OnceLock::new();
     LIBRARY
         .get_or_init(|| {
+            // Every NCCL program loads the library first: the place to honour WEFT_STACKS (crate::stacks).
+            crate::stacks::install_from_env();
             let search = search(&Environment::from_process());
             search.found.map(|(library, _)| library).ok_or(search.failed)
         })
