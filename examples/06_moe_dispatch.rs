@@ -240,6 +240,10 @@ impl<'comm> Rank<'comm> {
                 requirements.merge(&moe_dispatch::requirements(&row[0])).merge(&moe_combine::requirements(&row[2]));
         }
         let baseline_waves = baseline.waves(comm, &stream, BLOCK)?;
+        // Every kernel this rank launches is loaded before the device communicator's creation lines the ranks up:
+        // on a shared GPU, loading a module at a first launch can wait for peers' kernels that wait for this rank
+        // (docs/multi-rank.md, "Load before launch"). one_wave loaded the others.
+        moe_route::function(comm.context())?;
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&requirements)?;
         Ok(Rank {
             comm,

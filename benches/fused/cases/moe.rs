@@ -156,6 +156,8 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
         let requirements: Requirements = moe_route::requirements(&LaunchConfig::linear(1, ROUTE_BLOCK))
             .merge(&moe_dispatch::requirements(&dispatch_wave))
             .merge(&moe_combine::requirements(&combine_wave));
+        // Loaded before dev_comm's line-up, like the three above (docs/multi-rank.md, "Load before launch").
+        moe_route::function(comm.context())?;
         let dev = comm.dev_comm(&requirements)?;
 
         let baseline = |entry_point| {

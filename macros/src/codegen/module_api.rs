@@ -46,7 +46,8 @@ pub(crate) fn items(sig: &Signature) -> TokenStream {
     let spec_doc = format!(" The kernel's name, source and entry point{types_note}, for the JIT's lookups.");
     let function_doc = format!(
         " The kernel{types_note} compiled for `ctx`'s GPU (once per process; cubins are cached on disk) and loaded \
-         into it: what `launch` runs, for occupancy queries and raw launches."
+         into it: what `launch` runs (with its device-side bounds checks, if any; `launch_unchecked` runs the form \
+         without them), for occupancy queries and raw launches."
     );
     let wave_doc = format!(
         " One full wave of `block`-thread blocks of the kernel{types_note} for `comm`'s rank: the GPU's resident \
@@ -56,6 +57,7 @@ pub(crate) fn items(sig: &Signature) -> TokenStream {
         " Compiles the kernel's CUDA C++ (every instantiation) with `toolchain` for `arch`, through `cache`: the \
                      check a program without a GPU can still make that the kernel builds against an NCCL release's \
                      headers.";
+    let device_checks_bit = super::usage::DEVICE_CHECKS_BIT;
     quote! {
         #[doc = #spec_doc]
         pub fn spec #params () -> #spec_ty {
@@ -64,7 +66,16 @@ pub(crate) fn items(sig: &Signature) -> TokenStream {
 
         #[doc = #function_doc]
         pub fn function #params (ctx: &::std::sync::Arc<#context>) -> ::core::result::Result<#function_ty, #error> {
-            ::core::result::Result::Ok(::weft::host::jit::function(ctx, &spec #turbofish ())?)
+            // The form the checked `launch` runs: with the device-side checks of the accesses the macro could not
+            // prove in bounds, if there are any. Its occupancy is the one that matters, and a rank loading another
+            // form at its first launch could wait for the peers' kernels (docs/multi-rank.md, "Load before launch").
+            let checks = if __WEFT_USAGE[1] & #device_checks_bit != 0 {
+                ::weft::host::jit::BoundsChecks::On
+            } else {
+                ::weft::host::jit::BoundsChecks::Off
+            };
+            let alignment = ::weft::host::jit::ArgAlignment::Aligned16;
+            ::core::result::Result::Ok(::weft::host::jit::function_in(ctx, &spec #turbofish (), alignment, checks)?)
         }
 
         #[doc = #wave_doc]

@@ -261,7 +261,9 @@ fn modules_carry_lookup_geometry_and_compile_check_per_element_type() {
            entry_point: const { __weft_entry_point(&[<T as ::weft::device::Element>::NAME]) } }"#,
     );
     assert_has(&generic, r#"pub fn function<T: Float + ::weft::device::Element>(ctx:"#);
-    assert_has(&generic, r#"::weft::host::jit::function(ctx, &spec::<T>())"#);
+    // The form `launch` runs: with device checks when the kernel has accesses the macro could not prove.
+    assert_has(&generic, r#"let checks = if __WEFT_USAGE[1] & 8u32 != 0 { ::weft::host::jit::BoundsChecks::On }"#);
+    assert_has(&generic, r#"::weft::host::jit::function_in(ctx, &spec::<T>(), alignment, checks)"#);
     assert_has(
         &generic,
         r#"pub fn one_wave<T: Float + ::weft::device::Element>(comm: &impl ::weft::host::launch::GpuShare,"#,
@@ -272,5 +274,5 @@ fn modules_carry_lookup_geometry_and_compile_check_per_element_type() {
     let plain = squeeze(expand_kernel(quote!(), quote! { pub fn k(out: &mut [f32]) {} }));
     assert_has(&plain, r#"pub fn spec() -> ::weft::host::jit::KernelSpec"#);
     assert_has(&plain, r#"entry_point: ENTRY_POINTS[0]"#);
-    assert_has(&plain, r#"::weft::host::jit::function(ctx, &spec())"#);
+    assert_has(&plain, r#"::weft::host::jit::function_in(ctx, &spec(), alignment, checks)"#);
 }
