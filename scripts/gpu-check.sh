@@ -23,6 +23,8 @@
 #   bounds    (not in the default) 1 rank: the launch-soundness tests on both releases
 #   variants  (not in the default) NCCL 2.30.7, 4 ranks: the collectives test under settings that change what
 #             NCCL and CUDA do at a first collective (to find what waits for the device there; docs/multi-rank.md)
+#   recheck   (not in the default) examples 03 and 06 at 2/4/8 ranks, then the kernel tests and both at 1 rank on
+#             2.28.9: a quick look after a change to launch geometry
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s).
 # Full logs and the benchmarks' CSV/SVG go to one archive, $OUT/gpu-logs.tgz (the device tool brings back few files),
@@ -126,6 +128,19 @@ variants() {
   unset WEFT_RANKS WEFT_TRACE
 }
 
+recheck() { # release: examples 03 and 06 (at 2, 4 and 8 ranks on 2.30.7), the kernel tests at 1 rank
+  if [ "$1" = 2.30.7 ]; then
+    for n in 2 4 8; do
+      for e in allreduce_bias_residual moe_dispatch; do
+        WEFT_RANKS=$n run "2.30.7 x$n example-$e" 60 ".gpu/bin/example-$e"
+      done
+    done
+  else
+    run "$1 test-gpu_kernels" 120 .gpu/bin/test-gpu_kernels --include-ignored --test-threads=1
+    for e in allreduce_bias_residual moe_dispatch; do run "$1 example-$e" 60 ".gpu/bin/example-$e"; done
+  fi
+}
+
 hangs() { # the runs that hung last time, once each, for their stacks (scripts/symbolize.py)
   export WEFT_TRACE=1
   WEFT_RANKS=2 run "2.30.7 x2 test-gpu" 40 .gpu/bin/test-gpu --include-ignored --test-threads=1 --nocapture every_rank
@@ -155,6 +170,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 case $parts in *,smoke,*) with_nccl 2.30.7 smoke ;; esac
 case $parts in *,bounds,*) with_nccl 2.30.7 bounds 2.30.7; with_nccl 2.28.9 bounds 2.28.9 ;; esac
+case $parts in *,recheck,*) with_nccl 2.30.7 recheck 2.30.7; with_nccl 2.28.9 recheck 2.28.9 ;; esac
 case $parts in *,hangs,*) with_nccl 2.30.7 hangs ;; esac
 case $parts in *,variants,*) with_nccl 2.30.7 variants ;; esac
 case $parts in *,suite,*) with_nccl 2.28.9 suite 2.28.9 ;; esac

@@ -122,6 +122,8 @@ impl Interval {
     pub fn rem(self, other: Interval, bits: u32) -> Interval {
         self.both(other, bits, |(a, b), (c, d)| match () {
             _ if c == 0 => None,
+            // Known operands give the known result: a condition like `hidden % lanes == 0` is decided at launch.
+            _ if a == b && c == d => Some((a % c, a % c)),
             _ if b < c => Some((a, b)),
             _ => Some((0, b.min(d - 1))),
         })
@@ -154,12 +156,22 @@ impl Interval {
 
     /// `self & other`: at most the smaller operand.
     pub fn bit_and(self, other: Interval) -> Interval {
-        self.both(other, 128, |(_, b), (_, d)| Some((0, b.min(d))))
+        self.both(
+            other,
+            128,
+            |(a, b), (c, d)| if a == b && c == d { Some((a & c, a & c)) } else { Some((0, b.min(d))) },
+        )
     }
 
     /// `self | other` or `self ^ other`: below the next power of two above both.
     pub fn bit_or(self, other: Interval) -> Interval {
-        self.both(other, 128, |(_, b), (_, d)| Some((0, (b.max(d) + 1).checked_next_power_of_two()? - 1)))
+        self.both(other, 128, |(a, b), (c, d)| {
+            if a == b && c == d {
+                // `|` and `^` of known operands lie between `a ^ c` and `a | c`.
+                return Some((a ^ c, a | c));
+            }
+            Some((0, (b.max(d) + 1).checked_next_power_of_two()? - 1))
+        })
     }
 
     /// `self as T` for an unsigned `T` of `bits` bits: unchanged if every value fits, else any value of `T`.
@@ -503,6 +515,13 @@ mod tests {
         assert_eq!(iv(0, 9).cast(32), iv(0, 9));
         assert_eq!(iv(0, 9).min(Interval::point(4)), iv(0, 4));
         assert_eq!(iv(0, 9).max(Interval::point(4)), iv(4, 9));
+        // Known operands stay known, so a condition over them (`hidden % lanes == 0`) is decided at launch.
+        let p = Interval::point;
+        assert_eq!(p(4096).rem(p(8), 64), p(0));
+        assert_eq!(p(4100).rem(p(8), 64), p(4));
+        assert_eq!(p(4096).rem(p(8), 64).eq(p(0)), Some(true));
+        assert_eq!(p(12).bit_and(p(10)), p(8));
+        assert_eq!(p(12).bit_or(p(10)), iv(6, 14), "`|` or `^`: between 12 ^ 10 and 12 | 10");
     }
 
     #[test]

@@ -415,11 +415,14 @@ impl Bounds {
     }
 
     pub(crate) fn pick(&mut self, c: CondId, a: NodeId, b: NodeId) -> NodeId {
+        // Exact only when the launch decides the condition: one value for every thread, computed on the host. An
+        // undecided one joins both sides, which may be more than the kernel reaches.
+        let decided = self.cond_decided(c);
         let (x, y) = (&self.infos[a], &self.infos[b]);
         let info = Info {
             uniform: x.uniform && y.uniform,
             vars: x.vars.union(&y.vars).copied().collect(),
-            exact: x.exact && y.exact,
+            exact: x.exact && y.exact && decided,
             bounded: x.bounded && y.bounded,
             host: x.host && y.host,
         };
@@ -447,6 +450,30 @@ impl Bounds {
         self.cond_ids.insert(cond, id);
         self.cond_created.push(self.node_created.len() + self.cond_created.len());
         id
+    }
+
+    /// Whether the launch decides `c`: every node under it is known on the host and the same for every thread.
+    pub(crate) fn cond_decided(&self, c: CondId) -> bool {
+        match &self.conds[c] {
+            Cond::Const(_) => true,
+            Cond::Cmp(_, a, b) | Cond::Ne(a, b) => {
+                [*a, *b].iter().all(|&n| self.infos[n].host && self.infos[n].uniform && self.known_exactly(n))
+            }
+            Cond::And(a, b) | Cond::Or(a, b) => self.cond_decided(*a) && self.cond_decided(*b),
+            Cond::Not(a) => self.cond_decided(*a),
+        }
+    }
+
+    /// Whether the host computes `n` as one value when its atoms are known (`weft_host::launch::bounds` keeps known
+    /// operands known through every operation but `|`/`^`, which it bounds).
+    fn known_exactly(&self, n: NodeId) -> bool {
+        match &self.nodes[n] {
+            Node::Atom(_) => true,
+            Node::Op(Op::BitOr, ..) => false,
+            Node::Op(_, a, b, _) => self.known_exactly(*a) && self.known_exactly(*b),
+            Node::Cast(a, _) => self.known_exactly(*a),
+            Node::Refine(..) | Node::Range { .. } | Node::Pick(..) | Node::Join(..) => false,
+        }
     }
 
     /// Whether every node under `c` is known on the host.

@@ -161,6 +161,39 @@ fn a_condition_decided_at_launch_guards_the_check() {
 }
 
 #[test]
+fn a_branch_the_launch_decides_keeps_the_bound_exact_and_one_it_cannot_does_not() {
+    // Example 03's two-shot sizes its loop by `if packed { n / lanes } else { n }`: the launch knows `packed`, so
+    // the bound is the branch taken (it used to be the join of both, and a correct launch was refused).
+    assert_decisions(
+        quote!(),
+        quote! {
+            fn k(x: &[f32], out: &mut [f32], n: usize, hidden: usize) {
+                let packed = hidden % 4 == 0;
+                let units = if packed { n / 4 } else { n };
+                for u in grid_stride(units) {
+                    out[u] = x[u];
+                }
+            }
+        },
+        &[("out[u]", AtLaunch), ("x[u]", AtLaunch)],
+    );
+    // A condition the launch may not decide (`|` of known values is only bounded on the host): the join of both
+    // sides may be more than the kernel reaches, so the access is checked on the device rather than refused.
+    assert_decisions(
+        quote!(),
+        quote! {
+            fn k(out: &mut [f32], n: usize, hidden: usize) {
+                let units = if (hidden | 1) == 5 { n / 4 } else { n };
+                for u in grid_stride(units) {
+                    out[u] = 1.0;
+                }
+            }
+        },
+        &[("out[u]", OnDevice)],
+    );
+}
+
+#[test]
 fn a_bound_the_kernel_may_not_reach_is_not_a_launch_error() {
     // `dest < peers` holds only for lanes with `t < end` (it is set under that condition), so `t`'s range under it
     // is larger than what the kernel reaches: refusing a launch for it would be wrong, so it is checked on the
