@@ -268,21 +268,21 @@ impl<'comm> Ranks<'comm> {
 
         // Checked runs, each on a poisoned output.
         one_shot::launch(stream, one_cfg, dev, &x, &bias, &residual, &mut out, n, hidden)?;
-        let one_error = common::relative_error(&weft::host::cuda::download(&stream, &out)?, want);
+        let one_error = common::relative_error(&weft::host::cuda::download(stream, &out)?, want);
         stream.memcpy_htod(&poison, &mut out)?;
         two_shot::launch(stream, two_cfg, dev, &x, &y, &bias, &residual, &mut out, n, hidden)?;
-        let two_error = common::relative_error(&weft::host::cuda::download(&stream, &out)?, want);
+        let two_error = common::relative_error(&weft::host::cuda::download(stream, &out)?, want);
         stream.memcpy_htod(&poison, &mut out)?;
         stream.memcpy_htod(&poison, &mut reduced)?;
         unfused(comm, stream, epilogue, epilogue_cfg, &x, &mut reduced, &bias, &residual, &mut out, hidden)?;
-        let unfused_error = common::relative_error(&weft::host::cuda::download(&stream, &out)?, want);
+        let unfused_error = common::relative_error(&weft::host::cuda::download(stream, &out)?, want);
 
         let times = common::time_variants(&self.stopwatch, stream, WARMUP, ITERATIONS, 3, |variant| match variant {
             0 => one_shot::launch(stream, one_cfg, dev, &x, &bias, &residual, &mut out, n, hidden),
             1 => two_shot::launch(stream, two_cfg, dev, &x, &y, &bias, &residual, &mut out, n, hidden),
             _ => unfused(comm, stream, epilogue, epilogue_cfg, &x, &mut reduced, &bias, &residual, &mut out, hidden),
         })?;
-        weft::host::cuda::settle(&stream)?;
+        weft::host::cuda::settle(stream)?;
         Ok(Case {
             dtype: common::type_name::<T>(),
             rows,

@@ -253,10 +253,10 @@ impl<'comm> Rank<'comm> {
         // barrier, so poisoning it here, before the launch, cannot erase their writes.
         out.buffer_mut().copy_from_host(&poison_all)?;
         fused::launch(stream, fused_cfg, dev, &x, &residual, &weight, &mut residual_out, &out, rows, hidden, EPS)?;
-        weft::host::cuda::settle(&stream)?;
+        weft::host::cuda::settle(stream)?;
         let fused_errors = (
             common::relative_error(&out.buffer().copy_to_host()?, &want.normed),
-            common::relative_error(&weft::host::cuda::download(&stream, &residual_out)?, want_h),
+            common::relative_error(&weft::host::cuda::download(stream, &residual_out)?, want_h),
         );
         stream.memcpy_htod(&poison_shard, &mut residual_out)?;
         let mut baseline = Unfused {
@@ -272,8 +272,8 @@ impl<'comm> Rank<'comm> {
         };
         baseline.run(&x, &residual, &weight, &mut residual_out)?;
         let unfused_errors = (
-            common::relative_error(&weft::host::cuda::download(&stream, &*baseline.gathered)?, &want.normed),
-            common::relative_error(&weft::host::cuda::download(&stream, &residual_out)?, want_h),
+            common::relative_error(&weft::host::cuda::download(stream, &*baseline.gathered)?, &want.normed),
+            common::relative_error(&weft::host::cuda::download(stream, &residual_out)?, want_h),
         );
 
         let times = common::time_variants(&self.stopwatch, stream, WARMUP, ITERATIONS, 2, |variant| match variant {
@@ -292,7 +292,7 @@ impl<'comm> Rank<'comm> {
             ),
             _ => baseline.run(&x, &residual, &weight, &mut residual_out),
         })?;
-        weft::host::cuda::settle(&stream)?;
+        weft::host::cuda::settle(stream)?;
         Ok(Case {
             dtype: common::type_name::<T>(),
             rows,

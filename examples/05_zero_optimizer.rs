@@ -264,9 +264,9 @@ impl DeviceState {
         range: std::ops::Range<usize>,
     ) -> std::result::Result<f64, Error> {
         let errors = [
-            common::relative_error(&weft::host::cuda::download(&stream, &self.master)?, &want[0][range.clone()]),
-            common::relative_error(&weft::host::cuda::download(&stream, &self.m)?, &want[1][range.clone()]),
-            common::relative_error(&weft::host::cuda::download(&stream, &self.v)?, &want[2][range]),
+            common::relative_error(&weft::host::cuda::download(stream, &self.master)?, &want[0][range.clone()]),
+            common::relative_error(&weft::host::cuda::download(stream, &self.m)?, &want[1][range.clone()]),
+            common::relative_error(&weft::host::cuda::download(stream, &self.v)?, &want[2][range]),
         ];
         Ok(common::worst(errors))
     }
@@ -339,16 +339,16 @@ impl<'comm> Rank<'comm> {
             )
         };
         launch_fused(&mut fused_state)?;
-        weft::host::cuda::settle(&stream)?;
+        weft::host::cuda::settle(stream)?;
         let fused_errors = (
             common::relative_error(&params.buffer().copy_to_host()?, &want[0]),
             fused_state.error(stream, want, mine.clone())?,
         );
         let mut baseline = Unfused { comm, stream, epilogue, cfg: epilogue_cfg, grad, param, gathered, hyper: h };
         baseline.step(&grads, &mut unfused_state)?;
-        weft::host::cuda::settle(&stream)?;
+        weft::host::cuda::settle(stream)?;
         let unfused_errors = (
-            common::relative_error(&weft::host::cuda::download(&stream, &baseline.gathered)?, &want[0]),
+            common::relative_error(&weft::host::cuda::download(stream, &baseline.gathered)?, &want[0]),
             unfused_state.error(stream, want, mine)?,
         );
 
@@ -356,7 +356,7 @@ impl<'comm> Rank<'comm> {
             0 => launch_fused(&mut fused_state),
             _ => baseline.step(&grads, &mut unfused_state),
         })?;
-        weft::host::cuda::settle(&stream)?;
+        weft::host::cuda::settle(stream)?;
         Ok(Case {
             dtype: common::type_name::<T>(),
             params: p,

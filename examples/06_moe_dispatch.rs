@@ -275,7 +275,7 @@ impl<'comm> Rank<'comm> {
 
         let mut fused = Fused::new(comm, stream, &self.dev, self.waves[which], capacity, tokens, hidden)?;
         fused.run(&x, &experts, &experts_local, &gate)?;
-        weft::host::cuda::settle(&stream)?;
+        weft::host::cuda::settle(stream)?;
         let fused_errors = fused.errors(stream, &want)?;
 
         let mut baseline = Unfused::new(
@@ -290,14 +290,14 @@ impl<'comm> Rank<'comm> {
             hidden,
         )?;
         baseline.run(&x, &experts, &gate)?;
-        weft::host::cuda::settle(&stream)?;
+        weft::host::cuda::settle(stream)?;
         let unfused_errors = baseline.errors(stream, &want)?;
 
         let times = common::time_variants(&self.stopwatch, stream, WARMUP, ITERATIONS, 2, |variant| match variant {
             0 => fused.run(&x, &experts, &experts_local, &gate),
             _ => baseline.run(&x, &experts, &gate),
         })?;
-        weft::host::cuda::settle(&stream)?;
+        weft::host::cuda::settle(stream)?;
         Ok(Case {
             dtype: common::type_name::<T>(),
             tokens,
@@ -322,16 +322,16 @@ fn check<T: Real>(
     out: &CudaSlice<T>,
 ) -> std::result::Result<(f64, f64), Error> {
     let total = want.recv_expert.len();
-    let got_total = weft::host::cuda::download(&stream, recv_total)?[0] as usize;
-    let ids = weft::host::cuda::download(&stream, recv_expert)?;
+    let got_total = weft::host::cuda::download(stream, recv_total)?[0] as usize;
+    let ids = weft::host::cuda::download(stream, recv_expert)?;
     let received = if got_total != total || ids[..total] != want.recv_expert[..] {
         f64::INFINITY
     } else if total == 0 {
         0.0
     } else {
-        common::relative_error(&weft::host::cuda::download(&stream, recv)?[..total * hidden], &want.recv)
+        common::relative_error(&weft::host::cuda::download(stream, recv)?[..total * hidden], &want.recv)
     };
-    Ok((received, common::relative_error(&weft::host::cuda::download(&stream, out)?, &want.out)))
+    Ok((received, common::relative_error(&weft::host::cuda::download(stream, out)?, &want.out)))
 }
 
 /// The fused path's buffers: windows peers read (`order`, `meta`, `y`) and this rank's outputs.

@@ -298,7 +298,7 @@ pub fn check(
         // Every rank's inputs are in place before any rank's kernel reads its peers'.
         barrier.wait()?;
         side.run(instance, 0)?;
-        weft::host::cuda::settle(&stream)?;
+        weft::host::cuda::settle(stream)?;
         let outputs = instance.outputs(0)?;
         *error = if outputs.len() == reference.len() {
             outputs.iter().zip(&reference).map(|(got, want)| relative_error(got, want)).fold(0.0, f64::max)

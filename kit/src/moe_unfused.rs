@@ -116,9 +116,9 @@ pub fn run<T: weft::device::Float + weft::device::Element + weft::host::Element>
     }
     comm.all_to_all(&s.counts, &mut s.recv_counts, stream)?;
     // NCCL's point-to-point sizes are host values: the round trip the fused path does not have.
-    let counts = weft::host::cuda::download(&stream, &s.counts)?;
-    let offsets = weft::host::cuda::download(&stream, &s.offsets)?;
-    let recv_counts = weft::host::cuda::download(&stream, &s.recv_counts)?;
+    let counts = weft::host::cuda::download(stream, &s.counts)?;
+    let offsets = weft::host::cuda::download(stream, &s.offsets)?;
+    let recv_counts = weft::host::cuda::download(stream, &s.recv_counts)?;
     let recv_offsets: Vec<usize> =
         recv_counts.iter().scan(0usize, |acc, &c| Some(std::mem::replace(acc, *acc + c as usize))).collect();
     let total: usize = recv_counts.iter().map(|&c| c as usize).sum();

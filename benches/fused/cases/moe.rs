@@ -226,7 +226,7 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
         stream.memcpy_htod(&vec![u32::MAX; self.capacity], &mut s.recv_expert)?;
         stream.memcpy_htod(&[u32::MAX], &mut s.recv_total)?;
         stream.memcpy_htod(&vec![nan; self.tokens * self.hidden], &mut s.out)?;
-        weft::host::cuda::settle(&stream)?;
+        weft::host::cuda::settle(stream)?;
         Ok(())
     }
 
@@ -299,14 +299,14 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
 
     fn outputs(&mut self, set: usize) -> Result<Vec<Vec<f64>>> {
         let (stream, s) = (&self.stream, &self.sets[set]);
-        let total = (weft::host::cuda::download(&stream, &s.recv_total)?[0] as usize).min(self.capacity);
-        let ids = weft::host::cuda::download(&stream, &s.recv_expert)?;
-        let recv = weft::host::cuda::download(&stream, &s.recv)?;
+        let total = (weft::host::cuda::download(stream, &s.recv_total)?[0] as usize).min(self.capacity);
+        let ids = weft::host::cuda::download(stream, &s.recv_expert)?;
+        let recv = weft::host::cuda::download(stream, &s.recv)?;
         Ok(vec![
             vec![total as f64],
             ids[..total].iter().map(|&id| f64::from(id)).collect(),
             widen(&recv[..total * self.hidden]),
-            widen(&weft::host::cuda::download(&stream, &s.out)?),
+            widen(&weft::host::cuda::download(stream, &s.out)?),
         ])
     }
 
