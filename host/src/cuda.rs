@@ -120,6 +120,16 @@ pub fn download<T: cudarc::driver::DeviceRepr, Src: cudarc::driver::DevicePtr<T>
 /// docs/multi-rank.md, "Host copies"). When the awaited work is a kernel waiting for a peer rank of the same
 /// process, that peer can then never launch, and both hang. Polling waits the same time without the lock.
 pub fn settle_within(stream: &CudaStream, timeout: std::time::Duration) -> Result<(), Error> {
+    settle_watching(stream, timeout, || Ok(()))
+}
+
+/// [`settle_within`], calling `watch` between polls: its error ends the wait (a communicator's asynchronous error,
+/// for [`Communicator::wait`](crate::Communicator::wait)).
+pub(crate) fn settle_watching(
+    stream: &CudaStream,
+    timeout: std::time::Duration,
+    mut watch: impl FnMut() -> Result<(), Error>,
+) -> Result<(), Error> {
     let started = std::time::Instant::now();
     let marker = stream.record_event(None)?;
     let mut pause = std::time::Duration::from_micros(5);
@@ -130,6 +140,7 @@ pub fn settle_within(stream: &CudaStream, timeout: std::time::Duration) -> Resul
             Err(error) if error.0 == cudarc::driver::sys::cudaError_enum::CUDA_ERROR_NOT_READY => {}
             Err(error) => return Err(error.into()),
         }
+        watch()?;
         if started.elapsed() >= timeout {
             return Err(Error::Stalled { operation: "the work enqueued on the stream", after: timeout });
         }

@@ -53,23 +53,7 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
     /// Unlike `stream.synchronize()`, this never blocks past `timeout`: the way for a rank to notice that a peer
     /// went away in the middle of a collective.
     pub fn wait(&self, stream: &cudarc::driver::CudaStream, timeout: std::time::Duration) -> Result<(), Error> {
-        let started = std::time::Instant::now();
-        let marker = stream.record_event(None)?;
-        let mut pause = std::time::Duration::from_micros(5);
-        loop {
-            // SAFETY: `marker` is a live event of the stream's context, recorded just above.
-            match unsafe { cudarc::driver::result::event::query(marker.cu_event()) } {
-                Ok(()) => return Ok(()),
-                Err(error) if error.0 == cudarc::driver::sys::cudaError_enum::CUDA_ERROR_NOT_READY => {}
-                Err(error) => return Err(error.into()),
-            }
-            self.async_error()?;
-            if started.elapsed() >= timeout {
-                return Err(Error::Stalled { operation: "the work enqueued on the stream", after: timeout });
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(std::time::Duration::from_micros(200));
-        }
+        crate::cuda::settle_watching(stream, timeout, || self.async_error().map(drop))
     }
 
     /// Copies `src` to a new host vector once `stream`'s earlier work is done, waiting as [`wait`](Self::wait)

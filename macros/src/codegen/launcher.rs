@@ -207,11 +207,7 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
     let device_checks = quote!(__WEFT_USAGE[1] & #DEVICE_CHECKS_BIT != 0);
     let body = |checked: bool| {
         let proven = if checked { proven.clone() } else { TokenStream::new() };
-        let form = if checked {
-            quote!(if #device_checks { #bounds_checks::On } else { #bounds_checks::Off })
-        } else {
-            quote!(#bounds_checks::Off)
-        };
+        let form = if checked { quote!(__WEFT_CHECKED_FORM) } else { quote!(#bounds_checks::Off) };
         quote! {
             let __weft_entry: &'static str = #entry;
             #(#checks)*
@@ -246,6 +242,11 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
     let (launch_doc, unchecked_doc) = docs(sig, bounds, &stream);
     quote! {
         #callees_proven
+
+        /// The form `launch` runs: with the device-side checks of the accesses weft could not prove in bounds when
+        /// the kernel or a device fn it calls has any (`function` and `one_wave` load the same form).
+        const __WEFT_CHECKED_FORM: #bounds_checks =
+            if #device_checks { #bounds_checks::On } else { #bounds_checks::Off };
 
         #[doc = #launch_doc]
         #[allow(clippy::too_many_arguments, unused_variables)]

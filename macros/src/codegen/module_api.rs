@@ -57,7 +57,6 @@ pub(crate) fn items(sig: &Signature) -> TokenStream {
         " Compiles the kernel's CUDA C++ (every instantiation) with `toolchain` for `arch`, through `cache`: the \
                      check a program without a GPU can still make that the kernel builds against an NCCL release's \
                      headers.";
-    let device_checks_bit = super::usage::DEVICE_CHECKS_BIT;
     quote! {
         #[doc = #spec_doc]
         pub fn spec #params () -> #spec_ty {
@@ -66,16 +65,11 @@ pub(crate) fn items(sig: &Signature) -> TokenStream {
 
         #[doc = #function_doc]
         pub fn function #params (ctx: &::std::sync::Arc<#context>) -> ::core::result::Result<#function_ty, #error> {
-            // The form the checked `launch` runs: with the device-side checks of the accesses the macro could not
-            // prove in bounds, if there are any. Its occupancy is the one that matters, and a rank loading another
+            // The form the checked `launch` runs: its occupancy is the one that matters, and a rank loading another
             // form at its first launch could wait for the peers' kernels (docs/multi-rank.md, "Load before launch").
-            let checks = if __WEFT_USAGE[1] & #device_checks_bit != 0 {
-                ::weft::host::jit::BoundsChecks::On
-            } else {
-                ::weft::host::jit::BoundsChecks::Off
-            };
             let alignment = ::weft::host::jit::ArgAlignment::Aligned16;
-            ::core::result::Result::Ok(::weft::host::jit::function_in(ctx, &spec #turbofish (), alignment, checks)?)
+            let function = ::weft::host::jit::function_in(ctx, &spec #turbofish (), alignment, __WEFT_CHECKED_FORM)?;
+            ::core::result::Result::Ok(function)
         }
 
         #[doc = #wave_doc]

@@ -125,7 +125,8 @@ fn launch_checks_proven_bounds_and_launch_unchecked_does_not() {
         &out,
         r#"::weft::host::launch::bounds::require_index(NAME, &::weft::host::launch::bounds::Site { parameter: "x", access: "x[i]", line: 1u32 }, __weft_b4, __weft_b0)?;"#,
     );
-    assert_has(&out, "unsafe{__weft_args.launch(&__weft_spec,cfg,if__WEFT_USAGE[1]&8u32!=0{::weft::host::jit::BoundsChecks::On}else{::weft::host::jit::BoundsChecks::Off})}");
+    assert_has(&out, "const__WEFT_CHECKED_FORM:::weft::host::jit::BoundsChecks=if__WEFT_USAGE[1]&8u32!=0{::weft::host::jit::BoundsChecks::On}else{::weft::host::jit::BoundsChecks::Off};");
+    assert_has(&out, "unsafe{__weft_args.launch(&__weft_spec,cfg,__WEFT_CHECKED_FORM)}");
     // `launch_unchecked` is `unsafe`, checks no bound and runs the form without device checks.
     let unchecked = &out[out.find("pubunsafefnlaunch_unchecked").expect("launch_unchecked")..];
     assert!(!unchecked.contains("require_index"), "{unchecked}");
@@ -262,8 +263,12 @@ fn modules_carry_lookup_geometry_and_compile_check_per_element_type() {
     );
     assert_has(&generic, r#"pub fn function<T: Float + ::weft::device::Element>(ctx:"#);
     // The form `launch` runs: with device checks when the kernel has accesses the macro could not prove.
-    assert_has(&generic, r#"let checks = if __WEFT_USAGE[1] & 8u32 != 0 { ::weft::host::jit::BoundsChecks::On }"#);
-    assert_has(&generic, r#"::weft::host::jit::function_in(ctx, &spec::<T>(), alignment, checks)"#);
+    assert_has(
+        &generic,
+        r#"const __WEFT_CHECKED_FORM: ::weft::host::jit::BoundsChecks =
+           if __WEFT_USAGE[1] & 8u32 != 0 { ::weft::host::jit::BoundsChecks::On } else { ::weft::host::jit::BoundsChecks::Off };"#,
+    );
+    assert_has(&generic, r#"::weft::host::jit::function_in(ctx, &spec::<T>(), alignment, __WEFT_CHECKED_FORM)"#);
     assert_has(
         &generic,
         r#"pub fn one_wave<T: Float + ::weft::device::Element>(comm: &impl ::weft::host::launch::GpuShare,"#,
@@ -274,5 +279,5 @@ fn modules_carry_lookup_geometry_and_compile_check_per_element_type() {
     let plain = squeeze(expand_kernel(quote!(), quote! { pub fn k(out: &mut [f32]) {} }));
     assert_has(&plain, r#"pub fn spec() -> ::weft::host::jit::KernelSpec"#);
     assert_has(&plain, r#"entry_point: ENTRY_POINTS[0]"#);
-    assert_has(&plain, r#"::weft::host::jit::function_in(ctx, &spec(), alignment, checks)"#);
+    assert_has(&plain, r#"::weft::host::jit::function_in(ctx, &spec(), alignment, __WEFT_CHECKED_FORM)"#);
 }
