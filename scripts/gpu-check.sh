@@ -17,7 +17,8 @@
 #   suite30   NCCL 2.30.7, 1 rank: the same
 #   ranks     NCCL 2.30.7, WEFT_RANKS=2,4,8 (all on the one GPU): every multi-rank test (named `…every_rank…`), the
 #             fault tests, examples 01-06 (each checks f32 and bf16 against its f64 host reference)
-#   bench     the benchmarks: 1 rank on 2.28.9, 1/2/4/8 ranks on 2.30.7 (WEFT_GPU_CHECK_QUICK=1: quick mode)
+#   bench     the benchmarks: 1 rank on 2.28.9, 1/2/4/8 ranks on 2.30.7 (WEFT_GPU_CHECK_QUICK=1: quick mode;
+#             WEFT_GPU_CHECK_BENCH_RANKS="4 8": only those rank counts, on 2.30.7)
 #   smoke     (not in the default) NCCL 2.30.7: the wait probes, then at 2, 4 and 8 ranks the multi-rank tests (with
 #             WEFT_TRACE=1: each rank's steps) and the quickstart, 45 s each at most: a first look at a change
 #   bounds    (not in the default) 1 rank: the launch-soundness tests on both releases
@@ -72,6 +73,8 @@ with_nccl() { # release (2.28.9 | 2.30.7), command...
       echo "gpu-check: no NCCL $release: set WEFT_NCCL_2_28_HOME / WEFT_NCCL_2_30_HOME to its directory" >&2
       exit 2
     fi
+    # The host crate's unit tests open a real libnccl 2.28.9 without a GPU (cargo xtask provisions it on a CPU machine).
+    export WEFT_TEST_LIBNCCL_2_28_9=$libnccl_2_28
     # CPU-side compile tests need nvcc and one NCCL header set: the loaded library's own.
     export WEFT_NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" WEFT_CODEGEN_NCCL_INCLUDES="$release=$NCCL_HOME/include"
     "$@"
@@ -167,6 +170,9 @@ bench() { # release, rank counts...
 if [ ! -d .gpu/bin ]; then
   if [ -f .gpu/bin.tar.xz ]; then tar -C .gpu -xJf .gpu/bin.tar.xz; else bash "$root/scripts/gpu-build.sh" || exit 2; fi
 fi
+# NCCL 2.28.9's library, for the unit tests that need one whichever release a part runs on.
+libnccl_2_28=$(if [ -n "${WEFT_NCCL_2_28_HOME:-}" ]; then echo "$WEFT_NCCL_2_28_HOME/lib/libnccl.so.2"
+  elif [ -f .gpu/env.sh ]; then (unset WEFT_GPU_NCCL; source .gpu/env.sh >/dev/null 2>&1; echo "${NCCL_HOME:-}/lib/libnccl.so.2"); fi)
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 case $parts in *,smoke,*) with_nccl 2.30.7 smoke ;; esac
 case $parts in *,bounds,*) with_nccl 2.30.7 bounds 2.30.7; with_nccl 2.28.9 bounds 2.28.9 ;; esac
@@ -176,7 +182,15 @@ case $parts in *,variants,*) with_nccl 2.30.7 variants ;; esac
 case $parts in *,suite,*) with_nccl 2.28.9 suite 2.28.9 ;; esac
 case $parts in *,suite30,*) with_nccl 2.30.7 suite 2.30.7 ;; esac
 case $parts in *,ranks,*) with_nccl 2.30.7 ranks ;; esac
-case $parts in *,bench,*) with_nccl 2.28.9 bench 2.28.9 1; with_nccl 2.30.7 bench 2.30.7 1 2 4 8 ;; esac
+case $parts in
+  *,bench,*)
+    # WEFT_GPU_CHECK_BENCH_RANKS="4 8": only those rank counts, on 2.30.7 (to finish a bench run cut short).
+    if [ -n "${WEFT_GPU_CHECK_BENCH_RANKS:-}" ]; then
+      with_nccl 2.30.7 bench 2.30.7 $WEFT_GPU_CHECK_BENCH_RANKS
+    else
+      with_nccl 2.28.9 bench 2.28.9 1; with_nccl 2.30.7 bench 2.30.7 1 2 4 8
+    fi ;;
+esac
 
 echo "=== summary"
 cat "$summary"

@@ -449,6 +449,9 @@ fn measure_all(
                 }
                 let (fused, unfused) =
                     timer.time_both(instance.as_mut(), sets, options.warmup(), options.iterations(bytes), barrier)?;
+                // Every rank's runs are done before any rank frees (a free or a deregistration may wait inside the
+                // driver, and a peer still launching would then wait for it: docs/multi-rank.md).
+                barrier.wait()?;
                 drop(instance);
                 let row = Row {
                     case: case.name().to_string(),

@@ -128,13 +128,27 @@ pub fn settle_within(stream: &CudaStream, timeout: std::time::Duration) -> Resul
 pub(crate) fn settle_watching(
     stream: &CudaStream,
     timeout: std::time::Duration,
+    watch: impl FnMut() -> Result<(), Error>,
+) -> Result<(), Error> {
+    let marker = stream.record_event(None)?;
+    settle_event_watching(&marker, timeout, watch)
+}
+
+/// Waits until `event`'s recorded work has finished by polling it, holding no driver lock while it waits (see
+/// [`settle_within`]); [`Error::Stalled`] when `timeout` passes first. The drop-in for `event.synchronize()`.
+pub(crate) fn settle_event(event: &cudarc::driver::CudaEvent, timeout: std::time::Duration) -> Result<(), Error> {
+    settle_event_watching(event, timeout, || Ok(()))
+}
+
+fn settle_event_watching(
+    marker: &cudarc::driver::CudaEvent,
+    timeout: std::time::Duration,
     mut watch: impl FnMut() -> Result<(), Error>,
 ) -> Result<(), Error> {
     let started = std::time::Instant::now();
-    let marker = stream.record_event(None)?;
     let mut pause = std::time::Duration::from_micros(5);
     loop {
-        // SAFETY: `marker` is a live event of the stream's context, recorded just above.
+        // SAFETY: `marker` is a live event (borrowed for the whole wait).
         match unsafe { cudarc::driver::result::event::query(marker.cu_event()) } {
             Ok(()) => return Ok(()),
             Err(error) if error.0 == cudarc::driver::sys::cudaError_enum::CUDA_ERROR_NOT_READY => {}

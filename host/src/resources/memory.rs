@@ -79,7 +79,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         unsafe {
             cudarc::driver::result::memcpy_htod_async(self.ptr, host, self.stream.cu_stream())?;
         }
-        self.stream.synchronize()?;
+        crate::cuda::settle(&self.stream)?;
         Ok(())
     }
 
@@ -95,7 +95,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         unsafe {
             cudarc::driver::result::memcpy_dtoh_async(&mut host, self.ptr, self.stream.cu_stream())?;
         }
-        self.stream.synchronize()?;
+        crate::cuda::settle(&self.stream)?;
         Ok(host)
     }
 
@@ -133,13 +133,14 @@ impl<T> DeviceBuffer<T> {
     }
 
     /// Waits for the buffer's last recorded use, the streams kernels using it were launched on, and its own stream:
-    /// after this, nothing this rank enqueued still touches it. Never waits for the whole device.
+    /// after this, nothing this rank enqueued still touches it. Never waits for the whole device, and polls (holds no
+    /// driver lock while waiting: a peer rank of the process may need it to launch what these wait for).
     pub(crate) fn wait_for_uses(&self) -> Result<(), Error> {
         if let Some(event) = &self.last_use {
-            event.synchronize()?;
+            crate::cuda::settle_event(event, crate::cuda::SETTLE_TIMEOUT)?;
         }
         self.launches.wait()?;
-        self.stream.synchronize()?;
+        crate::cuda::settle(&self.stream)?;
         Ok(())
     }
 }
@@ -204,7 +205,7 @@ impl StreamsUsed {
     pub(crate) fn wait(&self) -> Result<(), Error> {
         let streams = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for stream in streams.iter() {
-            stream.synchronize()?;
+            crate::cuda::settle(stream)?;
         }
         Ok(())
     }
