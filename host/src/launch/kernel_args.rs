@@ -31,6 +31,11 @@ pub struct KernelArgs<'a> {
     alignment: ArgAlignment,
     /// Ranks sharing the GPU of the device communicator pushed, if any (1 otherwise).
     ranks_on_gpu: usize,
+    /// The stream the resources are noted as used on: `stream`, or, when recording into a CUDA graph, the stream
+    /// its replays run on (what freeing a resource waits for).
+    uses: &'a Arc<CudaStream>,
+    /// The count of operations of the capture this launch is recorded into, if it is.
+    capture: Option<&'a std::cell::Cell<usize>>,
 }
 
 impl std::fmt::Debug for KernelArgs<'_> {
@@ -62,6 +67,23 @@ impl<'a> KernelArgs<'a> {
             parameters,
             alignment: ArgAlignment::Aligned16,
             ranks_on_gpu: 1,
+            uses: stream,
+            capture: None,
+        }
+    }
+
+    /// [`KernelArgs::with_parameters`] for a launch recorded into a CUDA graph: it is enqueued on the capture's
+    /// private stream, and the resources pushed are noted as used by the graph's replays (what the generated
+    /// `record` uses; [`crate::graph`] says why this is sound).
+    pub fn for_capture(
+        kernel: &'static str,
+        parameters: &'static [&'static str],
+        capture: &'a crate::graph::Capture<'_>,
+    ) -> KernelArgs<'a> {
+        KernelArgs {
+            uses: capture.replay_stream(),
+            capture: Some(capture.recorded_count()),
+            ..KernelArgs::with_parameters(kernel, parameters, capture.capturing_stream())
         }
     }
 
@@ -88,7 +110,7 @@ impl<'a> KernelArgs<'a> {
         }
         self.ranks_on_gpu = self.ranks_on_gpu.max(dev.communicator().ranks_on_gpu());
         self.args.push_bytes(dev.kernel_arg_bytes()?, DevComm::<C, M>::KERNEL_ARG_ALIGN)?;
-        dev.note_launch(self.stream);
+        dev.note_launch(self.uses);
         Ok(())
     }
 
@@ -100,7 +122,7 @@ impl<'a> KernelArgs<'a> {
         let arg = window.window_arg()?;
         self.alignment = self.alignment.and(arg.offset_bytes as u64);
         self.args.push(arg);
-        window.note_launch(self.stream);
+        window.note_launch(self.uses);
         Ok(arg.len)
     }
 
@@ -127,6 +149,25 @@ impl<'a> KernelArgs<'a> {
         let (ptr, guard) = buffer.write_address(self.stream);
         self.args.keep(guard);
         self.push_slice_arg(SliceArg { ptr, len });
+        Ok(len)
+    }
+
+    /// A `&[T]` or `&mut [T]` parameter of a launch recorded into a CUDA graph (weft memory only: see
+    /// [`crate::graph::GraphBuffer`]); returns its length. No event is recorded: the graph's replays are noted on
+    /// the buffer instead.
+    pub fn push_graph_buffer<T>(
+        &mut self,
+        parameter: &'static str,
+        buffer: &'a impl crate::graph::GraphBuffer<T>,
+    ) -> Result<usize> {
+        super::check_same_context(buffer.graph_stream(), self.stream)
+            .map_err(|_| self.wrong_device(parameter, buffer.graph_stream().context().ordinal()))?;
+        if self.capture.is_none() {
+            return Err(Error::invalid(parameter, "a graph buffer is pushed only by a launch recorded into a graph"));
+        }
+        buffer.graph_note_use(self.uses);
+        let len = buffer.graph_len();
+        self.push_slice_arg(SliceArg { ptr: buffer.graph_address(), len });
         Ok(len)
     }
 
@@ -199,6 +240,11 @@ impl<'a> KernelArgs<'a> {
         // stays usable); only then is the limit looked up, so the happy path pays nothing for the better error.
         if launched.is_err() {
             check_block_fits(spec.name, &function, &cfg)?;
+        }
+        if launched.is_ok() {
+            if let Some(recorded) = self.capture {
+                recorded.set(recorded.get() + 1);
+            }
         }
         launched
     }

@@ -68,6 +68,13 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// Copies `host` into the buffer (blocking). Lengths must match.
     pub fn copy_from_host(&mut self, host: &[T]) -> Result<(), Error> {
+        self.overwrite_from_host(host)
+    }
+
+    /// [`copy_from_host`](Self::copy_from_host) through a shared borrow: for buffers a CUDA graph holds
+    /// ([`crate::graph::Graph::write`] orders it after the replays). Device memory is never borrowed by Rust code,
+    /// so writing it through `&self` aliases nothing; the ordering against kernels is the stream's.
+    pub(crate) fn overwrite_from_host(&self, host: &[T]) -> Result<(), Error> {
         if host.len() != self.len {
             return Err(Error::invalid("host", format!("holds {} elements, the buffer {}", host.len(), self.len)));
         }

@@ -4,7 +4,7 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
-use syn::Ident;
+use syn::{Ident, Lifetime};
 
 use super::ast::{ParamKind, Signature};
 use super::attr::Attributes;
@@ -45,6 +45,12 @@ pub(crate) mod host {
     }
     pub(super) fn kernel_args() -> TokenStream {
         quote!(::weft::host::launch::KernelArgs)
+    }
+    pub(super) fn capture() -> TokenStream {
+        quote!(::weft::host::graph::Capture)
+    }
+    pub(super) fn graph_buffer() -> TokenStream {
+        quote!(::weft::host::graph::GraphBuffer)
     }
     pub(crate) fn length_check_failed() -> TokenStream {
         quote!(::weft::host::launch::length_check_failed)
@@ -120,7 +126,9 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
         Ident::new(if used.iter().any(|u| u == preferred) { fallback } else { preferred }, Span::call_site())
     };
     let stream = pick("stream", "launch_stream");
+    let capture = pick("capture", "launch_capture");
     let cfg = pick("cfg", "launch_cfg");
+    let graph = Lifetime::new("'__weft_graph", Span::call_site());
     let mode = Ident::new("__WeftMode", Span::call_site());
     let element = host::element();
 
@@ -144,6 +152,9 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
     let mut params = Vec::new();
     let mut checks = Vec::new();
     let mut pushes = Vec::new();
+    // `record`'s: everything borrowed for the graph's life, slices as weft graph buffers (crate::graph).
+    let mut record_params = Vec::new();
+    let mut record_pushes = Vec::new();
     for p in &sig.params {
         let ident = &p.ident;
         let name = ident.to_string();
@@ -157,32 +168,44 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
                 generics.push(quote!(#c: #(#bounds)+*));
                 generics.push(quote!(#mode: #m));
                 params.push(quote!(#ident: &#dev_comm<'_, #c, #mode>));
+                record_params.push(quote!(#ident: &#graph #dev_comm<'_, #c, #mode>));
                 // The grid against the communicator's resources.
                 checks.push(quote!(#ident.check_requirements(NAME, &#cfg, &requirements(&#cfg))?;));
                 pushes.push(quote!(__weft_args.push_dev_comm(#name, #ident)?;));
+                record_pushes.push(quote!(__weft_args.push_dev_comm(#name, #ident)?;));
             }
             ParamKind::Window { elem } => {
                 let window = host::kernel_window();
                 params.push(quote!(#ident: &impl #window<#elem>));
+                record_params.push(quote!(#ident: &#graph impl #window<#elem>));
                 pushes.push(quote!(let #len: usize = __weft_args.push_window(#name, #ident)?;));
+                record_pushes.push(quote!(let #len: usize = __weft_args.push_window(#name, #ident)?;));
             }
-            ParamKind::Slice { elem, mutable: false } => {
-                let slice = host::kernel_slice();
-                params.push(quote!(#ident: &impl #slice<#elem>));
-                pushes.push(quote!(let #len: usize = __weft_args.push_slice(#name, #ident)?;));
-            }
-            ParamKind::Slice { elem, mutable: true } => {
-                let slice = host::kernel_slice_mut();
-                params.push(quote!(#ident: &mut impl #slice<#elem>));
-                pushes.push(quote!(let #len: usize = __weft_args.push_slice_mut(#name, #ident)?;));
+            ParamKind::Slice { elem, mutable } => {
+                if *mutable {
+                    let slice = host::kernel_slice_mut();
+                    params.push(quote!(#ident: &mut impl #slice<#elem>));
+                    pushes.push(quote!(let #len: usize = __weft_args.push_slice_mut(#name, #ident)?;));
+                } else {
+                    let slice = host::kernel_slice();
+                    params.push(quote!(#ident: &impl #slice<#elem>));
+                    pushes.push(quote!(let #len: usize = __weft_args.push_slice(#name, #ident)?;));
+                }
+                let buffer = host::graph_buffer();
+                record_params.push(quote!(#ident: &#graph impl #buffer<#elem>));
+                record_pushes.push(quote!(let #len: usize = __weft_args.push_graph_buffer(#name, #ident)?;));
             }
             ParamKind::Scalar { rust } => {
                 params.push(quote!(#ident: #rust));
+                record_params.push(quote!(#ident: #rust));
                 pushes.push(quote!(__weft_args.push_scalar(#name, #ident);));
+                record_pushes.push(quote!(__weft_args.push_scalar(#name, #ident);));
             }
             ParamKind::LlA2aHandle { rust } => {
                 params.push(quote!(#ident: #rust));
+                record_params.push(quote!(#ident: #rust));
                 pushes.push(quote!(__weft_args.push_ll_a2a_handle(#name, #ident);));
+                record_pushes.push(quote!(__weft_args.push_ll_a2a_handle(#name, #ident);));
             }
             ParamKind::Other => {}
         }
@@ -205,13 +228,18 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
     let (stream_ty, config, error) = (host::stream(), host::launch_config(), host::error());
     let (kernel_args, kernel_spec, bounds_checks) = (host::kernel_args(), host::kernel_spec(), host::bounds_checks());
     let device_checks = quote!(__WEFT_USAGE[1] & #DEVICE_CHECKS_BIT != 0);
-    let body = |checked: bool| {
+    let body = |checked: bool, recording: bool| {
         let proven = if checked { proven.clone() } else { TokenStream::new() };
         let form = if checked { quote!(__WEFT_CHECKED_FORM) } else { quote!(#bounds_checks::Off) };
+        let (start, pushes) = if recording {
+            (quote!(#kernel_args::for_capture(NAME, &[#(#names),*], #capture)), &record_pushes)
+        } else {
+            (quote!(#kernel_args::with_parameters(NAME, &[#(#names),*], #stream)), &pushes)
+        };
         quote! {
             let __weft_entry: &'static str = #entry;
             #(#checks)*
-            let mut __weft_args = #kernel_args::with_parameters(NAME, &[#(#names),*], #stream);
+            let mut __weft_args = #start;
             #(#pushes)*
             #declared
             #proven
@@ -224,7 +252,9 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
             unsafe { __weft_args.launch(&__weft_spec, #cfg, #form) }
         }
     };
-    let (checked_body, unchecked_body) = (body(true), body(false));
+    let (checked_body, unchecked_body, record_body) = (body(true, false), body(false, false), body(true, true));
+    let capture_ty = host::capture();
+    let record_generics: Vec<TokenStream> = std::iter::once(quote!(#graph)).chain(generics.iter().cloned()).collect();
     // `no_device_checks` covers the device fns the kernel calls too: their usage is known only to rustc. (The body's
     // own unproven accesses are errors already, each at its access.)
     let callees_proven = if attrs.no_device_checks && bounds.unproven().next().is_none() {
@@ -240,6 +270,10 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
         TokenStream::new()
     };
     let (launch_doc, unchecked_doc) = docs(sig, bounds, &stream);
+    let record_doc = " Records this kernel into a CUDA graph being captured (`weft::host::Graph::capture`), with the \
+         checks `launch` makes; it runs at each replay. Everything passed is borrowed for the graph's life \
+         `'__weft_graph`, so no replay can outlive it; `&[T]` and `&mut [T]` parameters take weft `DeviceBuffer`s \
+         (docs/graphs.md).\n\n Errors: as `launch`'s.";
     quote! {
         #callees_proven
 
@@ -266,6 +300,16 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
             #(#params),*
         ) -> ::core::result::Result<(), #error> {
             #unchecked_body
+        }
+
+        #[doc = #record_doc]
+        #[allow(clippy::too_many_arguments, unused_variables)]
+        pub fn record<#(#record_generics),*>(
+            #capture: &mut #capture_ty<#graph>,
+            #cfg: #config,
+            #(#record_params),*
+        ) -> ::core::result::Result<(), #error> {
+            #record_body
         }
     }
 }

@@ -129,8 +129,16 @@ fn launch_checks_proven_bounds_and_launch_unchecked_does_not() {
     assert_has(&out, "unsafe{__weft_args.launch(&__weft_spec,cfg,__WEFT_CHECKED_FORM)}");
     // `launch_unchecked` is `unsafe`, checks no bound and runs the form without device checks.
     let unchecked = &out[out.find("pubunsafefnlaunch_unchecked").expect("launch_unchecked")..];
+    let (unchecked, record) = unchecked.split_at(unchecked.find("pubfnrecord").expect("record"));
     assert!(!unchecked.contains("require_index"), "{unchecked}");
     assert_has(unchecked, "unsafe{__weft_args.launch(&__weft_spec,cfg,::weft::host::jit::BoundsChecks::Off)}");
+    // `record` (into a CUDA graph) borrows everything for the graph's life, takes weft buffers for both slices,
+    // and makes `launch`'s checks.
+    assert_has(record, "pubfnrecord<'__weft_graph>(capture:&mut::weft::host::graph::Capture<'__weft_graph>,cfg:::weft::host::LaunchConfig,x:&'__weft_graphimpl::weft::host::graph::GraphBuffer<f32>,out:&'__weft_graphimpl::weft::host::graph::GraphBuffer<f32>,n:usize)");
+    assert_has(record, r#"::weft::host::launch::KernelArgs::for_capture(NAME,&["x","out","n"],capture)"#);
+    assert_has(record, r#"__weft_args.push_graph_buffer("out",out)?;"#);
+    assert!(record.contains("require_index"), "{record}");
+    assert_has(record, "unsafe{__weft_args.launch(&__weft_spec,cfg,__WEFT_CHECKED_FORM)}");
 }
 
 #[test]
