@@ -26,6 +26,7 @@
 #             NCCL and CUDA do at a first collective (to find what waits for the device there; docs/multi-rank.md)
 #   recheck   (not in the default) examples 03 and 06 at 2/4/8 ranks, then the kernel tests and both at 1 rank on
 #             2.28.9: a quick look after a change to launch geometry
+#   graphs    (not in the default) the CUDA graph tests with their figures: 1 rank on 2.28.9, 1/2/4/8 on 2.30.7
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s).
 # Full logs and the benchmarks' CSV/SVG go to one archive, $OUT/gpu-logs.tgz (the device tool brings back few files),
@@ -144,6 +145,13 @@ recheck() { # release: examples 03 and 06 (at 2, 4 and 8 ranks on 2.30.7), the k
   fi
 }
 
+graphs() { # release, rank counts...: the CUDA graph tests, with their output (the graph-vs-eager figures)
+  local release=$1; shift
+  for n in "$@"; do
+    WEFT_RANKS=$n run "$release x$n test-gpu_graphs" 120 .gpu/bin/test-gpu_graphs --include-ignored --test-threads=1 --nocapture
+  done
+}
+
 hangs() { # the runs that hung last time, once each, for their stacks (scripts/symbolize.py)
   export WEFT_TRACE=1
   WEFT_RANKS=2 run "2.30.7 x2 test-gpu" 40 .gpu/bin/test-gpu --include-ignored --test-threads=1 --nocapture every_rank
@@ -178,6 +186,7 @@ case $parts in *,smoke,*) with_nccl 2.30.7 smoke ;; esac
 case $parts in *,bounds,*) with_nccl 2.30.7 bounds 2.30.7; with_nccl 2.28.9 bounds 2.28.9 ;; esac
 case $parts in *,recheck,*) with_nccl 2.30.7 recheck 2.30.7; with_nccl 2.28.9 recheck 2.28.9 ;; esac
 case $parts in *,hangs,*) with_nccl 2.30.7 hangs ;; esac
+case $parts in *,graphs,*) with_nccl 2.28.9 graphs 2.28.9 1; with_nccl 2.30.7 graphs 2.30.7 1 2 4 8 ;; esac
 case $parts in *,variants,*) with_nccl 2.30.7 variants ;; esac
 case $parts in *,suite,*) with_nccl 2.28.9 suite 2.28.9 ;; esac
 case $parts in *,suite30,*) with_nccl 2.30.7 suite 2.30.7 ;; esac
