@@ -12,7 +12,9 @@
 //! - fused one-shot (`kernels/allreduce_epilogue.rs`): every rank reads every peer's `x` and writes all of `y`;
 //! - fused two-shot: reduce-scatter with the epilogue into a scratch window, LSA barrier, all-gather;
 //! - unfused: `ncclAllReduce(x -> tmp)`, then `benches/cuda/allreduce_epilogue.cu` (`y = tmp + bias + residual`,
-//!   16-byte vector loads).
+//!   16-byte vector loads);
+//! - the fused one-shot captured once into a CUDA graph (`one_shot::record`, docs/graphs.md) and replayed: checked
+//!   like the others, and timed against its eager launch.
 //!
 //! Bytes each moves per rank, for `N = rows x hidden` elements on `R` ranks (bias is `hidden` elements, cached):
 //!
@@ -42,7 +44,9 @@ use kernels::allreduce_epilogue::{
 };
 use weft::host::caps::Lsa;
 use weft::host::launch::{launch_raw, ArgBuffer};
-use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, ReduceOp, Requirements, WindowFlags};
+use weft::host::{
+    Communicator, Config, DevComm, DeviceBuffer, Error, Graph, LaunchConfig, ReduceOp, Requirements, WindowFlags,
+};
 
 /// The hand-written epilogue of the unfused baseline.
 const BASELINE: &str = weft_kit::baselines::ALLREDUCE_EPILOGUE;
@@ -103,10 +107,10 @@ struct Case {
     rows: usize,
     hidden: usize,
     element_bytes: usize,
-    /// Median µs: fused one-shot, fused two-shot, unfused.
-    times: [f64; 3],
+    /// Median µs: fused one-shot, fused two-shot, unfused, fused one-shot replayed from a CUDA graph.
+    times: [f64; 4],
     /// Relative errors, same order.
-    errors: [f64; 3],
+    errors: [f64; 4],
     tolerance: f64,
 }
 
@@ -143,18 +147,20 @@ fn run() -> Result<()> {
         if nranks > 2 { "two-shot from 1 MB" } else { "one-shot at this rank count" }
     );
     println!(
-        "{:>5} {:>12} {:>8} | {:>9} {:>9} {:>9} | {:>7} {:>11} | {:>9} {:>9} {:>9}",
+        "{:>5} {:>12} {:>8} | {:>9} {:>9} {:>9} {:>9} | {:>7} {:>11} | {:>9} {:>9} {:>9} {:>9}",
         "type",
         "rows x hid",
         "message",
         "one-shot",
         "two-shot",
         "unfused",
+        "1-sh graph",
         "speedup",
         "1-shot GB/s",
         "err 1-sh",
         "err 2-sh",
-        "err unf"
+        "err unf",
+        "err graph"
     );
     for (c, case) in reports[0].iter().enumerate() {
         let worst = |k: usize| common::worst(reports.iter().map(|r| r[c].errors[k]));
@@ -162,18 +168,20 @@ fn run() -> Result<()> {
         let fused = if two_shot_pays(nranks, message) { case.times[1] } else { case.times[0] };
         let one_shot_bytes = (nranks + 2) * message;
         println!(
-            "{:>5} {:>12} {:>8} | {:>9.1} {:>9.1} {:>9.1} | {:>6.2}x {:>11.0} | {:>9.1e} {:>9.1e} {:>9.1e}",
+            "{:>5} {:>12} {:>8} | {:>9.1} {:>9.1} {:>9.1} {:>9.1} | {:>6.2}x {:>11.0} | {:>9.1e} {:>9.1e} {:>9.1e} {:>9.1e}",
             case.dtype,
             format!("{}x{}", case.rows, case.hidden),
             common::bytes(message),
             case.times[0],
             case.times[1],
             case.times[2],
+            case.times[3],
             case.times[2] / fused,
             one_shot_bytes as f64 / (case.times[0] * 1e-6) / 1e9,
             worst(0),
             worst(1),
             worst(2),
+            worst(3),
         );
     }
     let failed: Vec<String> = reports
@@ -277,19 +285,38 @@ impl<'comm> Ranks<'comm> {
         unfused(comm, stream, epilogue, epilogue_cfg, &x, &mut reduced, &bias, &residual, &mut out, hidden)?;
         let unfused_error = common::relative_error(&weft::host::cuda::download(stream, &out)?, want);
 
-        let times = common::time_variants(&self.stopwatch, stream, WARMUP, ITERATIONS, 3, |variant| match variant {
+        // The one-shot recorded into a CUDA graph once and replayed: the graph borrows what it records for its
+        // life, and records weft buffers (docs/graphs.md).
+        let graph_in = |host: &[T]| -> std::result::Result<DeviceBuffer<T>, Error> {
+            let mut buffer = DeviceBuffer::new(stream, host.len())?;
+            buffer.copy_from_host(host)?;
+            Ok(buffer)
+        };
+        let graph_bias = graph_in(&common::random_as::<T>(hidden, BIAS_SEED))?;
+        let graph_residual = graph_in(&common::random_as::<T>(n, RESIDUAL_SEED))?;
+        let graph_out = graph_in(&poison)?;
+        let mut graph = Graph::capture(stream, |c| {
+            one_shot::record(c, one_cfg, dev, &x, &graph_bias, &graph_residual, &graph_out, n, hidden)
+        })?;
+        graph.replay()?;
+        let graph_error = common::relative_error(&graph.read(&graph_out)?, want);
+
+        let times = common::time_variants(&self.stopwatch, stream, WARMUP, ITERATIONS, 4, |variant| match variant {
             0 => one_shot::launch(stream, one_cfg, dev, &x, &bias, &residual, &mut out, n, hidden),
             1 => two_shot::launch(stream, two_cfg, dev, &x, &y, &bias, &residual, &mut out, n, hidden),
-            _ => unfused(comm, stream, epilogue, epilogue_cfg, &x, &mut reduced, &bias, &residual, &mut out, hidden),
+            2 => unfused(comm, stream, epilogue, epilogue_cfg, &x, &mut reduced, &bias, &residual, &mut out, hidden),
+            _ => graph.replay(),
         })?;
+        graph.settle()?;
+        drop(graph);
         weft::host::cuda::settle(stream)?;
         Ok(Case {
             dtype: common::type_name::<T>(),
             rows,
             hidden,
             element_bytes: std::mem::size_of::<T>(),
-            times: [times[0], times[1], times[2]],
-            errors: [one_error, two_error, unfused_error],
+            times: [times[0], times[1], times[2], times[3]],
+            errors: [one_error, two_error, unfused_error, graph_error],
             tolerance: T::TOLERANCE,
         })
     }

@@ -21,8 +21,8 @@ pub use weft_macros::{device_fn, kernel};
 pub mod prelude {
     pub use weft_device::prelude::*;
     pub use weft_host::{
-        local_devices, spmd, Communicator, Config, DeviceBuffer, Graph, LaunchConfig, ReduceOp, Requirements,
-        UniqueId, WindowFlags,
+        local_devices, spmd, Communicator, Config, DeviceBuffer, Graph, LaunchConfig, ReduceOp, Requirements, UniqueId,
+        WindowFlags,
     };
     pub use weft_macros::{device_fn, kernel};
 }
