@@ -452,6 +452,8 @@ struct alignas(16) Pack {
   }
   WEFT_FN T lane(size_t k) const { return lanes[k]; }
   WEFT_FN auto widen() const;
+  // No lane holds the Lamport sentinel (negative zero): the pack was written (pack.rs, `Lamport`).
+  WEFT_FN bool lamport_ready() const;
 };
 
 template <class T>
@@ -567,6 +569,98 @@ WEFT_FN void store_pack(T* base, size_t pack, Pack<T> const& value) {
 #pragma unroll
     for (size_t k = 0; k < Pack<T>::LANES; ++k) p[k] = value.lanes[k];
   }
+}
+
+// Lamport packs (Rust: pack.rs, `Lamport`): "not yet written" is negative zero in every lane, so a reader polls the
+// data itself instead of a flag. A lane is an element; each is stored and loaded whole (an aligned 16-byte access
+// moves four 32-bit words, and a reader checks every lane), so a pack seen half written is seen as not ready.
+template <class T>
+struct LamportBits;
+template <>
+struct LamportBits<float> { using U = uint32_t; static constexpr U SENTINEL = 0x80000000u; };
+template <>
+struct LamportBits<double> { using U = unsigned long long; static constexpr U SENTINEL = 0x8000000000000000ull; };
+template <>
+struct LamportBits<__half> { using U = unsigned short; static constexpr U SENTINEL = 0x8000u; };
+template <>
+struct LamportBits<__nv_bfloat16> { using U = unsigned short; static constexpr U SENTINEL = 0x8000u; };
+
+template <class T>
+WEFT_FN bool lamport_ready(Pack<T> const& v) {
+  using U = typename LamportBits<T>::U;
+  bool ready = true;
+#pragma unroll
+  for (size_t k = 0; k < Pack<T>::LANES; ++k) {
+    U bits;
+    memcpy(&bits, &v.lanes[k], sizeof(U));
+    ready &= bits != LamportBits<T>::SENTINEL;
+  }
+  return ready;
+}
+// Negative zero becomes positive zero (the same value in every sum): a stored pack is never taken for "not yet".
+template <class T>
+WEFT_FN Pack<T> lamport_clean(Pack<T> v) {
+  using U = typename LamportBits<T>::U;
+#pragma unroll
+  for (size_t k = 0; k < Pack<T>::LANES; ++k) {
+    U bits;
+    memcpy(&bits, &v.lanes[k], sizeof(U));
+    if (bits == LamportBits<T>::SENTINEL) bits = 0;
+    memcpy(&v.lanes[k], &bits, sizeof(U));
+  }
+  return v;
+}
+template <class T>
+WEFT_FN Pack<T> lamport_empty() {
+  using U = typename LamportBits<T>::U;
+  Pack<T> v;
+#pragma unroll
+  for (size_t k = 0; k < Pack<T>::LANES; ++k) {
+    U bits = LamportBits<T>::SENTINEL;
+    memcpy(&v.lanes[k], &bits, sizeof(U));
+  }
+  return v;
+}
+// Volatile (relaxed, system scope) 16-byte accesses to a peer's memory through its LSA mapping; element by element
+// where the address is not 16-byte aligned.
+template <class T>
+WEFT_FN void lamport_put(T* base, size_t pack, Pack<T> const& value) {
+  T* p = base + pack * Pack<T>::LANES;
+  if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    uint4 w = *reinterpret_cast<const uint4*>(value.lanes);
+    asm volatile("st.volatile.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z),
+                 "r"(w.w)
+                 : "memory");
+  } else {
+    using U = typename LamportBits<T>::U;
+#pragma unroll
+    for (size_t k = 0; k < Pack<T>::LANES; ++k) {
+      U bits;
+      memcpy(&bits, &value.lanes[k], sizeof(U));
+      *reinterpret_cast<volatile U*>(p + k) = bits;
+    }
+  }
+}
+template <class T>
+WEFT_FN Pack<T> lamport_get(const T* base, size_t pack) {
+  const T* p = base + pack * Pack<T>::LANES;
+  Pack<T> out;
+  if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    uint4 w;
+    asm volatile("ld.volatile.global.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                 : "l"(p)
+                 : "memory");
+    *reinterpret_cast<uint4*>(out.lanes) = w;
+  } else {
+    using U = typename LamportBits<T>::U;
+#pragma unroll
+    for (size_t k = 0; k < Pack<T>::LANES; ++k) {
+      U bits = *reinterpret_cast<const volatile U*>(p + k);
+      memcpy(&out.lanes[k], &bits, sizeof(U));
+    }
+  }
+  return out;
 }
 // A WidePack<U>'s float lanes from / to floats (mixed precision: f32 master weights next to bf16 parameters).
 template <class U>
@@ -878,6 +972,11 @@ struct DevComm {
 // size_t len } (the length field is `length` here because `len` is the method).
 
 template <class T>
+WEFT_FN bool Pack<T>::lamport_ready() const {
+  return detail::lamport_ready(*this);
+}
+
+template <class T>
 struct View {
   T* ptr;
   size_t length;
@@ -887,6 +986,16 @@ struct View {
   WEFT_FN T* as_ptr() const { return ptr; }
   WEFT_FN Pack<T> load_pack(size_t pack) const { return detail::load_pack<T>(ptr, pack); }
   WEFT_FN void store_pack(size_t pack, Pack<T> const& value) const { detail::store_pack(ptr, pack, value); }
+  // Lamport packs (pack.rs, `Lamport`).
+  WEFT_FN void lamport_store_pack(size_t pack, Pack<T> const& value) const {
+    detail::lamport_put(ptr, pack, detail::lamport_clean(value));
+  }
+  WEFT_FN void lamport_clear_pack(size_t pack) const { detail::lamport_put(ptr, pack, detail::lamport_empty<T>()); }
+  WEFT_FN Pack<T> lamport_wait_pack(size_t pack, uint64_t deadline_ns) const {
+    Pack<T> v = detail::lamport_get(ptr, pack);
+    while (!detail::lamport_ready(v) && global_timer_ns() < deadline_ns) v = detail::lamport_get(ptr, pack);
+    return v;
+  }
 };
 
 template <class T>
@@ -1763,6 +1872,23 @@ template <class C, class P>
 WEFT_FN void store_pack_at(C const& c, size_t p, P const& value, unsigned line) {
   check_below(p, c.len() / P::LANES, line);
   c.store_pack(p, value);
+}
+template <class C, class P>
+WEFT_FN void lamport_store_pack_at(C const& c, size_t p, P const& value, unsigned line) {
+  check_below(p, c.len() / P::LANES, line);
+  c.lamport_store_pack(p, value);
+}
+template <class C>
+WEFT_FN void lamport_clear_pack_at(C const& c, size_t p, unsigned line) {
+  using P = decltype(c.load_pack(p));
+  check_below(p, c.len() / P::LANES, line);
+  c.lamport_clear_pack(p);
+}
+template <class C>
+WEFT_FN auto lamport_wait_pack_at(C const& c, size_t p, uint64_t deadline_ns, unsigned line) {
+  using P = decltype(c.load_pack(p));
+  check_below(p, c.len() / P::LANES, line);
+  return c.lamport_wait_pack(p, deadline_ns);
 }
 template <class U, class C>
 WEFT_FN WidePack<U> load_wide_at(C const& c, size_t p, unsigned line) {

@@ -133,7 +133,7 @@ pub use numeric::{
     MultimemElement, MultimemStore, Numeric, Shuffle,
 };
 pub use ordering::{Order, Scope};
-pub use pack::{pack_lanes, LoadPack, LoadWide, Pack, StorePack, StoreWide, WidePack};
+pub use pack::{pack_lanes, Lamport, LoadPack, LoadWide, Pack, StorePack, StoreWide, WidePack};
 pub use reduce_copy::{local_copy, local_reduce_sum, local_reduce_sum_copy};
 pub use shared::SharedArray;
 pub use window::{Window, WindowView};
@@ -171,12 +171,12 @@ pub mod prelude {
         abs, atomic_add, atomic_cas, atomic_exch, atomic_fence, atomic_load, atomic_max, atomic_min, atomic_store, exp,
         fma, local_copy, local_reduce_sum, local_reduce_sum_copy, log, max, min, pack_lanes, rsqrt, sqrt, tanh,
         threadfence, threadfence_block, threadfence_system, AtomicAdd, AtomicBits, AtomicMinMax, BarrierResult, Coop,
-        CounterInc, Cta, DevComm, Element, Float, GinBarrier, GinSession, HybridBarrier, Lanes, LlA2a, LlA2aHandle,
-        LoadPack, LoadWide, LocalAction, LsaBarrier, MultimemElement, MultimemStore, MultimemView, NoAction, Numeric,
-        Order, Pack, RemoteAction, Scope, SharedArray, Shuffle, SignalAdd, SignalInc, StorePack, StoreWide,
-        StrongSignalAdd, StrongSignalInc, StrongVaSignalAdd, StrongVaSignalInc, Team, Thread, VaSignalAdd, VaSignalInc,
-        Warp, WarpSpan, WeakCounterInc, WeakSignalAdd, WeakSignalInc, WeakVaSignalAdd, WeakVaSignalInc, WidePack,
-        Window, WindowView,
+        CounterInc, Cta, DevComm, Element, Float, GinBarrier, GinSession, HybridBarrier, Lamport, Lanes, LlA2a,
+        LlA2aHandle, LoadPack, LoadWide, LocalAction, LsaBarrier, MultimemElement, MultimemStore, MultimemView,
+        NoAction, Numeric, Order, Pack, RemoteAction, Scope, SharedArray, Shuffle, SignalAdd, SignalInc, StorePack,
+        StoreWide, StrongSignalAdd, StrongSignalInc, StrongVaSignalAdd, StrongVaSignalInc, Team, Thread, VaSignalAdd,
+        VaSignalInc, Warp, WarpSpan, WeakCounterInc, WeakSignalAdd, WeakSignalInc, WeakVaSignalAdd, WeakVaSignalInc,
+        WidePack, Window, WindowView,
     };
     pub use half::{bf16, f16};
 }

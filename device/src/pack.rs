@@ -70,6 +70,12 @@ impl<T: Element> Pack<T> {
 }
 
 impl<T: Float> Pack<T> {
+    /// Whether no lane holds the Lamport sentinel (negative zero): the pack was written (see [`Lamport`]). C++
+    /// `p.lamport_ready()`.
+    pub fn lamport_ready(self) -> bool {
+        device_only("Pack::lamport_ready")
+    }
+
     /// The lanes in `f32` (exact for `f32`, `f16`, `bf16`; rounding for `f64`, like [`Float::to_f32`]). C++
     /// `p.widen()`.
     pub fn widen(self) -> WidePack<T> {
@@ -125,6 +131,40 @@ pub trait LoadPack<T: Element> {
 pub trait StorePack<T: Element> {
     /// Writes `value` to elements `pack·L .. pack·L + L` (`L = pack_lanes::<T>()`).
     fn store_pack(&mut self, pack: usize, value: Pack<T>);
+}
+
+/// Lamport packs on a window view: data that carries its own "written" flag, for all-reduces without a barrier.
+///
+/// A buffer starts with every lane at the sentinel, negative zero. A writer stores a pack with
+/// [`lamport_store_pack`](Lamport::lamport_store_pack), which turns negative zeros into positive ones (the same value
+/// in any sum) so that a written pack is never taken for an unwritten one; a reader polls with
+/// [`lamport_wait_pack`](Lamport::lamport_wait_pack) until no lane is the sentinel, or a deadline passes (then the
+/// returned pack is not [`lamport_ready`](Pack::lamport_ready): the kernel reports it instead of hanging); once every
+/// reader is done with a buffer, its owner [`lamport_clear_pack`](Lamport::lamport_clear_pack)s it for a later round.
+/// Stores and loads are volatile (relaxed, system scope), 16 bytes at once on an aligned address, element by element
+/// otherwise; every lane is checked, so a pack seen half written is seen as not ready.
+///
+/// C++ `view.lamport_store_pack(p, v)`, `view.lamport_wait_pack(p, deadline_ns)`, `view.lamport_clear_pack(p)`.
+pub trait Lamport<T: Float> {
+    /// Stores `value` (negative zeros made positive) into elements `pack·L .. pack·L + L`.
+    fn lamport_store_pack(&mut self, pack: usize, value: Pack<T>);
+    /// Loads elements `pack·L .. pack·L + L` until no lane is the sentinel or [`global_timer_ns`](crate::global_timer_ns)
+    /// reaches `deadline_ns`; returns the last load (check [`Pack::lamport_ready`]).
+    fn lamport_wait_pack(&self, pack: usize, deadline_ns: u64) -> Pack<T>;
+    /// Sets every lane of elements `pack·L .. pack·L + L` to the sentinel.
+    fn lamport_clear_pack(&mut self, pack: usize);
+}
+
+impl<T: Float> Lamport<T> for WindowView<'_, T> {
+    fn lamport_store_pack(&mut self, pack: usize, value: Pack<T>) {
+        device_only("lamport_store_pack")
+    }
+    fn lamport_wait_pack(&self, pack: usize, deadline_ns: u64) -> Pack<T> {
+        device_only("lamport_wait_pack")
+    }
+    fn lamport_clear_pack(&mut self, pack: usize) {
+        device_only("lamport_clear_pack")
+    }
 }
 
 /// Loads of `f32` lanes matching another type's pack, from an `f32` slice: for mixed precision, where `f32` master

@@ -3,6 +3,7 @@
 
 pub mod allreduce;
 pub mod allreduce_epilogue;
+pub mod allreduce_lamport;
 pub mod gin_ring;
 pub mod moe;
 pub mod rmsnorm;
@@ -18,6 +19,10 @@ pub const ALL: &[(&str, &str)] = &[
     (
         allreduce_epilogue::allreduce_bias_residual_two_shot::NAME,
         allreduce_epilogue::allreduce_bias_residual_two_shot::SOURCE,
+    ),
+    (
+        allreduce_lamport::allreduce_bias_residual_lamport::NAME,
+        allreduce_lamport::allreduce_bias_residual_lamport::SOURCE,
     ),
     (rmsnorm::rmsnorm_residual_tp::NAME, rmsnorm::rmsnorm_residual_tp::SOURCE),
     (zero_adam::zero_adam_step::NAME, zero_adam::zero_adam_step::SOURCE),

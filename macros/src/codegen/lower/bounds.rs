@@ -882,11 +882,16 @@ impl Lowerer<'_> {
         let args: Vec<&Expr> = m.args.iter().collect();
         let mut sites = Vec::new();
         let (checker, needs_dev) = match (recv_ty, name.as_str(), args.len()) {
-            (Ty::Indexable(container, elem), "load_pack" | "store_pack" | "load_wide" | "store_wide", _)
-                if *container != Container::Shared =>
-            {
+            (
+                Ty::Indexable(container, elem),
+                "load_pack" | "store_pack" | "load_wide" | "store_wide" | "lamport_store_pack" | "lamport_clear_pack"
+                | "lamport_wait_pack",
+                _,
+            ) if *container != Container::Shared => {
                 let lanes_of = match name.as_str() {
-                    "load_pack" | "store_pack" => Self::elem_of_ty(elem),
+                    "load_pack" | "store_pack" | "lamport_store_pack" | "lamport_clear_pack" | "lamport_wait_pack" => {
+                        Self::elem_of_ty(elem)
+                    }
                     "load_wide" => m.turbofish.as_ref().and_then(|t| match t.args.first() {
                         Some(syn::GenericArgument::Type(t)) => self.elem_type(t),
                         _ => None,
@@ -907,6 +912,9 @@ impl Lowerer<'_> {
                     match name.as_str() {
                         "load_pack" => "load_pack_at",
                         "store_pack" => "store_pack_at",
+                        "lamport_store_pack" => "lamport_store_pack_at",
+                        "lamport_clear_pack" => "lamport_clear_pack_at",
+                        "lamport_wait_pack" => "lamport_wait_pack_at",
                         "load_wide" => "load_wide_at",
                         _ => "store_wide_at",
                     },

@@ -80,6 +80,10 @@ pub(crate) fn method(recv: &Ty, name: &str, arity: usize, type_arg: Option<&Ty>)
                 of(with_elem(Vocab::Pack, Some(e)), &[(0, Usize)])
             }
             (Container::SliceMut | Container::View, "store_pack", 2) => of(unit, &[(0, Usize)]),
+            // Lamport packs: on window views only (the polled memory is a peer's, or ours written by peers).
+            (Container::View, "lamport_store_pack", 2) => of(unit, &[(0, Usize)]),
+            (Container::View, "lamport_clear_pack", 1) => of(unit, &[(0, Usize)]),
+            (Container::View, "lamport_wait_pack", 2) => of(with_elem(Vocab::Pack, Some(e)), &[(0, Usize), (1, U64)]),
             (Container::Slice | Container::SliceMut, "load_wide", 1) => Some(Method {
                 ret: with_elem(Vocab::WidePack, type_arg),
                 fixed: &[(0, Usize)],
@@ -162,6 +166,7 @@ fn vocab_method(
 
         (Vocab::Pack, "lane", 1) => of(elem_ty, &[(0, Usize)]),
         (Vocab::Pack, "widen", 0) => of(with_elem(Vocab::WidePack, elem), &[]),
+        (Vocab::Pack, "lamport_ready", 0) => of(Ty::Scalar(Bool), &[]),
         (Vocab::WidePack, "narrow", 0) => of(with_elem(Vocab::Pack, elem), &[]),
         (Vocab::WidePack, "lane", 1) => of(Ty::Scalar(F32), &[(0, Usize)]),
         (Vocab::WidePack, "lane_sum", 0) => of(Ty::Scalar(F32), &[]),
