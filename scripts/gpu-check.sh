@@ -41,7 +41,7 @@ summary="$out/summary.txt"
 export NCCL_DEBUG=WARN WEFT_CACHE_DIR=/tmp/weft-cache WEFT_STACKS=1
 [ "${WEFT_GPU_CHECK_QUICK:-0}" = 1 ] && export WEFT_BENCH_QUICK=1
 # The multi-rank tests and the fault tests; everything else is one rank (or several on several GPUs).
-multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_graphs "every_rank" test-gpu_faults "")
+multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_graphs "every_rank" test-gpu_lamport "every_rank" test-gpu_faults "")
 
 run() { # name, timeout (s), command...
   local name=$1 limit=${WEFT_GPU_CHECK_TIMEOUT:-$2}; shift 2
@@ -85,7 +85,7 @@ with_nccl() { # release (2.28.9 | 2.30.7), command...
 suite() { # tag
   local tag=$1
   # weft_macros is a proc-macro crate: its unit tests link libstd as a dylib and run on the CPU machine only.
-  for t in weft_host weft_device gpu gpu_kernels gpu_graphs gpu_bounds gpu_group_outputs gpu_timeout gpu_waits gpu_faults codegen; do
+  for t in weft_host weft_device gpu gpu_kernels gpu_graphs gpu_lamport gpu_bounds gpu_group_outputs gpu_timeout gpu_waits gpu_faults codegen; do
     [ -x ".gpu/bin/test-$t" ] && run "$tag test-$t" 300 ".gpu/bin/test-$t" --include-ignored --test-threads=1
   done
   for e in .gpu/bin/example-*; do run "$tag $(basename "$e")" 300 "$e"; done

@@ -3,6 +3,7 @@
 //! the same nvcc).
 
 use crate::harness::Case;
+use allreduce_bias_residual::Algorithm;
 
 mod allreduce;
 mod allreduce_bias_residual;
@@ -14,8 +15,9 @@ mod zero_adam;
 pub fn all() -> Vec<&'static dyn Case> {
     vec![
         &allreduce::AllReduce,
-        &allreduce_bias_residual::AllReduceBiasResidual { two_shot: false },
-        &allreduce_bias_residual::AllReduceBiasResidual { two_shot: true },
+        &allreduce_bias_residual::AllReduceBiasResidual { algorithm: Algorithm::OneShot },
+        &allreduce_bias_residual::AllReduceBiasResidual { algorithm: Algorithm::TwoShot },
+        &allreduce_bias_residual::AllReduceBiasResidual { algorithm: Algorithm::Lamport },
         &rmsnorm::RmsNorm,
         &zero_adam::ZeroAdam,
         &moe::Moe,

@@ -43,7 +43,11 @@ const FALLBACK_L2_BYTES: u64 = 60 << 20;
 /// The host conversions have their own names: `weft::device::Float`'s `from_f32` / `to_f32` exist only inside
 /// kernels and panic on the host.
 pub trait BenchFloat:
-    weft::device::Float + weft::device::Element + weft::host::Element + cudarc::driver::ValidAsZeroBits
+    weft::device::Float
+    + weft::device::Element
+    + weft::host::Element
+    + cudarc::driver::ValidAsZeroBits
+    + weft_kit::lamport::LamportElement
 {
     /// The matching runtime tag.
     const DTYPE: Dtype;

@@ -12,6 +12,7 @@ pub mod baselines;
 pub mod bench;
 pub mod common;
 pub mod kernels;
+pub mod lamport;
 pub mod moe_unfused;
 pub mod spin;
 pub mod test_kernels;

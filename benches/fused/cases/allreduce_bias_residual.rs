@@ -6,8 +6,10 @@
 //! out[r][c] = Σ_ranks x[r][c] + bias[c] + residual[r][c]        (x, residual, out: rows × hidden)
 //! ```
 //!
-//! Two cases, one per fused algorithm: one-shot (every rank reduces everything) and two-shot (reduce-scatter
-//! with the epilogue, then all-gather through a second window). The baseline is the same for both.
+//! Three cases, one per fused algorithm: one-shot (every rank reduces everything, two LSA barriers), two-shot
+//! (reduce-scatter with the epilogue, then all-gather through a second window) and Lamport (one-shot without a
+//! barrier: the data carries its own "written" mark, `kit/src/kernels/allreduce_lamport.rs`). The baseline is the
+//! same for all three.
 
 use std::sync::Arc;
 
@@ -19,8 +21,10 @@ use weft::host::{Active, Communicator, DevComm, DeviceBuffer, LaunchConfig, Redu
 
 use crate::harness::{grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
 use crate::kernels::allreduce_epilogue::{allreduce_bias_residual_one_shot, allreduce_bias_residual_two_shot};
+use crate::kernels::allreduce_lamport::allreduce_bias_residual_lamport;
 use crate::options::Dtype;
 use crate::stats::seed;
+use weft_kit::lamport::LamportAllReduce;
 
 /// The baseline's epilogue kernel.
 const EPILOGUE: &str = weft_kit::baselines::ALLREDUCE_EPILOGUE;
@@ -34,27 +38,38 @@ const X: u64 = 0;
 const BIAS: u64 = 1;
 const RESIDUAL: u64 = 2;
 
-/// `out = Σ_ranks x + bias + residual`, fused one-shot or two-shot, vs `ncclAllReduce` + epilogue kernel.
+/// The fused algorithm a case measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// Every rank reduces everything, between two LSA barriers.
+    OneShot,
+    /// Reduce-scatter with the epilogue, then all-gather.
+    TwoShot,
+    /// One-shot without a barrier (Lamport packs in three rotating buffers).
+    Lamport,
+}
+
+/// `out = Σ_ranks x + bias + residual`, fused, vs `ncclAllReduce` + epilogue kernel.
 #[derive(Debug)]
 pub struct AllReduceBiasResidual {
-    /// The two-shot algorithm (reduce-scatter + epilogue, all-gather) instead of the one-shot.
-    pub two_shot: bool,
+    /// Which fused kernel.
+    pub algorithm: Algorithm,
 }
 
 impl Case for AllReduceBiasResidual {
     fn name(&self) -> &'static str {
-        if self.two_shot {
-            "allreduce_bias_residual_2shot"
-        } else {
-            "allreduce_bias_residual_1shot"
+        match self.algorithm {
+            Algorithm::OneShot => "allreduce_bias_residual_1shot",
+            Algorithm::TwoShot => "allreduce_bias_residual_2shot",
+            Algorithm::Lamport => "allreduce_bias_residual_lamport",
         }
     }
 
     fn fused(&self) -> &'static str {
-        if self.two_shot {
-            "allreduce_bias_residual_two_shot (kit/src/kernels/allreduce_epilogue.rs)"
-        } else {
-            "allreduce_bias_residual_one_shot (kit/src/kernels/allreduce_epilogue.rs)"
+        match self.algorithm {
+            Algorithm::OneShot => "allreduce_bias_residual_one_shot (kit/src/kernels/allreduce_epilogue.rs)",
+            Algorithm::TwoShot => "allreduce_bias_residual_two_shot (kit/src/kernels/allreduce_epilogue.rs)",
+            Algorithm::Lamport => "allreduce_bias_residual_lamport (kit/src/kernels/allreduce_lamport.rs): no barrier",
         }
     }
 
@@ -65,13 +80,15 @@ impl Case for AllReduceBiasResidual {
     fn bytes_moved(&self, dtype: Dtype, bytes: usize, nranks: usize) -> u64 {
         let (n, p) = (bytes as u64, nranks as u64);
         let bias = (hidden(bytes / element_bytes(dtype)) * element_bytes(dtype)) as u64;
-        if self.two_shot {
+        match self.algorithm {
             // x: every element read once (slice by slice, by its owner); residual: this rank's slice; y: this
             // rank's slice written, then read by each peer; out: written whole.
-            n + n.div_ceil(p) + n.div_ceil(p) + (p - 1) * n.div_ceil(p) + n + bias
-        } else {
+            Algorithm::TwoShot => n + n.div_ceil(p) + n.div_ceil(p) + (p - 1) * n.div_ceil(p) + n + bias,
             // x: read by this rank and by each peer; residual read and out written once.
-            p * n + n + n + bias
+            Algorithm::OneShot => p * n + n + n + bias,
+            // x: read once and pushed to every rank's buffer; every rank's slot polled and cleared; residual read
+            // and out written once.
+            Algorithm::Lamport => n + p * n + p * n + p * n + n + n + bias,
         }
     }
 
@@ -87,8 +104,8 @@ impl Case for AllReduceBiasResidual {
         sets: usize,
     ) -> Result<Box<dyn Instance + 'comm>> {
         Ok(match dtype {
-            Dtype::F32 => Box::new(Run::<f32>::new(rank, self.two_shot, bytes, sets)?),
-            Dtype::Bf16 => Box::new(Run::<half::bf16>::new(rank, self.two_shot, bytes, sets)?),
+            Dtype::F32 => Box::new(Run::<f32>::new(rank, self.algorithm, bytes, sets)?),
+            Dtype::Bf16 => Box::new(Run::<half::bf16>::new(rank, self.algorithm, bytes, sets)?),
         })
     }
 }
@@ -127,27 +144,34 @@ struct Run<'comm, T: BenchFloat> {
     hidden: usize,
     bias: DeviceBuffer<T>,
     sets: Vec<Set<'comm, T>>,
+    /// The Lamport kernel's rotating buffers and rounds (that algorithm only).
+    lamport: Option<LamportAllReduce<'comm, T>>,
 }
 
 impl<'comm, T: BenchFloat> Run<'comm, T> {
-    fn new(rank: &Rank<'comm>, two_shot: bool, bytes: usize, sets: usize) -> Result<Run<'comm, T>> {
+    fn new(rank: &Rank<'comm>, algorithm: Algorithm, bytes: usize, sets: usize) -> Result<Run<'comm, T>> {
         let (comm, stream) = (rank.comm, rank.stream.clone());
         let n = (bytes / std::mem::size_of::<T>()).max(1);
         let hidden = hidden(n);
-        let function = if two_shot {
-            allreduce_bias_residual_two_shot::function::<T>(comm.context())?
-        } else {
-            allreduce_bias_residual_one_shot::function::<T>(comm.context())?
+        let two_shot = algorithm == Algorithm::TwoShot;
+        let function = match algorithm {
+            Algorithm::OneShot => allreduce_bias_residual_one_shot::function::<T>(comm.context())?,
+            Algorithm::TwoShot => allreduce_bias_residual_two_shot::function::<T>(comm.context())?,
+            Algorithm::Lamport => allreduce_bias_residual_lamport::function::<T>(comm.context())?,
         };
         // Both sides handle one 16-byte pack per thread per trip.
         let vector = weft::device::pack_lanes::<T>();
         let (fused_cfg, wave) = grid_for(comm, &function, &stream, BLOCK, n.div_ceil(vector))?;
-        let requirements = if two_shot {
-            allreduce_bias_residual_two_shot::requirements(&wave)
-        } else {
-            allreduce_bias_residual_one_shot::requirements(&wave)
+        let requirements = match algorithm {
+            Algorithm::OneShot => allreduce_bias_residual_one_shot::requirements(&wave),
+            Algorithm::TwoShot => allreduce_bias_residual_two_shot::requirements(&wave),
+            Algorithm::Lamport => allreduce_bias_residual_lamport::requirements(&wave),
         };
         let dev = comm.dev_comm(&requirements)?;
+        let lamport = match algorithm {
+            Algorithm::Lamport => Some(LamportAllReduce::new(comm, &stream, fused_cfg, n, hidden)?),
+            _ => None,
+        };
 
         let epilogue_spec = KernelSpec {
             name: EPILOGUE_NAME,
@@ -176,7 +200,7 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Run { comm, stream, dev, fused_cfg, epilogue, epilogue_cfg, n, hidden, bias, sets })
+        Ok(Run { comm, stream, dev, fused_cfg, epilogue, epilogue_cfg, n, hidden, bias, sets, lamport })
     }
 }
 
@@ -203,6 +227,9 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
 
     fn run_fused(&mut self, set: usize) -> Result<()> {
         let s = &mut self.sets[set];
+        if let Some(lamport) = &mut self.lamport {
+            return lamport.launch(&self.stream, &self.dev, s.x.buffer(), &self.bias, &s.residual, &mut s.out);
+        }
         match &s.y {
             Some(y) => allreduce_bias_residual_two_shot::launch(
                 &self.stream,
@@ -248,6 +275,10 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
     }
 
     fn outputs(&mut self, set: usize) -> Result<Vec<Vec<f64>>> {
+        if let Some(lamport) = &mut self.lamport {
+            // A round that timed out waiting for a peer is an error, not a row of wrong numbers.
+            lamport.check()?;
+        }
         Ok(vec![widen(&self.sets[set].out.copy_to_host()?)])
     }
 

@@ -1,0 +1,156 @@
+//! The host side of the barrier-free one-shot all-reduce + bias + residual
+//! ([`allreduce_bias_residual_lamport`], kernels/allreduce_lamport.rs): its window of three rotating buffers, the
+//! per-block round counters and the status word, kept together so that the kernel's invariants hold between calls.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cudarc::driver::CudaStream;
+use weft::host::caps::Lsa;
+use weft::host::launch::{KernelSlice, KernelSliceMut};
+use weft::host::{Communicator, DevComm, DeviceBuffer, Error, LaunchConfig, Window, WindowFlags};
+
+use crate::kernels::allreduce_lamport::allreduce_bias_residual_lamport as kernel;
+
+/// An element type of the Lamport kernel: its sentinel, negative zero, on the host.
+pub trait LamportElement: weft::device::Float + weft::host::Element + cudarc::driver::ValidAsZeroBits + Clone {
+    /// `-0.0` in this type (the "not yet written" mark).
+    fn negative_zero() -> Self;
+}
+
+impl LamportElement for f32 {
+    fn negative_zero() -> Self {
+        -0.0
+    }
+}
+
+impl LamportElement for half::bf16 {
+    fn negative_zero() -> Self {
+        half::bf16::NEG_ZERO
+    }
+}
+
+/// How long a block waits for a peer's pack before the round fails (`status`), unless told otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One rank's state for [`kernel`] at one size: `n = rows × hidden` elements of `T`, launched with `cfg` on every
+/// rank (the same grid everywhere).
+pub struct LamportAllReduce<'comm, T: LamportElement> {
+    lamport: Window<'comm, T>,
+    rounds: DeviceBuffer<u32>,
+    status: DeviceBuffer<u32>,
+    cfg: LaunchConfig,
+    n: usize,
+    hidden: usize,
+    timeout: Duration,
+    /// A round failed: the buffers are in an unknown state until [`reset`](Self::reset).
+    broken: bool,
+}
+
+impl<'comm, T: LamportElement> LamportAllReduce<'comm, T> {
+    /// The buffers for `n` elements of rows of `hidden` (a whole number of 16-byte packs), launched with at most
+    /// `cfg`'s blocks (fewer when `n` needs fewer). Collective: every rank of `comm` calls it (the window is
+    /// registered on all of them).
+    pub fn new(
+        comm: &'comm Communicator,
+        stream: &Arc<CudaStream>,
+        cfg: LaunchConfig,
+        n: usize,
+        hidden: usize,
+    ) -> Result<Self, Error> {
+        let lanes = weft::device::pack_lanes::<T>();
+        if hidden == 0 || hidden % lanes != 0 || n % hidden != 0 {
+            return Err(Error::InvalidArgument {
+                argument: "hidden",
+                problem: format!(
+                    "the Lamport all-reduce moves whole 16-byte packs: rows of {hidden} {} elements are not a multiple \
+                     of {lanes}, or {n} elements are not whole rows; use the one-shot kernel with barriers \
+                     (allreduce_bias_residual_one_shot) for this shape",
+                    T::NAME
+                ),
+            });
+        }
+        let peers = comm.properties()?.lsa_size;
+        let blocks = u32::try_from((n / lanes).div_ceil(cfg.block_dim.0 as usize).max(1)).unwrap_or(u32::MAX);
+        let cfg = LaunchConfig::linear(cfg.grid_dim.0.min(blocks), cfg.block_dim.0);
+        let mut lamport = comm.alloc_window::<T>(stream, 3 * peers * n, WindowFlags::COLL_SYMMETRIC)?;
+        lamport.buffer_mut().copy_from_host(&vec![T::negative_zero(); 3 * peers * n])?;
+        let mut rounds = DeviceBuffer::new(stream, cfg.grid_dim.0 as usize)?;
+        rounds.copy_from_host(&vec![0u32; cfg.grid_dim.0 as usize])?;
+        let mut status = DeviceBuffer::new(stream, 1)?;
+        status.copy_from_host(&[0u32])?;
+        Ok(LamportAllReduce { lamport, rounds, status, cfg, n, hidden, timeout: DEFAULT_TIMEOUT, broken: false })
+    }
+
+    /// How long a block waits for a peer's pack before the round fails.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The launch geometry every rank uses.
+    pub fn config(&self) -> LaunchConfig {
+        self.cfg
+    }
+
+    /// `out = sum over ranks of x + bias + residual` (asynchronous). Every rank calls it the same number of times
+    /// with the same sizes; [`check`](Self::check) says whether the rounds so far completed.
+    pub fn launch(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        dev: &DevComm<'_, Lsa>,
+        x: &impl KernelSlice<T>,
+        bias: &impl KernelSlice<T>,
+        residual: &impl KernelSlice<T>,
+        out: &mut impl KernelSliceMut<T>,
+    ) -> Result<(), Error> {
+        if self.broken {
+            return Err(Error::InvalidArgument {
+                argument: "self",
+                problem: "a previous round of this Lamport all-reduce failed: call `reset` on every rank first".into(),
+            });
+        }
+        let timeout_ns = u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX);
+        kernel::launch(
+            stream,
+            self.cfg,
+            dev,
+            &self.lamport,
+            &mut self.rounds,
+            &mut self.status,
+            x,
+            bias,
+            residual,
+            out,
+            self.n,
+            self.hidden,
+            timeout_ns,
+        )
+    }
+
+    /// Waits for the rounds launched so far and reports whether each found every peer's data in time:
+    /// [`Error::Stalled`] if a wait timed out (a peer that never launched, or a timeout too short), after which the
+    /// buffers must be [`reset`](Self::reset) on every rank.
+    pub fn check(&mut self) -> Result<(), Error> {
+        if self.status.copy_to_host()?[0] != 0 {
+            self.broken = true;
+            return Err(Error::Stalled {
+                operation: "a Lamport all-reduce round (a peer's data did not arrive)",
+                after: self.timeout,
+            });
+        }
+        Ok(())
+    }
+
+    /// Refills the buffers with the sentinel and restarts the rounds. Every rank resets before any rank launches
+    /// again (and after every rank's kernels have stopped): a collective step, like the first fill.
+    pub fn reset(&mut self) -> Result<(), Error> {
+        let len = self.lamport.buffer().len();
+        self.lamport.buffer_mut().copy_from_host(&vec![T::negative_zero(); len])?;
+        let blocks = self.rounds.len();
+        self.rounds.copy_from_host(&vec![0u32; blocks])?;
+        self.status.copy_from_host(&[0u32])?;
+        self.broken = false;
+        Ok(())
+    }
+}
