@@ -459,6 +459,14 @@ __global__ void packs(ncclDevComm dev__raw, weft::Window<T> w, weft::Slice<T> x,
   w.local().store_pack(1, weft::Pack<T>::splat(x.load_pack(2).lane(0)));
   y[lanes] = weft::from_f32<T>(c.lane_sum() + c.lane(1));
   y.store_pack(3, y.load_pack(2));
+  // Lamport packs: push to a peer, poll with a deadline, clear; their checked forms (macro-generated calls).
+  w.lsa(0).lamport_store_pack(4, x.load_pack(4));
+  auto polled = w.local().lamport_wait_pack(4, weft::global_timer_ns() + 1000);
+  if (!polled.lamport_ready()) y[0] = weft::from_f32<T>(1.0f);
+  w.local().lamport_clear_pack(4);
+  weft::detail::lamport_store_pack_at(w.lsa(0), 5, polled, 1);
+  y.store_pack(5, weft::detail::lamport_wait_pack_at(w.local(), 5, weft::global_timer_ns() + 1000, 2));
+  weft::detail::lamport_clear_pack_at(w.local(), 5, 3);
 }
 template __global__ void packs<float>(ncclDevComm, weft::Window<float>, weft::Slice<float>, weft::SliceMut<float>);
 template __global__ void packs<double>(ncclDevComm, weft::Window<double>, weft::Slice<double>,
