@@ -157,6 +157,10 @@ WEFT_FN uint32_t lane_id() {
 }
 WEFT_FN uint32_t warp_id() { return detail::linear_thread_index() / WARP_SIZE; }
 
+// Programmatic dependent launch (exec.rs): no-ops unless the launch asked for it.
+WEFT_FN void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+WEFT_FN void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 WEFT_FN uint64_t global_timer_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

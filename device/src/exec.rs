@@ -162,6 +162,22 @@ pub fn block_reduce_min<T: Numeric + Shuffle>(value: T) -> T {
     device_only("block_reduce_min")
 }
 
+/// Programmatic dependent launch: waits until the kernel launched before this one on the stream has finished and
+/// its writes are visible (PTX `griddepcontrol.wait`). Call it before touching anything that kernel writes; what
+/// comes before it (loading constants, computing addresses, reading inputs no earlier kernel writes) overlaps that
+/// kernel's tail when this kernel was launched with `LaunchConfig::programmatic()`. Without that, a no-op.
+pub fn pdl_wait() {
+    device_only("pdl_wait")
+}
+
+/// Programmatic dependent launch: lets the kernel launched after this one on the stream (with
+/// `LaunchConfig::programmatic()`) start before this one finishes, once every block of this kernel has called it or
+/// exited (PTX `griddepcontrol.launch_dependents`). The dependent still sees this kernel's writes only after its
+/// own [`pdl_wait`]. Without a programmatic dependent, a no-op.
+pub fn pdl_launch_dependents() {
+    device_only("pdl_launch_dependents")
+}
+
 /// Nanoseconds of the GPU's global timer (`%globaltimer`): for timeouts and coarse timing, not for ordering.
 pub fn global_timer_ns() -> u64 {
     device_only("global_timer_ns")

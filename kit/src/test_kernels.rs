@@ -113,6 +113,26 @@ pub fn gather(x: &[f32], idx: &[u32], out: &mut [f32], n: usize) {
     }
 }
 
+/// `out[i] = value` for `i < n`, then lets a programmatic dependent start (PDL's producer side).
+#[weft::kernel]
+pub fn pdl_producer(out: &mut [u32], value: u32, n: usize) {
+    for i in grid_stride(n) {
+        out[i] = value;
+    }
+    pdl_launch_dependents();
+}
+
+/// `out[i] = input[i] + 1` for `i < n`, reading `input` only after `pdl_wait()` (PDL's consumer side: launched
+/// with `LaunchConfig::programmatic()` after the kernel that writes `input`).
+#[weft::kernel]
+pub fn pdl_consumer(input: &[u32], out: &mut [u32], n: usize) {
+    pdl_wait();
+    for i in grid_stride(n) {
+        out[i] = input[i] + 1;
+    }
+    pdl_launch_dependents();
+}
+
 /// Every kernel's name and generated CUDA C++, for the codegen test.
 pub const ALL: &[(&str, &str)] = &[
     (copy_from_next_peer::NAME, copy_from_next_peer::SOURCE),
@@ -124,4 +144,6 @@ pub const ALL: &[(&str, &str)] = &[
     (pack_window_copy::NAME, pack_window_copy::SOURCE),
     (bounded_fill::NAME, bounded_fill::SOURCE),
     (gather::NAME, gather::SOURCE),
+    (pdl_producer::NAME, pdl_producer::SOURCE),
+    (pdl_consumer::NAME, pdl_consumer::SOURCE),
 ];

@@ -441,6 +441,13 @@ extern "C" __global__ void multimem_half_copy(ncclDevComm dev__raw, weft::Window
 }
 #endif
 
+// Programmatic dependent launch.
+__global__ void pdl(weft::SliceMut<uint32_t> out) {
+  weft::pdl_wait();
+  out[0] = 1;
+  weft::pdl_launch_dependents();
+}
+
 // 16-byte packs: loads and stores on slices and window views, arithmetic in float.
 template <class T>
 __global__ void packs(ncclDevComm dev__raw, weft::Window<T> w, weft::Slice<T> x, weft::SliceMut<T> y) {

@@ -228,6 +228,17 @@ impl<'a> KernelArgs<'a> {
         let function = crate::jit::function_in(self.stream.context(), spec, self.alignment, checks)?;
         self.check_params(spec, &function)?;
         if self.ranks_on_gpu > 1 {
+            if cfg.programmatic {
+                return Err(Error::InvalidArgument {
+                    argument: "cfg",
+                    problem: format!(
+                        "`{}` asks for a programmatic dependent launch, but {} ranks share this GPU: its blocks could \
+                         start early and hold multiprocessors that a peer's blocks need before the previous kernel \
+                         can finish; launch it without `.programmatic()` here (docs/multi-rank.md)",
+                        spec.name, self.ranks_on_gpu
+                    ),
+                });
+            }
             check_co_resident(spec.name, &function, self.stream, &cfg, self.ranks_on_gpu)?;
         }
         // SAFETY: the arguments are the kernel's parameters in declaration order, laid out as the compiled entry

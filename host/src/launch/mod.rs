@@ -65,12 +65,24 @@ pub struct LaunchConfig {
     pub block_dim: (u32, u32, u32),
     /// Dynamic shared memory per block, in bytes.
     pub shared_mem_bytes: u32,
+    /// Programmatic dependent launch (PDL): the kernel may start while the previous kernel on its stream is still
+    /// running, once every block of that kernel has called `pdl_launch_dependents()` or exited; it must call
+    /// `pdl_wait()` before touching what the previous kernel writes (the vocabulary's §Execution). Refused where
+    /// ranks share a GPU (a dependent kernel's early blocks would hold SMs its peers' blocks need). See
+    /// [`LaunchConfig::programmatic`].
+    pub programmatic: bool,
 }
 
 impl LaunchConfig {
     /// A one-dimensional launch of `grid_x` blocks of `block_x` threads, without dynamic shared memory.
     pub const fn linear(grid_x: u32, block_x: u32) -> LaunchConfig {
-        LaunchConfig { grid_dim: (grid_x, 1, 1), block_dim: (block_x, 1, 1), shared_mem_bytes: 0 }
+        LaunchConfig { grid_dim: (grid_x, 1, 1), block_dim: (block_x, 1, 1), shared_mem_bytes: 0, programmatic: false }
+    }
+
+    /// The same launch as a programmatic dependent launch (see the field [`programmatic`](Self::programmatic)):
+    /// its prologue (everything before `pdl_wait()`) overlaps the previous kernel's tail.
+    pub const fn programmatic(self) -> LaunchConfig {
+        LaunchConfig { programmatic: true, ..self }
     }
 
     /// A one-dimensional launch with one thread per element: `ceil(n / block)` blocks of `block` threads.
@@ -469,6 +481,9 @@ pub unsafe fn launch_raw(
         func.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)?;
     }
     let params = args.kernel_params();
+    if cfg.programmatic {
+        return launch_programmatic(func, stream, cfg, params);
+    }
     // SAFETY: `func` and `stream` are live handles of one context (caller's precondition), now bound to this
     // thread; `params` holds one pointer per argument into `args`' own aligned copies, which outlive this call
     // because `args` is borrowed for all of it and the driver copies the parameters before returning; the
@@ -484,6 +499,41 @@ pub unsafe fn launch_raw(
             params,
         )
     }?;
+    Ok(())
+}
+
+/// `cuLaunchKernelEx` with the programmatic-stream-serialization attribute (PDL).
+fn launch_programmatic(
+    func: &CudaFunction,
+    stream: &CudaStream,
+    cfg: &LaunchConfig,
+    params: &mut [*mut std::ffi::c_void],
+) -> Result<()> {
+    use cudarc::driver::sys;
+    // SAFETY: an all-zero launch attribute value is a valid bit pattern (a C union of plain integers and structs).
+    let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+    value.programmaticStreamSerializationAllowed = 1;
+    let mut attribute = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value,
+    };
+    let config = sys::CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut attribute,
+        numAttrs: 1,
+    };
+    // SAFETY: as `launch_raw`'s driver call (the caller of `launch_raw` gave the same guarantees), plus `config` and
+    // its one attribute, which live on this frame for the whole call (the driver reads them before returning).
+    unsafe { sys::cuLaunchKernelEx(&config, func.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }
+        .result()?;
     Ok(())
 }
 
@@ -509,6 +559,8 @@ mod tests {
         let cfg = LaunchConfig::linear(4, 256).with_shared_mem(1024);
         assert_eq!((cfg.grid_dim, cfg.block_dim, cfg.shared_mem_bytes), ((4, 1, 1), (256, 1, 1), 1024));
         assert_eq!((cfg.grid_size(), cfg.block_size()), (4, 256));
+        assert!(!cfg.programmatic && cfg.programmatic().programmatic, "PDL only when asked for");
+        assert_eq!(cfg.programmatic().grid_dim, cfg.grid_dim);
         assert_eq!(LaunchConfig::for_elements(1000, 256).grid_dim, (4, 1, 1));
         assert_eq!(LaunchConfig::for_elements(1024, 256).grid_dim, (4, 1, 1));
         assert_eq!(LaunchConfig::for_elements(0, 256).grid_dim, (1, 1, 1), "an empty launch still has one block");
@@ -521,9 +573,13 @@ mod tests {
     #[test]
     fn invalid_configs_are_refused_with_the_fix() {
         assert!(LaunchConfig::linear(1, 1024).validate().is_ok());
-        assert!(LaunchConfig { grid_dim: (MAX_GRID_DIM.0, 65535, 65535), block_dim: (32, 32, 1), shared_mem_bytes: 0 }
-            .validate()
-            .is_ok());
+        assert!(LaunchConfig {
+            grid_dim: (MAX_GRID_DIM.0, 65535, 65535),
+            block_dim: (32, 32, 1),
+            ..LaunchConfig::linear(1, 1)
+        }
+        .validate()
+        .is_ok());
         let refused = |cfg: LaunchConfig, needle: &str| {
             let text = cfg.validate().unwrap_err().to_string();
             assert!(text.contains("LaunchConfig") && text.contains(needle), "{text}");

@@ -24,9 +24,14 @@ pub(crate) fn free_fn(name: &str) -> Option<FreeFn> {
         "index_1d" | "grid_size_1d" => FreeFn::Returns(Ty::Scalar(Usize), &[]),
         "global_timer_ns" => FreeFn::Returns(Ty::Scalar(U64), &[]),
         "pack_lanes" => FreeFn::Returns(Ty::Scalar(Usize), &[]),
-        "sync_threads" | "sync_warp" | "threadfence" | "threadfence_block" | "threadfence_system" | "atomic_fence" => {
-            FreeFn::Returns(Ty::Unit, &[])
-        }
+        "pdl_wait"
+        | "pdl_launch_dependents"
+        | "sync_threads"
+        | "sync_warp"
+        | "threadfence"
+        | "threadfence_block"
+        | "threadfence_system"
+        | "atomic_fence" => FreeFn::Returns(Ty::Unit, &[]),
         "sqrt" | "rsqrt" | "exp" | "log" | "tanh" | "abs" => FreeFn::SameAsArgs(1),
         "min" | "max" => FreeFn::SameAsArgs(2),
         "fma" => FreeFn::SameAsArgs(3),
@@ -169,6 +174,8 @@ const VOCABULARY_FUNCTIONS: &[&str] = &[
     "grid_stride",
     "sync_threads",
     "sync_warp",
+    "pdl_wait",
+    "pdl_launch_dependents",
     "lane_id",
     "warp_id",
     "shfl",

@@ -1,0 +1,98 @@
+//! GPU tests of programmatic dependent launch (PDL: `LaunchConfig::programmatic()`, `pdl_wait()`,
+//! `pdl_launch_dependents()`), one rank: a consumer launched programmatically after its producer reads the
+//! producer's output only after `pdl_wait()` (200 pairs back to back, each checked), and a chain of small kernels
+//! launched with and without PDL, timed (both sides in one process, same GPU; the figures go to bench/RESULTS.md).
+
+use weft_kit::test_kernels::{pdl_consumer, pdl_producer};
+
+use cudarc::driver::sys::CUevent_flags;
+use weft::host::{Communicator, Config, DeviceBuffer, LaunchConfig, UniqueId};
+use weft_kit::spin::{spin, SPIN};
+
+fn one_rank() -> Communicator {
+    Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap()
+}
+
+/// Each consumer sees its own producer's value: `pdl_wait()` orders the read after the producer's writes, even though
+/// the consumer may start before the producer ends.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_programmatic_consumer_sees_its_producers_writes() {
+    const PAIRS: u32 = 200;
+    let comm = one_rank();
+    let s = comm.context().new_stream().unwrap();
+    let n = 1 << 20;
+    let cfg = pdl_producer::one_wave(&comm, &s, 256).unwrap();
+    let mut stage = DeviceBuffer::<u32>::new(&s, n).unwrap();
+    let mut outs: Vec<DeviceBuffer<u32>> = (0..PAIRS).map(|_| DeviceBuffer::new(&s, n).unwrap()).collect();
+    for (k, out) in outs.iter_mut().enumerate() {
+        pdl_producer::launch(&s, cfg, &mut stage, k as u32, n).unwrap();
+        pdl_consumer::launch(&s, cfg.programmatic(), &stage, out, n).unwrap();
+    }
+    for (k, out) in outs.iter().enumerate() {
+        let got = out.copy_to_host().unwrap();
+        let wrong = got.iter().filter(|&&v| v != k as u32 + 1).count();
+        assert_eq!(wrong, 0, "pair {k}: {wrong} of {n} elements did not see the producer's value");
+    }
+    println!("{PAIRS} producer/consumer pairs back to back: every consumer saw its producer's writes");
+}
+
+/// A chain of `LENGTH` small dependent kernels (producer, then consumers each reading the previous output), launched
+/// without and with PDL, alternating: GPU-side µs per kernel between two CUDA events, the whole chain enqueued
+/// behind a spin kernel first (so the host's launch rate is not what is measured).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_chain_of_small_kernels_with_and_without_programmatic_launches() {
+    const LENGTH: usize = 200;
+    const REPEATS: usize = 7;
+    let comm = one_rank();
+    let s = comm.context().new_stream().unwrap();
+    let spinner = weft::host::jit::function(comm.context(), &SPIN).unwrap();
+    let (start, end) = (
+        comm.context().new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap(),
+        comm.context().new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap(),
+    );
+    for n in [1024usize, 64 * 1024] {
+        let cfg = LaunchConfig::linear(n.div_ceil(256).min(132) as u32, 256);
+        let mut buffers: Vec<DeviceBuffer<u32>> = (0..2).map(|_| DeviceBuffer::new(&s, n).unwrap()).collect();
+        let (mut plain, mut pdl) = (Vec::new(), Vec::new());
+        for repeat in 0..REPEATS * 2 {
+            let programmatic = repeat % 2 == 1;
+            weft::host::cuda::settle(&s).unwrap();
+            // Long enough to enqueue the whole chain behind it (~5 µs per launch).
+            spin(&spinner, &s, 20_000_000).unwrap();
+            start.record(&s).unwrap();
+            let (first, rest) = buffers.split_at_mut(1);
+            pdl_producer::launch(&s, cfg, &mut first[0], 0, n).unwrap();
+            for k in 0..LENGTH {
+                let chained = if programmatic { cfg.programmatic() } else { cfg };
+                if k % 2 == 0 {
+                    pdl_consumer::launch(&s, chained, &first[0], &mut rest[0], n).unwrap();
+                } else {
+                    pdl_consumer::launch(&s, chained, &rest[0], &mut first[0], n).unwrap();
+                }
+            }
+            end.record(&s).unwrap();
+            weft::host::cuda::settle(&s).unwrap();
+            let us = f64::from(start.elapsed_ms(&end).unwrap()) * 1e3 / (LENGTH + 1) as f64;
+            if programmatic {
+                pdl.push(us)
+            } else {
+                plain.push(us)
+            }
+            // After LENGTH increments, the last buffer written holds LENGTH everywhere.
+            let last = if LENGTH % 2 == 1 { &buffers[1] } else { &buffers[0] };
+            let got = last.copy_to_host().unwrap();
+            assert!(got.iter().all(|&v| v == LENGTH as u32), "the chain's result is wrong (PDL {programmatic})");
+        }
+        plain.sort_by(f64::total_cmp);
+        pdl.sort_by(f64::total_cmp);
+        let (plain, pdl) = (plain[REPEATS / 2], pdl[REPEATS / 2]);
+        println!(
+            "chain of {LENGTH} dependent kernels, {} KB each: {plain:.2} us per kernel without PDL, {pdl:.2} with, \
+             without / with {:.2}x (GPU time between events, median of {REPEATS})",
+            n * 4 / 1024,
+            plain / pdl
+        );
+    }
+}
