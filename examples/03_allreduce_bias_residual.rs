@@ -13,6 +13,8 @@
 //! - fused two-shot: reduce-scatter with the epilogue into a scratch window, LSA barrier, all-gather;
 //! - unfused: `ncclAllReduce(x -> tmp)`, then `benches/cuda/allreduce_epilogue.cu` (`y = tmp + bias + residual`,
 //!   16-byte vector loads);
+//! - fused Lamport one-shot (`kernels/allreduce_lamport.rs`): the one-shot without a barrier, the data carrying its
+//!   own "written" mark in three rotating buffers;
 //! - the fused one-shot captured once into a CUDA graph (`one_shot::record`, docs/graphs.md) and replayed: checked
 //!   like the others, and timed against its eager launch.
 //!
@@ -26,8 +28,9 @@
 //!
 //! So on one GPU the fused one-shot should approach `5/3` of the unfused speed at sizes where both are
 //! bandwidth-bound; the two-shot exists for many ranks and large messages, where reading every peer's whole
-//! buffer (`R·N` over NVLink) costs more than the extra pass. The example picks one-shot for up to two ranks or
-//! below 1 MB, two-shot otherwise (a first guess, to be tuned on multi-GPU machines), and prints both.
+//! buffer (`R·N` over NVLink) costs more than the extra pass. Which one a size and rank count should use is the
+//! protocol table's answer (`weft_kit::select`: measured defaults, `WEFT_ALLREDUCE_PROTOCOLS` overrides them); the
+//! example runs every variant, prints the table's pick and the speedup of the picked one over the unfused baseline.
 //!
 //! On a machine without a GPU it compiles the kernels and the baseline with nvcc against every NCCL release's
 //! headers it finds, says so, and exits 0.
@@ -42,11 +45,14 @@ use cudarc::driver::{CudaFunction, CudaSlice, CudaStream};
 use kernels::allreduce_epilogue::{
     allreduce_bias_residual_one_shot as one_shot, allreduce_bias_residual_two_shot as two_shot,
 };
+use kernels::allreduce_lamport::allreduce_bias_residual_lamport as lamport;
 use weft::host::caps::Lsa;
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{
     Communicator, Config, DevComm, DeviceBuffer, Error, Graph, LaunchConfig, ReduceOp, Requirements, WindowFlags,
 };
+use weft_kit::lamport::LamportAllReduce;
+use weft_kit::select::{Protocol, Table};
 
 /// The hand-written epilogue of the unfused baseline.
 const BASELINE: &str = weft_kit::baselines::ALLREDUCE_EPILOGUE;
@@ -62,21 +68,17 @@ fn main() -> Result<()> {
         Ok(_) => run(),
         Err(why) => common::without_gpu(
             &why,
-            &[one_shot::compile_check, two_shot::compile_check],
+            &[one_shot::compile_check, two_shot::compile_check, lamport::compile_check],
             &[("allreduce_epilogue", BASELINE)],
             &format!(
                 "runs one rank per GPU (WEFT_RANKS=n runs n) and, for rows x hidden in {SHAPES:?} and f32 and bf16, computes \
-                 allreduce(x) + bias + residual with the fused one-shot and two-shot kernels and with \
-                 ncclAllReduce + the epilogue kernel, checks all three against an f64 host reference and prints \
-                 their median times and the speedup."
+                 allreduce(x) + bias + residual with the fused one-shot, two-shot and Lamport kernels, with \
+                 ncclAllReduce + the epilogue kernel and with the one-shot replayed from a CUDA graph, checks all \
+                 against an f64 host reference and prints their median times, the protocol table's pick and its \
+                 speedup."
             ),
         ),
     }
-}
-
-/// Whether the two-shot algorithm should pay off: it reads about `2N` instead of `R·N`, but adds a pass.
-fn two_shot_pays(nranks: usize, message_bytes: usize) -> bool {
-    nranks > 2 && message_bytes >= 1 << 20
 }
 
 /// The inputs of one case, the same on every rank except `x`.
@@ -107,10 +109,10 @@ struct Case {
     rows: usize,
     hidden: usize,
     element_bytes: usize,
-    /// Median µs: fused one-shot, fused two-shot, unfused, fused one-shot replayed from a CUDA graph.
-    times: [f64; 4],
+    /// Median µs: fused one-shot, fused two-shot, fused Lamport, unfused, fused one-shot replayed from a CUDA graph.
+    times: [f64; 5],
     /// Relative errors, same order.
-    errors: [f64; 4],
+    errors: [f64; 5],
     tolerance: f64,
 }
 
@@ -121,6 +123,7 @@ impl Case {
 }
 
 fn run() -> Result<()> {
+    let table = Table::from_env()?;
     let ranks = common::Ranks::from_env()?;
     let nranks = ranks.nranks();
     println!("{nranks} rank(s); computing the host references...");
@@ -142,33 +145,40 @@ fn run() -> Result<()> {
 
     let first = ranks.first_rank();
     println!(
-        "\n{nranks} rank(s); rank {first}'s median times in µs (every rank's result is checked); speedup = unfused / \
-         the fused variant this size picks ({})\n",
-        if nranks > 2 { "two-shot from 1 MB" } else { "one-shot at this rank count" }
+        "\n{nranks} rank(s); rank {first}'s median times in µs (every rank's result is checked); picked = the protocol \
+         table's choice ({table}); speedup = unfused / picked\n"
     );
     println!(
-        "{:>5} {:>12} {:>8} | {:>9} {:>9} {:>9} {:>9} | {:>7} {:>11} | {:>9} {:>9} {:>9} {:>9}",
+        "{:>5} {:>12} {:>8} | {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>7} | {:>8} {:>8} {:>8} {:>8} {:>8}",
         "type",
         "rows x hid",
         "message",
         "one-shot",
         "two-shot",
+        "lamport",
         "unfused",
         "1-sh graph",
+        "picked",
         "speedup",
-        "1-shot GB/s",
         "err 1-sh",
         "err 2-sh",
+        "err lamp",
         "err unf",
         "err graph"
     );
     for (c, case) in reports[0].iter().enumerate() {
         let worst = |k: usize| common::worst(reports.iter().map(|r| r[c].errors[k]));
         let message = case.rows * case.hidden * case.element_bytes;
-        let fused = if two_shot_pays(nranks, message) { case.times[1] } else { case.times[0] };
-        let one_shot_bytes = (nranks + 2) * message;
+        let picked = table.pick(message, nranks);
+        let picked_time = match picked {
+            Protocol::OneShot => case.times[0],
+            Protocol::TwoShot => case.times[1],
+            Protocol::Lamport => case.times[2],
+            Protocol::Nccl => case.times[3],
+        };
         println!(
-            "{:>5} {:>12} {:>8} | {:>9.1} {:>9.1} {:>9.1} {:>9.1} | {:>6.2}x {:>11.0} | {:>9.1e} {:>9.1e} {:>9.1e} {:>9.1e}",
+            "{:>5} {:>12} {:>8} | {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} | {:>9} {:>6.2}x | {:>8.1e} {:>8.1e} {:>8.1e} \
+             {:>8.1e} {:>8.1e}",
             case.dtype,
             format!("{}x{}", case.rows, case.hidden),
             common::bytes(message),
@@ -176,12 +186,14 @@ fn run() -> Result<()> {
             case.times[1],
             case.times[2],
             case.times[3],
-            case.times[2] / fused,
-            one_shot_bytes as f64 / (case.times[0] * 1e-6) / 1e9,
+            case.times[4],
+            picked.name(),
+            case.times[3] / picked_time,
             worst(0),
             worst(1),
             worst(2),
             worst(3),
+            worst(4),
         );
     }
     let failed: Vec<String> = reports
@@ -209,6 +221,7 @@ struct Ranks<'comm> {
     epilogues: [CudaFunction; 2],
     /// One full wave of each kernel, per type (f32, bf16).
     one_shot_cfg: [LaunchConfig; 2],
+    lamport_cfg: [LaunchConfig; 2],
     two_shot_cfg: [LaunchConfig; 2],
     epilogue_cfg: [LaunchConfig; 2],
     dev: DevComm<'comm, Lsa>,
@@ -223,8 +236,13 @@ impl<'comm> Ranks<'comm> {
             [one_shot::one_wave::<f32>(comm, &stream, BLOCK)?, one_shot::one_wave::<half::bf16>(comm, &stream, BLOCK)?];
         let two_shot_cfg =
             [two_shot::one_wave::<f32>(comm, &stream, BLOCK)?, two_shot::one_wave::<half::bf16>(comm, &stream, BLOCK)?];
+        let lamport_cfg =
+            [lamport::one_wave::<f32>(comm, &stream, BLOCK)?, lamport::one_wave::<half::bf16>(comm, &stream, BLOCK)?];
         // One LSA barrier per block of the largest grid of either kernel.
         let mut requirements = Requirements::new();
+        for cfg in &lamport_cfg {
+            requirements = requirements.merge(&lamport::requirements(cfg));
+        }
         for cfg in &one_shot_cfg {
             requirements = requirements.merge(&one_shot::requirements(cfg));
         }
@@ -250,6 +268,7 @@ impl<'comm> Ranks<'comm> {
             stream,
             epilogues,
             one_shot_cfg,
+            lamport_cfg,
             two_shot_cfg,
             epilogue_cfg,
             dev,
@@ -284,6 +303,11 @@ impl<'comm> Ranks<'comm> {
         stream.memcpy_htod(&poison, &mut reduced)?;
         unfused(comm, stream, epilogue, epilogue_cfg, &x, &mut reduced, &bias, &residual, &mut out, hidden)?;
         let unfused_error = common::relative_error(&weft::host::cuda::download(stream, &out)?, want);
+        stream.memcpy_htod(&poison, &mut out)?;
+        let mut lamport = LamportAllReduce::<T>::new(comm, stream, self.lamport_cfg[which], n, hidden)?;
+        lamport.launch(stream, dev, x.buffer(), &bias, &residual, &mut out)?;
+        lamport.check()?;
+        let lamport_error = common::relative_error(&weft::host::cuda::download(stream, &out)?, want);
 
         // The one-shot recorded into a CUDA graph once and replayed: the graph borrows what it records for its
         // life, and records weft buffers (docs/graphs.md).
@@ -301,13 +325,16 @@ impl<'comm> Ranks<'comm> {
         graph.replay()?;
         let graph_error = common::relative_error(&graph.read(&graph_out)?, want);
 
-        let times = common::time_variants(&self.stopwatch, stream, WARMUP, ITERATIONS, 4, |variant| match variant {
+        let times = common::time_variants(&self.stopwatch, stream, WARMUP, ITERATIONS, 5, |variant| match variant {
             0 => one_shot::launch(stream, one_cfg, dev, &x, &bias, &residual, &mut out, n, hidden),
             1 => two_shot::launch(stream, two_cfg, dev, &x, &y, &bias, &residual, &mut out, n, hidden),
-            2 => unfused(comm, stream, epilogue, epilogue_cfg, &x, &mut reduced, &bias, &residual, &mut out, hidden),
+            2 => lamport.launch(stream, dev, x.buffer(), &bias, &residual, &mut out),
+            3 => unfused(comm, stream, epilogue, epilogue_cfg, &x, &mut reduced, &bias, &residual, &mut out, hidden),
             _ => graph.replay(),
         })?;
         graph.settle()?;
+        // A timed Lamport round that found no peer's data in time is an error, not a wrong timing.
+        lamport.check()?;
         drop(graph);
         weft::host::cuda::settle(stream)?;
         Ok(Case {
@@ -315,8 +342,8 @@ impl<'comm> Ranks<'comm> {
             rows,
             hidden,
             element_bytes: std::mem::size_of::<T>(),
-            times: [times[0], times[1], times[2], times[3]],
-            errors: [one_error, two_error, unfused_error, graph_error],
+            times: [times[0], times[1], times[2], times[3], times[4]],
+            errors: [one_error, two_error, lamport_error, unfused_error, graph_error],
             tolerance: T::TOLERANCE,
         })
     }

@@ -46,7 +46,7 @@ fn upload<T: Real>(s: &std::sync::Arc<cudarc::driver::CudaStream>, host: &[T]) -
 
 /// `ROUNDS` rounds with new inputs, each checked (the host waits between them), then `BURST` rounds launched back
 /// to back on the last inputs and the last result checked: every round exact within the type's tolerance.
-fn rounds_match<T: Real + weft_kit::lamport::LamportElement>(placement: &Placement, rows: usize, hidden: usize) {
+fn rounds_match<T: Real>(placement: &Placement, rows: usize, hidden: usize) {
     const ROUNDS: usize = 7;
     const BURST: usize = 20;
     let nranks = placement.nranks();

@@ -21,7 +21,12 @@ pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 /// `of` and `value` are the conversions the host-side checks use (to the stored type, and widened to f64); the
 /// vocabulary's [`weft::device::Float`] methods work on the host too.
 pub trait Real:
-    weft::device::Float + weft::host::Element + cudarc::driver::ValidAsZeroBits + Default + std::fmt::Debug
+    weft::device::Float
+    + weft::host::Element
+    + cudarc::driver::ValidAsZeroBits
+    + Default
+    + std::fmt::Debug
+    + crate::lamport::LamportElement
 {
     /// Relative error a correct result stays under: float rounding of the output and of `f32` accumulation.
     const TOLERANCE: f64;

@@ -14,5 +14,6 @@ pub mod common;
 pub mod kernels;
 pub mod lamport;
 pub mod moe_unfused;
+pub mod select;
 pub mod spin;
 pub mod test_kernels;
