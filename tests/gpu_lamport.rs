@@ -97,6 +97,46 @@ fn rounds_match_the_host_reference_on_every_rank() {
     }
 }
 
+/// One round captured into a CUDA graph and replayed `REPLAYS` times with new inputs written between replays (no host
+/// barrier: the rounds are counted on the device and the buffers rotate), each replay checked.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn graph_replayed_rounds_match_the_host_reference_on_every_rank() {
+    const REPLAYS: usize = 6;
+    let placement = placement();
+    let nranks = placement.nranks();
+    let (rows, hidden) = (8, 4096);
+    let n = rows * hidden;
+    let references: Vec<Vec<f64>> = (0..REPLAYS).map(|round| reference::<f32>(nranks, round, n, hidden)).collect();
+    let results = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
+        let (me, s) = (comm.rank(), comm.context().new_stream()?);
+        let cfg = kernel::one_wave::<f32>(comm, &s, BLOCK)?;
+        let dev: DevComm<'_, Lsa> = comm.dev_comm(&kernel::requirements(&cfg))?;
+        let lamport = LamportAllReduce::<f32>::new(comm, &s, cfg, n, hidden)?;
+        let bias = upload(&s, &common::random_as::<f32>(hidden, BIAS_SEED))?;
+        let residual = upload(&s, &common::random_as::<f32>(n, RESIDUAL_SEED))?;
+        let x = upload(&s, &vec![0.0f32; n])?;
+        let out = upload(&s, &vec![f32::NAN; n])?;
+        let mut graph = weft::host::Graph::capture(&s, |c| lamport.record(c, &dev, &x, &bias, &residual, &out))?;
+        let mut errors = Vec::new();
+        for (round, want) in references.iter().enumerate() {
+            graph.write(&x, &common::random_as::<f32>(n, x_seed(round, me)))?;
+            graph.write(&out, &vec![f32::NAN; n])?;
+            graph.replay()?;
+            errors.push(common::relative_error(&graph.read(&out)?, want));
+        }
+        graph.settle()?;
+        lamport.check()?;
+        drop(graph);
+        Ok((me, errors))
+    })
+    .unwrap();
+    for (me, errors) in results {
+        println!("lamport from a CUDA graph, rank {me} of {nranks}: relative errors per replay {errors:?}");
+        assert!(errors.iter().all(|&e| e < 1e-5), "rank {me}: {errors:?}");
+    }
+}
+
 /// Rank 0 launches a round alone: its blocks wait for the peers' packs until the timeout, the round reports
 /// `Error::Stalled`, and after every rank resets its buffers a round on every rank is right again.
 #[test]

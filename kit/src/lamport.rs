@@ -44,7 +44,7 @@ pub struct LamportAllReduce<'comm, T: LamportElement> {
     hidden: usize,
     timeout: Duration,
     /// A round failed: the buffers are in an unknown state until [`reset`](Self::reset).
-    broken: bool,
+    broken: std::cell::Cell<bool>,
 }
 
 impl<'comm, T: LamportElement> LamportAllReduce<'comm, T> {
@@ -79,7 +79,7 @@ impl<'comm, T: LamportElement> LamportAllReduce<'comm, T> {
         rounds.copy_from_host(&vec![0u32; cfg.grid_dim.0 as usize])?;
         let mut status = DeviceBuffer::new(stream, 1)?;
         status.copy_from_host(&[0u32])?;
-        Ok(LamportAllReduce { lamport, rounds, status, cfg, n, hidden, timeout: DEFAULT_TIMEOUT, broken: false })
+        Ok(LamportAllReduce { lamport, rounds, status, cfg, n, hidden, timeout: DEFAULT_TIMEOUT, broken: false.into() })
     }
 
     /// How long a block waits for a peer's pack before the round fails.
@@ -104,13 +104,8 @@ impl<'comm, T: LamportElement> LamportAllReduce<'comm, T> {
         residual: &impl KernelSlice<T>,
         out: &mut impl KernelSliceMut<T>,
     ) -> Result<(), Error> {
-        if self.broken {
-            return Err(Error::InvalidArgument {
-                argument: "self",
-                problem: "a previous round of this Lamport all-reduce failed: call `reset` on every rank first".into(),
-            });
-        }
-        let timeout_ns = u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX);
+        self.usable()?;
+        let timeout_ns = self.timeout_ns();
         kernel::launch(
             stream,
             self.cfg,
@@ -128,12 +123,57 @@ impl<'comm, T: LamportElement> LamportAllReduce<'comm, T> {
         )
     }
 
+    /// Records one round into a CUDA graph being captured (`weft::host::Graph::capture`): each replay is the next
+    /// round (the rounds are counted on the device). Everything is borrowed for the graph's life, this state
+    /// included; [`check`](Self::check) works between replays (after `Graph::settle`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record<'g>(
+        &'g self,
+        capture: &mut weft::host::Capture<'g>,
+        dev: &'g DevComm<'_, Lsa>,
+        x: &'g DeviceBuffer<T>,
+        bias: &'g DeviceBuffer<T>,
+        residual: &'g DeviceBuffer<T>,
+        out: &'g DeviceBuffer<T>,
+    ) -> Result<(), Error> {
+        self.usable()?;
+        kernel::record(
+            capture,
+            self.cfg,
+            dev,
+            &self.lamport,
+            &self.rounds,
+            &self.status,
+            x,
+            bias,
+            residual,
+            out,
+            self.n,
+            self.hidden,
+            self.timeout_ns(),
+        )
+    }
+
+    fn usable(&self) -> Result<(), Error> {
+        if self.broken.get() {
+            return Err(Error::InvalidArgument {
+                argument: "self",
+                problem: "a previous round of this Lamport all-reduce failed: call `reset` on every rank first".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn timeout_ns(&self) -> u64 {
+        u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX)
+    }
+
     /// Waits for the rounds launched so far and reports whether each found every peer's data in time:
     /// [`Error::Stalled`] if a wait timed out (a peer that never launched, or a timeout too short), after which the
     /// buffers must be [`reset`](Self::reset) on every rank.
-    pub fn check(&mut self) -> Result<(), Error> {
+    pub fn check(&self) -> Result<(), Error> {
         if self.status.copy_to_host()?[0] != 0 {
-            self.broken = true;
+            self.broken.set(true);
             return Err(Error::Stalled {
                 operation: "a Lamport all-reduce round (a peer's data did not arrive)",
                 after: self.timeout,
@@ -150,7 +190,7 @@ impl<'comm, T: LamportElement> LamportAllReduce<'comm, T> {
         let blocks = self.rounds.len();
         self.rounds.copy_from_host(&vec![0u32; blocks])?;
         self.status.copy_from_host(&[0u32])?;
-        self.broken = false;
+        self.broken.set(false);
         Ok(())
     }
 }
