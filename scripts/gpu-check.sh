@@ -167,8 +167,10 @@ bench() { # release, rank counts...
     for b in fused allreduce_overhead; do
       [ -x ".gpu/bin/test-$b" ] && run "$release x$n bench-$b" 600 ".gpu/bin/test-$b"
     done
-    # The plain all-reduce at small sizes: weft's one-shot LSA kernel against ncclAllReduce, 4 KB to 1 MB.
-    WEFT_BENCH_OUT="$out/bench-$release-x$n-small" WEFT_BENCH_CASES=allreduce WEFT_BENCH_SIZES=4K,16K,64K,256K,1M \
+    # Small sizes, 4 KB to 1 MB: the plain all-reduce (weft's one-shot LSA kernel against ncclAllReduce), and
+    # all-reduce + bias + residual with barriers (one-shot) and without (Lamport) against ncclAllReduce + epilogue.
+    WEFT_BENCH_OUT="$out/bench-$release-x$n-small" WEFT_BENCH_SIZES=4K,16K,64K,256K,1M \
+      WEFT_BENCH_CASES=allreduce,allreduce_bias_residual_1shot,allreduce_bias_residual_lamport \
       run "$release x$n bench-allreduce-small" 300 .gpu/bin/test-fused
     [ "$n" = 1 ] && [ -x .gpu/bin/test-dsl ] && run "$release x1 bench-dsl" 600 .gpu/bin/test-dsl
   done
