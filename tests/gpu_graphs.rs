@@ -3,6 +3,7 @@
 //! written between replays, against host references; and graph replay against the same work launched eagerly, at
 //! small sizes (the figures go to bench/RESULTS.md).
 
+use weft_kit::common::{random, relative_error};
 use weft_kit::kernels::allreduce::lsa_allreduce;
 
 use std::sync::{Arc, Barrier};
@@ -19,34 +20,6 @@ fn placement() -> Placement {
     let placement = Placement::from_env().expect("WEFT_RANKS");
     println!("{}", placement.describe());
     placement
-}
-
-/// Values in [-1, 1) from a seed (xorshift), exactly representable sums for a few ranks are not needed: the checks
-/// use relative error.
-fn random(len: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-/// ‖got − want‖ / ‖want‖ in f64; a non-finite output never passes.
-fn relative_error(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let (mut diff, mut norm) = (0.0, 0.0);
-    for (&g, w) in got.iter().zip(want) {
-        if !g.is_finite() {
-            return f64::INFINITY;
-        }
-        diff += (f64::from(g) - w) * (f64::from(g) - w);
-        norm += w * w;
-    }
-    (diff / norm.max(f64::MIN_POSITIVE)).sqrt()
 }
 
 /// One rank's resources for the captured work: the LSA all-reduce's window (this rank's input) and the outputs.
