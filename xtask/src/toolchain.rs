@@ -22,6 +22,11 @@ pub const CUDA_PACKAGES: [&str; 5] = [
     "nvidia-cuda-cccl==13.0.*",
 ];
 
+/// A real job launcher, installed into the venv too: MPICH's Hydra `mpiexec` (its pip wheel carries the binaries),
+/// for the test that starts ranks the way an MPI job does (host/tests/job.rs). It sets `PMI_RANK`, `PMI_SIZE`,
+/// `MPI_LOCALRANKID` and `MPI_LOCALNRANKS`, which `Job::from_env` reads.
+pub const LAUNCHER_PACKAGES: [&str; 1] = ["mpich==5.0.*"];
+
 /// The wheel that carries NCCL's headers and libnccl.
 pub const NCCL_PACKAGE: &str = "nvidia-nccl-cu13";
 
@@ -66,7 +71,7 @@ pub fn underscored(version: Version) -> String {
 /// makes the next `cargo xtask test` provision again.
 pub fn pinned_spec() -> String {
     let mut spec = String::from("weft-toolchain 1\n");
-    for package in CUDA_PACKAGES {
+    for package in CUDA_PACKAGES.iter().chain(&LAUNCHER_PACKAGES) {
         spec.push_str(&format!("venv {package}\n"));
     }
     for version in NCCL_VERSIONS {
@@ -117,6 +122,8 @@ pub struct Toolchain {
     pub cuda_home: PathBuf,
     pub nvcc: PathBuf,
     pub nccl: Vec<NcclInstall>,
+    /// MPICH's `mpiexec` (see [`LAUNCHER_PACKAGES`]).
+    pub mpiexec: PathBuf,
 }
 
 impl Toolchain {
@@ -153,7 +160,9 @@ impl Toolchain {
             ensure!(libnccl.is_file(), "missing {}", libnccl.display());
             nccl.push(NcclInstall { version, include_dir, libnccl });
         }
-        Ok(Self { dir, cuda_home, nvcc, nccl })
+        let mpiexec = dir.join("venv").join("bin").join("mpiexec");
+        ensure!(mpiexec.is_file(), "missing {} (the mpich wheel)", mpiexec.display());
+        Ok(Self { dir, cuda_home, nvcc, nccl, mpiexec })
     }
 
     /// The environment test and bench processes get. Other crates code against these names.
@@ -165,6 +174,7 @@ impl Toolchain {
             ("WEFT_NVCC".to_owned(), self.nvcc.clone().into()),
             ("CUDA_HOME".to_owned(), self.cuda_home.clone().into()),
             ("WEFT_CODEGEN_NCCL_INCLUDES".to_owned(), format_codegen_includes(&includes)?.into()),
+            ("WEFT_TEST_MPIEXEC".to_owned(), self.mpiexec.clone().into()),
         ];
         for install in &self.nccl {
             env.push((libnccl_env_name(install.version), install.libnccl.clone().into()));
