@@ -67,7 +67,9 @@ fn every_rank_started_by_mpiexec_derives_the_same_unique_id() {
     let library = std::env::var("WEFT_TEST_LIBNCCL_2_28_9")
         .unwrap_or_else(|_| panic!("WEFT_TEST_LIBNCCL_2_28_9 is not set: run the tests through `cargo xtask test`"));
     let mpiexec = std::env::var("WEFT_TEST_MPIEXEC").unwrap_or_else(|_| {
-        panic!("WEFT_TEST_MPIEXEC is not set: run the tests through `cargo xtask test`, which provisions MPICH's mpiexec")
+        panic!(
+            "WEFT_TEST_MPIEXEC is not set: run the tests through `cargo xtask test`, which provisions MPICH's mpiexec"
+        )
     });
     let me = std::env::current_exe().unwrap();
     let world = 4;
@@ -81,7 +83,8 @@ fn every_rank_started_by_mpiexec_derives_the_same_unique_id() {
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", "29556");
     // Only Hydra's variables may name the ranks: another launcher's, inherited from the test runner, would win.
-    for variable in ["NCCL_COMM_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WEFT_RANK", "SLURM_PROCID"]
+    for variable in
+        ["NCCL_COMM_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WEFT_RANK", "SLURM_PROCID"]
     {
         command.env_remove(variable);
     }
