@@ -218,6 +218,9 @@ impl<'a> KernelArgs<'a> {
     ///   them) or if the caller knows they do (`launch_unchecked`'s contract).
     /// - The kernel's resource indices (barriers, GIN signals and counters, LL all-to-all slots) are below what the
     ///   device communicator was created with (`DevComm::check_requirements` checks those the macro inferred).
+    /// - For a launch recorded into a CUDA graph ([`KernelArgs::for_capture`]), everything the arguments reference
+    ///   stays valid for every replay: until the graph is dropped (the generated `record` borrows it all for the
+    ///   graph's life).
     pub unsafe fn launch(
         mut self,
         spec: &crate::jit::KernelSpec,
