@@ -177,6 +177,10 @@ bench() { # release, rank counts...
     WEFT_BENCH_OUT="$out/bench-$release-x$n-small" WEFT_BENCH_SIZES=4K,16K,64K,256K,1M \
       WEFT_BENCH_CASES=allreduce,allreduce_bias_residual_1shot,allreduce_bias_residual_lamport \
       run "$release x$n bench-allreduce-small" 300 .gpu/bin/test-fused
+    # The same, each side replayed from a CUDA graph (what launch overhead costs at these sizes).
+    WEFT_BENCH_OUT="$out/bench-$release-x$n-small-graph" WEFT_BENCH_SIZES=4K,16K,64K,256K,1M WEFT_BENCH_GRAPH=1 \
+      WEFT_BENCH_CASES=allreduce,allreduce_bias_residual_1shot,allreduce_bias_residual_lamport \
+      run "$release x$n bench-allreduce-small-graph" 300 .gpu/bin/test-fused
     [ "$n" = 1 ] && [ -x .gpu/bin/test-dsl ] && run "$release x1 bench-dsl" 600 .gpu/bin/test-dsl
   done
   unset WEFT_RANKS WEFT_BENCH_OUT

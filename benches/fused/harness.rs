@@ -133,6 +133,11 @@ pub trait Case: Sync {
     fn cuda_sources(&self) -> &'static [(&'static str, &'static str)] {
         &[]
     }
+    /// Whether both sides can be recorded into a CUDA graph ([`Instance::record`]; `WEFT_BENCH_GRAPH=1` measures
+    /// only such cases). `None`: yes; `Some(why)`: no, and why.
+    fn not_capturable(&self) -> Option<&'static str> {
+        Some("its instances do not record themselves into a graph yet")
+    }
     /// Allocates `sets` independent input/output sets for messages of `bytes` per rank and compiles or loads
     /// both sides' kernels. Collective: every rank calls it with the same arguments.
     fn setup<'comm>(
@@ -162,6 +167,12 @@ pub trait Instance {
     fn outputs(&mut self, set: usize) -> Result<Vec<Vec<f64>>>;
     /// This rank's expected outputs for inputs of `draw`, computed on the host in f64, one vector per output.
     fn reference(&self, draw: u64) -> Vec<Vec<f64>>;
+    /// Records one run of `side` on set `set` into a CUDA graph being captured, borrowing what it touches for the
+    /// graph's life (cases whose [`Case::not_capturable`] is `None` implement it).
+    fn record<'g>(&'g self, side: Side, set: usize, capture: &mut weft::host::Capture<'g>) -> Result<()> {
+        let _ = (side, set, capture);
+        Err(bench_error("this case does not record itself into a CUDA graph"))
+    }
 }
 
 /// Which side of a case.
@@ -174,6 +185,9 @@ pub enum Side {
 }
 
 impl Side {
+    /// Both sides, in table order.
+    pub const BOTH: [Side; 2] = [Side::Fused, Side::Unfused];
+
     fn run(self, instance: &mut dyn Instance, set: usize) -> Result<()> {
         match self {
             Side::Fused => instance.run_fused(set),
@@ -352,7 +366,7 @@ impl Timer {
     /// of each run in µs. Every rank calls it together (the spin length is agreed on through `barrier`).
     fn batch(
         &mut self,
-        instance: &mut dyn Instance,
+        run: &mut dyn FnMut(Side, usize) -> Result<()>,
         side: Side,
         count: usize,
         first: usize,
@@ -366,7 +380,7 @@ impl Timer {
         let enqueue_started = Instant::now();
         for (k, (start, end)) in self.events.iter().take(count).enumerate() {
             start.record(&self.stream)?;
-            side.run(instance, (first + k) % sets.max(1))?;
+            run(side, (first + k) % sets.max(1))?;
             end.record(&self.stream)?;
         }
         let enqueue_ns = u64::try_from(enqueue_started.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -388,11 +402,54 @@ impl Timer {
         iterations: usize,
         barrier: &dyn Rendezvous,
     ) -> Result<(Vec<f64>, Vec<f64>)> {
-        for side in [Side::Fused, Side::Unfused] {
+        self.time_runs(&mut |side, set| side.run(instance, set), sets, warmup, iterations, barrier)
+    }
+
+    /// [`time_both`](Self::time_both) with each side of each set captured once into a CUDA graph
+    /// ([`Instance::record`]) and replayed: the launch cost a graph saves is what differs. Every rank captures the
+    /// same graphs in the same order (NCCL's collectives inside are collective at replay, not at capture).
+    pub fn time_both_graphs(
+        &mut self,
+        instance: &dyn Instance,
+        sets: usize,
+        warmup: usize,
+        iterations: usize,
+        barrier: &dyn Rendezvous,
+    ) -> Result<(Vec<f64>, Vec<f64>)> {
+        let mut graphs = Vec::with_capacity(sets.max(1));
+        for set in 0..sets.max(1) {
+            let mut pair = Vec::with_capacity(2);
+            for side in Side::BOTH {
+                let graph = weft::host::Graph::capture(&self.stream, |c| {
+                    instance
+                        .record(side, set, c)
+                        .map_err(|e| weft::host::Error::InvalidArgument { argument: "graph", problem: e.to_string() })
+                })?;
+                graph.upload()?;
+                pair.push(graph);
+            }
+            graphs.push(pair);
+        }
+        let timed =
+            self.time_runs(&mut |side, set| graphs[set][side as usize].replay(), sets, warmup, iterations, barrier);
+        // The graphs' drops wait for their last replays (polling) before the instance's buffers can go.
+        drop(graphs);
+        timed
+    }
+
+    fn time_runs(
+        &mut self,
+        run: &mut dyn FnMut(Side, usize) -> Result<()>,
+        sets: usize,
+        warmup: usize,
+        iterations: usize,
+        barrier: &dyn Rendezvous,
+    ) -> Result<(Vec<f64>, Vec<f64>)> {
+        for side in Side::BOTH {
             let mut done = 0;
             while done < warmup {
                 let count = (warmup - done).min(BATCH);
-                self.batch(instance, side, count, done, sets, barrier)?;
+                self.batch(run, side, count, done, sets, barrier)?;
                 done += count;
             }
         }
@@ -400,8 +457,8 @@ impl Timer {
         while fused.len() < iterations {
             let count = (iterations - fused.len()).min(BATCH);
             let first = fused.len();
-            fused.extend(self.batch(instance, Side::Fused, count, first, sets, barrier)?);
-            unfused.extend(self.batch(instance, Side::Unfused, count, first, sets, barrier)?);
+            fused.extend(self.batch(run, Side::Fused, count, first, sets, barrier)?);
+            unfused.extend(self.batch(run, Side::Unfused, count, first, sets, barrier)?);
         }
         Ok((fused, unfused))
     }
@@ -451,8 +508,12 @@ fn measure_all(
                 for set in 1..sets {
                     instance.fill(set, draw.wrapping_add((set as u64) << 32))?;
                 }
-                let (fused, unfused) =
-                    timer.time_both(instance.as_mut(), sets, options.warmup(), options.iterations(bytes), barrier)?;
+                let (warmup, iterations) = (options.warmup(), options.iterations(bytes));
+                let (fused, unfused) = if options.graph {
+                    timer.time_both_graphs(instance.as_ref(), sets, warmup, iterations, barrier)?
+                } else {
+                    timer.time_both(instance.as_mut(), sets, warmup, iterations, barrier)?
+                };
                 // Every rank's runs are done before any rank frees (a free or a deregistration may wait inside the
                 // driver, and a peer still launching would then wait for it: docs/multi-rank.md).
                 barrier.wait()?;

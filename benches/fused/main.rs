@@ -47,7 +47,17 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let selected: Vec<&dyn Case> = all.into_iter().filter(|case| options.selects(case.name())).collect();
+    let mut selected: Vec<&dyn Case> = all.into_iter().filter(|case| options.selects(case.name())).collect();
+    if options.graph {
+        // Graph replay measures only the cases whose both sides can be captured; the others say why.
+        selected.retain(|case| match case.not_capturable() {
+            None => true,
+            Some(why) => {
+                println!("fused bench: WEFT_BENCH_GRAPH=1 skips {}: {why}", case.name());
+                false
+            }
+        });
+    }
 
     // Ask the driver first: cudarc panics where there is no libcuda.
     match weft::host::cuda::device_count() {
@@ -173,7 +183,8 @@ fn measure(ranks: &Ranks, options: &Options, cases: &[&dyn Case]) -> AnyResult<E
             format!("{n} ranks, {per} per GPU (shared-GPU proxy: protocol and synchronisation cost, not NVLink)")
         }
     };
-    let machine = format!("{gpu}, NCCL {nccl}, {layout}");
+    let mode = if options.graph { ", each side replayed from a CUDA graph" } else { "" };
+    let machine = format!("{gpu}, NCCL {nccl}, {layout}{mode}");
     println!("weft fused-kernel benchmark: {machine}, nvcc {nvcc}");
     print_plan(options, cases);
 

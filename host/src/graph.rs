@@ -320,6 +320,27 @@ impl<'g> Capture<'g> {
         Ok(())
     }
 
+    /// Records a launch of a kernel weft did not generate (a hand-written baseline), like
+    /// [`crate::launch::launch_raw`] but into the graph.
+    ///
+    /// # Safety
+    /// [`crate::launch::launch_raw`]'s contract, with "until the kernel has finished" read as "until the graph is
+    /// dropped": every address in `args` stays valid for every replay. And `args` holds plain addresses (from
+    /// `DeviceBuffer::device_address` or a window's), not cudarc guards: an event recorded during a capture cannot
+    /// be waited for afterwards.
+    pub unsafe fn launch_raw(
+        &mut self,
+        function: &cudarc::driver::CudaFunction,
+        cfg: &crate::LaunchConfig,
+        args: &mut crate::launch::ArgBuffer<'_>,
+    ) -> Result<(), Error> {
+        // SAFETY: the caller's contract above; the capturing stream is of the function's context (checked by the
+        // driver: a function of another context fails the launch).
+        unsafe { crate::launch::launch_raw(function, &self.stream, cfg, args) }?;
+        self.recorded.set(self.recorded.get() + 1);
+        Ok(())
+    }
+
     /// Records `ncclAllReduce` of `send` into `recv` (equal lengths) on `comm`.
     pub fn all_reduce<T: Element>(
         &mut self,

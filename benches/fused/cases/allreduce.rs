@@ -9,9 +9,9 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 use weft::host::caps::Lsa;
 
-use weft::host::{Active, Communicator, DevComm, DeviceBuffer, LaunchConfig, ReduceOp, Window, WindowFlags};
+use weft::host::{Active, Capture, Communicator, DevComm, DeviceBuffer, LaunchConfig, ReduceOp, Window, WindowFlags};
 
-use crate::harness::{grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
+use crate::harness::{grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result, Side};
 use crate::kernels::allreduce::lsa_allreduce;
 use crate::options::Dtype;
 use crate::stats::seed;
@@ -29,6 +29,10 @@ impl Case for AllReduce {
 
     fn fused(&self) -> &'static str {
         "lsa_allreduce (kit/src/kernels/allreduce.rs): one-shot all-reduce over LSA"
+    }
+
+    fn not_capturable(&self) -> Option<&'static str> {
+        None
     }
 
     fn baseline(&self) -> &'static str {
@@ -90,6 +94,18 @@ impl<T: BenchFloat> Instance for AllReduceRun<'_, T> {
 
     fn poison(&mut self, set: usize) -> Result<()> {
         poison(&mut self.outputs[set])
+    }
+
+    fn record<'g>(&'g self, side: Side, set: usize, capture: &mut Capture<'g>) -> Result<()> {
+        match side {
+            Side::Fused => {
+                lsa_allreduce::record(capture, self.cfg, &self.dev, &self.inputs[set], &self.outputs[set], self.n)?
+            }
+            Side::Unfused => {
+                capture.all_reduce(self.comm, self.inputs[set].buffer(), &self.outputs[set], ReduceOp::Sum)?
+            }
+        }
+        Ok(())
     }
 
     fn run_fused(&mut self, set: usize) -> Result<()> {

@@ -17,9 +17,9 @@ use cudarc::driver::{CudaFunction, CudaStream};
 use weft::host::caps::Lsa;
 use weft::host::jit::{self, KernelSpec};
 use weft::host::launch::{launch_raw, ArgBuffer};
-use weft::host::{Active, Communicator, DevComm, DeviceBuffer, LaunchConfig, ReduceOp, Window, WindowFlags};
+use weft::host::{Active, Capture, Communicator, DevComm, DeviceBuffer, LaunchConfig, ReduceOp, Window, WindowFlags};
 
-use crate::harness::{grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
+use crate::harness::{grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result, Side};
 use crate::kernels::allreduce_epilogue::{allreduce_bias_residual_one_shot, allreduce_bias_residual_two_shot};
 use crate::kernels::allreduce_lamport::allreduce_bias_residual_lamport;
 use crate::options::Dtype;
@@ -71,6 +71,10 @@ impl Case for AllReduceBiasResidual {
             Algorithm::TwoShot => "allreduce_bias_residual_two_shot (kit/src/kernels/allreduce_epilogue.rs)",
             Algorithm::Lamport => "allreduce_bias_residual_lamport (kit/src/kernels/allreduce_lamport.rs): no barrier",
         }
+    }
+
+    fn not_capturable(&self) -> Option<&'static str> {
+        None
     }
 
     fn baseline(&self) -> &'static str {
@@ -204,6 +208,22 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
     }
 }
 
+impl<T: BenchFloat> Run<'_, T> {
+    /// The baseline epilogue's arguments for set `set`: (reduced, bias, residual, out, n, hidden), in the order
+    /// allreduce_epilogue_{f32,bf16} take them, as plain addresses.
+    fn epilogue_args(&self, set: usize) -> ArgBuffer<'static> {
+        let s = &self.sets[set];
+        let mut args = ArgBuffer::new();
+        args.push(s.reduced.device_address());
+        args.push(self.bias.device_address());
+        args.push(s.residual.device_address());
+        args.push(s.out.device_address());
+        args.push(self.n);
+        args.push(self.hidden);
+        args
+    }
+}
+
 impl<T: BenchFloat> Instance for Run<'_, T> {
     fn fill(&mut self, set: usize, draw: u64) -> Result<()> {
         let rank = self.comm.rank();
@@ -260,18 +280,53 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
     fn run_unfused(&mut self, set: usize) -> Result<()> {
         let s = &mut self.sets[set];
         self.comm.all_reduce(s.x.buffer(), &mut s.reduced, ReduceOp::Sum, &self.stream)?;
-        let mut args = ArgBuffer::new();
-        args.push(s.reduced.device_address());
-        args.push(self.bias.device_address());
-        args.push(s.residual.device_address());
-        args.push(s.out.device_address());
-        args.push(self.n);
-        args.push(self.hidden);
-        // SAFETY: allreduce_epilogue_{f32,bf16} take (const T*, const T*, const T*, T*, size_t, size_t), pushed
-        // above in order as 8-byte addresses and sizes; `reduced`, `residual` and `out` hold `n` elements and
-        // `bias` `hidden`, all allocated on this stream's device, and all outlive the run (the instance is
-        // dropped only after the stream is synchronized, and DeviceBuffer's drop synchronizes too).
+        let mut args = self.epilogue_args(set);
+        // SAFETY: `epilogue_args`' arguments are allreduce_epilogue_{f32,bf16}'s; `reduced`, `residual` and `out`
+        // hold `n` elements and `bias` `hidden`, all allocated on this stream's device, and all outlive the run (the
+        // instance is dropped only after the stream is synchronized, and DeviceBuffer's drop synchronizes too).
         unsafe { launch_raw(&self.epilogue, &self.stream, &self.epilogue_cfg, &mut args) }
+    }
+
+    fn record<'g>(&'g self, side: Side, set: usize, capture: &mut Capture<'g>) -> Result<()> {
+        let s = &self.sets[set];
+        match side {
+            Side::Fused => match (&self.lamport, &s.y) {
+                (Some(lamport), _) => {
+                    lamport.record(capture, &self.dev, s.x.buffer(), &self.bias, &s.residual, &s.out)?
+                }
+                (None, Some(y)) => allreduce_bias_residual_two_shot::record(
+                    capture,
+                    self.fused_cfg,
+                    &self.dev,
+                    &s.x,
+                    y,
+                    &self.bias,
+                    &s.residual,
+                    &s.out,
+                    self.n,
+                    self.hidden,
+                )?,
+                (None, None) => allreduce_bias_residual_one_shot::record(
+                    capture,
+                    self.fused_cfg,
+                    &self.dev,
+                    &s.x,
+                    &self.bias,
+                    &s.residual,
+                    &s.out,
+                    self.n,
+                    self.hidden,
+                )?,
+            },
+            Side::Unfused => {
+                capture.all_reduce(self.comm, s.x.buffer(), &s.reduced, ReduceOp::Sum)?;
+                let mut args = self.epilogue_args(set);
+                // SAFETY: as in `run_unfused`; the addresses are the set's buffers and the bias, which the graph
+                // borrows (through `&'g self`) for its whole life, and `args` holds plain addresses, no guards.
+                unsafe { capture.launch_raw(&self.epilogue, &self.epilogue_cfg, &mut args)? };
+            }
+        }
+        Ok(())
     }
 
     fn outputs(&mut self, set: usize) -> Result<Vec<Vec<f64>>> {

@@ -60,6 +60,9 @@ impl Dtype {
 pub struct Options {
     /// `WEFT_BENCH_QUICK=1`: three sizes, few iterations: a smoke run, not a measurement.
     pub quick: bool,
+    /// `WEFT_BENCH_GRAPH=1`: each side is captured once per input set into a CUDA graph and replayed (cases that
+    /// cannot be captured are skipped, saying why).
+    pub graph: bool,
     /// `WEFT_BENCH_CASES=a,b`: only these cases (`None`: all).
     pub cases: Option<Vec<String>>,
     /// `WEFT_BENCH_DTYPES=f32,bf16`.
@@ -100,6 +103,11 @@ impl Options {
             Some("1") | Some("true") | Some("yes") => true,
             Some(other) => return Err(format!("WEFT_BENCH_QUICK={other:?}: use 1 or 0")),
         };
+        let graph = match set("WEFT_BENCH_GRAPH").as_deref() {
+            None | Some("0") | Some("false") | Some("no") => false,
+            Some("1") | Some("true") | Some("yes") => true,
+            Some(other) => return Err(format!("WEFT_BENCH_GRAPH={other:?}: use 1 or 0")),
+        };
         let cases = set("WEFT_BENCH_CASES").map(|list| list_items(&list).map(str::to_string).collect::<Vec<_>>());
         let dtypes = match set("WEFT_BENCH_DTYPES") {
             Some(list) => list_items(&list).map(Dtype::parse).collect::<Result<Vec<_>, _>>()?,
@@ -121,7 +129,7 @@ impl Options {
             None => None,
         };
         let out_dir = PathBuf::from(set("WEFT_BENCH_OUT").unwrap_or_else(|| DEFAULT_OUT_DIR.to_string()));
-        Ok(Options { quick, cases, dtypes, sizes, out_dir, limit_gbps })
+        Ok(Options { quick, graph, cases, dtypes, sizes, out_dir, limit_gbps })
     }
 
     /// Whether the case filter lets `case` run.
