@@ -87,7 +87,7 @@ suite() { # tag
   # weft_macros is a proc-macro crate: its unit tests link libstd as a dylib and run on the CPU machine only. The
   # codegen test (nvcc compiles every kernel against each NCCL's headers, ~50 s here) needs no GPU: CI runs it, and
   # WEFT_GPU_CHECK_CODEGEN=1 runs it here too.
-  local tests="weft_host weft_device gpu gpu_kernels gpu_graphs gpu_lamport gpu_pdl gpu_bounds gpu_group_outputs"
+  local tests="weft_host weft_device gpu gpu_kernels gpu_graphs gpu_lamport gpu_pdl gpu_mma gpu_bounds gpu_group_outputs"
   tests="$tests gpu_timeout gpu_waits gpu_faults"
   [ "${WEFT_GPU_CHECK_CODEGEN:-0}" = 1 ] && tests="$tests codegen"
   for t in $tests; do

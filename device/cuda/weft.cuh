@@ -975,6 +975,61 @@ struct DevComm {
 // Windows and views (Rust: window.rs). Window<T> is the kernel ABI's { ncclWindow_t win; size_t offset_bytes;
 // size_t len } (the length field is `length` here because `len` is the method).
 
+////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
+// Tensor cores (Rust: mma.rs): the warp-level `mma.sync.aligned.m16n8k16` with f16/bf16 inputs and an f32
+// accumulator. A fragment is this lane's share of a tile, in the registers the instruction takes; the types carry
+// the element type and the operand, so a wrong operand or type does not compile. Lane l's share, with
+// g = l / 4 and t = l % 4 (PTX ISA, "Matrix Fragments for mma.m16n8k16"):
+//   A (16 x 16, row-major):  r[0] = (g, 2t..2t+1), r[1] = (g+8, 2t..), r[2] = (g, 2t+8..), r[3] = (g+8, 2t+8..)
+//   B (16 x 8, k x n):       r[0] = (k 2t..2t+1, n g), r[1] = (k 2t+8..2t+9, n g)
+//   C (16 x 8, f32):         c[0..1] = (g, 2t..2t+1), c[2..3] = (g+8, 2t..2t+1)
+
+template <class T>
+struct MmaA {
+  static_assert(sizeof(T) == 2, "mma.sync m16n8k16 takes 16-bit inputs (f16, bf16)");
+  uint32_t r[4];
+};
+template <class T>
+struct MmaB {
+  static_assert(sizeof(T) == 2, "mma.sync m16n8k16 takes 16-bit inputs (f16, bf16)");
+  uint32_t r[2];
+};
+struct MmaAcc {
+  float c[4];
+  WEFT_FN static MmaAcc zero() { return MmaAcc{{0.0f, 0.0f, 0.0f, 0.0f}}; }
+};
+
+namespace detail {
+template <class T>
+WEFT_FN uint32_t pair_bits(T lo, T hi) {
+  uint16_t a, b;
+  memcpy(&a, &lo, 2);
+  memcpy(&b, &hi, 2);
+  return uint32_t(a) | (uint32_t(b) << 16);
+}
+}  // namespace detail
+
+template <class T>
+WEFT_FN MmaAcc mma(MmaA<T> const& a, MmaB<T> const& b, MmaAcc acc) {
+  static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value,
+                "weft::mma takes f16 or bf16 fragments");
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(acc.c[0]), "+f"(acc.c[1]), "+f"(acc.c[2]), "+f"(acc.c[3])
+        : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(acc.c[0]), "+f"(acc.c[1]), "+f"(acc.c[2]), "+f"(acc.c[3])
+        : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
+  }
+  return acc;
+}
+
+
 template <class T>
 WEFT_FN bool Pack<T>::lamport_ready() const {
   return detail::lamport_ready(*this);
@@ -1923,6 +1978,55 @@ template <class T>
 WEFT_FN View<T> peer_at(Window<T> const& w, Team team, uint32_t peer, unsigned line) {
   check_below(peer, team.nranks, line);
   return w.peer(team, peer);
+}
+
+// A `rows x cols` tile at (row0, col0) of a row-major matrix with `ld` elements per row, inside a buffer of `len`
+// elements: every index the tile touches is below `len` (no arithmetic here can wrap).
+WEFT_FN void check_tile(size_t len, size_t ld, size_t row0, size_t col0, size_t rows, size_t cols, unsigned line) {
+  check_below(0, ld, line);            // a row has elements
+  check_below(col0, ld, line);         // the tile starts inside a row
+  check_below(cols - 1, ld - col0, line);
+  size_t whole_rows = ld ? len / ld : 0;
+  check_below(row0, whole_rows, line);
+  check_below(rows - 1, whole_rows - row0, line);
+}
+
+// Fragment loads and the accumulator's store from any container with `operator[]` and `len()` (slices, views,
+// shared arrays); the `_at` forms check the whole tile first (the macro emits them: these accesses are never
+// proven at launch).
+template <class C>
+WEFT_FN auto mma_load_a_at(C const& c, size_t row0, size_t col0, size_t ld, unsigned line) {
+  using T = std::remove_cv_t<std::remove_reference_t<decltype(c[0])>>;
+  check_tile(c.len(), ld, row0, col0, 16, 16, line);
+  uint32_t l = lane_id(), g = l / 4, t = l % 4;
+  MmaA<T> a;
+  size_t top = (row0 + g) * ld + col0 + 2 * t, bottom = top + 8 * ld;
+  a.r[0] = pair_bits(c[top], c[top + 1]);
+  a.r[1] = pair_bits(c[bottom], c[bottom + 1]);
+  a.r[2] = pair_bits(c[top + 8], c[top + 9]);
+  a.r[3] = pair_bits(c[bottom + 8], c[bottom + 9]);
+  return a;
+}
+template <class C>
+WEFT_FN auto mma_load_b_at(C const& c, size_t k0, size_t n0, size_t ld, unsigned line) {
+  using T = std::remove_cv_t<std::remove_reference_t<decltype(c[0])>>;
+  check_tile(c.len(), ld, k0, n0, 16, 8, line);
+  uint32_t l = lane_id(), g = l / 4, t = l % 4;
+  MmaB<T> b;
+  size_t k = k0 + 2 * t, n = n0 + g;
+  b.r[0] = pair_bits(c[k * ld + n], c[(k + 1) * ld + n]);
+  b.r[1] = pair_bits(c[(k + 8) * ld + n], c[(k + 9) * ld + n]);
+  return b;
+}
+template <class C>
+WEFT_FN void mma_store_at(C&& c, MmaAcc const& acc, size_t row0, size_t col0, size_t ld, unsigned line) {
+  check_tile(c.len(), ld, row0, col0, 16, 8, line);
+  uint32_t l = lane_id(), g = l / 4, t = l % 4;
+  size_t top = (row0 + g) * ld + col0 + 2 * t, bottom = top + 8 * ld;
+  c[top] = acc.c[0];
+  c[top + 1] = acc.c[1];
+  c[bottom] = acc.c[2];
+  c[bottom + 1] = acc.c[3];
 }
 
 // A pack's lane.

@@ -102,6 +102,7 @@ pub mod coop;
 pub mod exec;
 pub mod gin;
 pub mod ll_a2a;
+pub mod mma;
 pub mod multimem;
 pub mod numeric;
 pub mod ordering;
@@ -127,6 +128,7 @@ pub use gin::{
     WeakSignalInc, WeakVaSignalAdd, WeakVaSignalInc,
 };
 pub use ll_a2a::{LlA2a, LlA2aHandle};
+pub use mma::{mma, MmaA, MmaAcc, MmaB, MmaElement, MmaLoad, MmaStore};
 pub use multimem::MultimemView;
 pub use numeric::{
     abs, exp, fma, log, max, min, rsqrt, sqrt, tanh, AtomicAdd, AtomicBits, AtomicMinMax, Element, Float,
@@ -169,14 +171,14 @@ pub mod prelude {
     pub use crate::exec::*;
     pub use crate::{
         abs, atomic_add, atomic_cas, atomic_exch, atomic_fence, atomic_load, atomic_max, atomic_min, atomic_store, exp,
-        fma, local_copy, local_reduce_sum, local_reduce_sum_copy, log, max, min, pack_lanes, rsqrt, sqrt, tanh,
+        fma, local_copy, local_reduce_sum, local_reduce_sum_copy, log, max, min, mma, pack_lanes, rsqrt, sqrt, tanh,
         threadfence, threadfence_block, threadfence_system, AtomicAdd, AtomicBits, AtomicMinMax, BarrierResult, Coop,
         CounterInc, Cta, DevComm, Element, Float, GinBarrier, GinSession, HybridBarrier, Lamport, Lanes, LlA2a,
-        LlA2aHandle, LoadPack, LoadWide, LocalAction, LsaBarrier, MultimemElement, MultimemStore, MultimemView,
-        NoAction, Numeric, Order, Pack, RemoteAction, Scope, SharedArray, Shuffle, SignalAdd, SignalInc, StorePack,
-        StoreWide, StrongSignalAdd, StrongSignalInc, StrongVaSignalAdd, StrongVaSignalInc, Team, Thread, VaSignalAdd,
-        VaSignalInc, Warp, WarpSpan, WeakCounterInc, WeakSignalAdd, WeakSignalInc, WeakVaSignalAdd, WeakVaSignalInc,
-        WidePack, Window, WindowView,
+        LlA2aHandle, LoadPack, LoadWide, LocalAction, LsaBarrier, MmaA, MmaAcc, MmaB, MmaElement, MmaLoad, MmaStore,
+        MultimemElement, MultimemStore, MultimemView, NoAction, Numeric, Order, Pack, RemoteAction, Scope, SharedArray,
+        Shuffle, SignalAdd, SignalInc, StorePack, StoreWide, StrongSignalAdd, StrongSignalInc, StrongVaSignalAdd,
+        StrongVaSignalInc, Team, Thread, VaSignalAdd, VaSignalInc, Warp, WarpSpan, WeakCounterInc, WeakSignalAdd,
+        WeakSignalInc, WeakVaSignalAdd, WeakVaSignalInc, WidePack, Window, WindowView,
     };
     pub use half::{bf16, f16};
 }

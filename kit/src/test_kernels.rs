@@ -133,6 +133,30 @@ pub fn pdl_consumer(input: &[u32], out: &mut [u32], n: usize) {
     pdl_launch_dependents();
 }
 
+/// `out (m x n, f32) = a (m x k) * b (k x n)`, row-major, through tensor cores (`mma.sync m16n8k16`): one warp per
+/// 16 x 8 output tile, grid-stride over the tiles. `m` a multiple of 16, `n` of 8, `k` of 16 (a tile outside the
+/// buffers stops the kernel: the fragment loads and stores check their tiles on the device).
+#[weft::kernel(types(f16, bf16))]
+pub fn mma_gemm<T: MmaElement>(a: &[T], b: &[T], out: &mut [f32], m: usize, n: usize, k: usize) {
+    let warp = index_1d() / 32;
+    let warps = grid_size_1d() / 32;
+    let tiles_n = n / 8;
+    let tiles = (m / 16) * tiles_n;
+    let mut t = warp;
+    while t < tiles {
+        let row0 = (t / tiles_n) * 16;
+        let col0 = (t % tiles_n) * 8;
+        let mut acc = MmaAcc::zero();
+        let mut k0 = 0;
+        while k0 < k {
+            acc = mma(a.mma_load_a(row0, k0, k), b.mma_load_b(k0, col0, n), acc);
+            k0 += 16;
+        }
+        out.mma_store(acc, row0, col0, n);
+        t += warps;
+    }
+}
+
 /// Every kernel's name and generated CUDA C++, for the codegen test.
 pub const ALL: &[(&str, &str)] = &[
     (copy_from_next_peer::NAME, copy_from_next_peer::SOURCE),
@@ -146,4 +170,5 @@ pub const ALL: &[(&str, &str)] = &[
     (gather::NAME, gather::SOURCE),
     (pdl_producer::NAME, pdl_producer::SOURCE),
     (pdl_consumer::NAME, pdl_consumer::SOURCE),
+    (mma_gemm::NAME, mma_gemm::SOURCE),
 ];

@@ -441,6 +441,22 @@ extern "C" __global__ void multimem_half_copy(ncclDevComm dev__raw, weft::Window
 }
 #endif
 
+// Tensor cores: fragments from a slice, a view and a shared array; the accumulator into a slice and shared memory.
+template <class T>
+__global__ void mma_tiles(weft::Window<T> w, weft::Slice<T> a, weft::SliceMut<float> out) {
+  __shared__ weft::SharedArray<T, 256> tile;
+  __shared__ weft::SharedArray<float, 128> result;
+  weft::MmaAcc acc = weft::MmaAcc::zero();
+  acc = weft::mma(weft::detail::mma_load_a_at(a, 0, 0, 16, 1), weft::detail::mma_load_b_at(w.local(), 0, 0, 8, 2), acc);
+  acc = weft::mma(weft::detail::mma_load_a_at(tile, 0, 0, 16, 3), weft::detail::mma_load_b_at(tile, 0, 8, 16, 4), acc);
+  weft::detail::mma_store_at(out, acc, 0, 0, 8, 5);
+  weft::detail::mma_store_at(result, acc, 0, 0, 8, 6);
+  out[0] = result[0];
+}
+template __global__ void mma_tiles<__half>(weft::Window<__half>, weft::Slice<__half>, weft::SliceMut<float>);
+template __global__ void mma_tiles<__nv_bfloat16>(weft::Window<__nv_bfloat16>, weft::Slice<__nv_bfloat16>,
+                                                  weft::SliceMut<float>);
+
 // Programmatic dependent launch.
 __global__ void pdl(weft::SliceMut<uint32_t> out) {
   weft::pdl_wait();

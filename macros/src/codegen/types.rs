@@ -496,7 +496,9 @@ impl TypeMapper<'_> {
             ("WindowView", Some(e)) => Ty::Indexable(Container::View, e),
             ("SharedArray", Some(e)) => Ty::Indexable(Container::Shared, e),
             (_, elem) => match Vocab::from_name(&name) {
-                Some(v @ (Vocab::Pack | Vocab::WidePack | Vocab::MultimemView)) => Ty::Vocab(v, elem),
+                Some(v @ (Vocab::Pack | Vocab::WidePack | Vocab::MultimemView | Vocab::MmaA | Vocab::MmaB)) => {
+                    Ty::Vocab(v, elem)
+                }
                 Some(v) => Ty::Vocab(v, None),
                 None => {
                     self.cx.error_spanned_by(

@@ -17,6 +17,10 @@ pub(crate) enum Vocab {
     MultimemView,
     Pack,
     WidePack,
+    /// Tensor-core fragments (mma.rs): the A and B operands (with their element type) and the f32 accumulator.
+    MmaA,
+    MmaB,
+    MmaAcc,
     Thread,
     Warp,
     Cta,
@@ -50,7 +54,7 @@ pub(crate) const ACTIONS: &[(&str, usize)] = &[
 ];
 
 impl Vocab {
-    const NAMED: [Vocab; 19] = [
+    const NAMED: [Vocab; 22] = [
         Vocab::Team,
         Vocab::LsaBarrier,
         Vocab::GinBarrier,
@@ -62,6 +66,9 @@ impl Vocab {
         Vocab::MultimemView,
         Vocab::Pack,
         Vocab::WidePack,
+        Vocab::MmaA,
+        Vocab::MmaB,
+        Vocab::MmaAcc,
         Vocab::Thread,
         Vocab::Warp,
         Vocab::Cta,
@@ -94,6 +101,9 @@ impl Vocab {
             Vocab::MultimemView => "MultimemView",
             Vocab::Pack => "Pack",
             Vocab::WidePack => "WidePack",
+            Vocab::MmaA => "MmaA",
+            Vocab::MmaB => "MmaB",
+            Vocab::MmaAcc => "MmaAcc",
             Vocab::Thread => "Thread",
             Vocab::Warp => "Warp",
             Vocab::Cta => "Cta",

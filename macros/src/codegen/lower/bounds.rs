@@ -921,6 +921,19 @@ impl Lowerer<'_> {
                     false,
                 )
             }
+            // Tensor-core tiles: the whole tile is checked on the device, never proven at launch.
+            (Ty::Indexable(_, _), "mma_load_a" | "mma_load_b" | "mma_store", _) => {
+                let (_, parameter) = self.buffer_of(&m.receiver);
+                sites.push(self.site(m, SiteKind::Index, parameter, None, None, None));
+                (
+                    match name.as_str() {
+                        "mma_load_a" => "mma_load_a_at",
+                        "mma_load_b" => "mma_load_b_at",
+                        _ => "mma_store_at",
+                    },
+                    false,
+                )
+            }
             (Ty::Window(_), "lsa", 1) => {
                 let (_, parameter) = self.buffer_of(&m.receiver);
                 let size = self.atom(Atom::TeamSize(TeamKind::Lsa));

@@ -23,6 +23,7 @@ pub(crate) fn free_fn(name: &str) -> Option<FreeFn> {
         | "warp_id" => FreeFn::Returns(Ty::Scalar(U32), &[]),
         "index_1d" | "grid_size_1d" => FreeFn::Returns(Ty::Scalar(Usize), &[]),
         "global_timer_ns" => FreeFn::Returns(Ty::Scalar(U64), &[]),
+        "mma" => FreeFn::Returns(Ty::Vocab(crate::codegen::vocabulary::Vocab::MmaAcc, None), &[]),
         "pack_lanes" => FreeFn::Returns(Ty::Scalar(Usize), &[]),
         "pdl_wait"
         | "pdl_launch_dependents"
@@ -104,6 +105,9 @@ pub(crate) const VOCABULARY_METHODS: &[&str] = &[
     "marker_name",
     "mask",
     "missing_from",
+    "mma_load_a",
+    "mma_load_b",
+    "mma_store",
     "multimem_copy",
     "multimem_reduce_sum",
     "multimem_reduce_sum_copy",
@@ -152,6 +156,7 @@ pub(crate) const VOCABULARY_METHODS: &[&str] = &[
     "widen",
     "world",
     "world_barrier",
+    "zero",
 ];
 
 /// The vocabulary's free functions (docs/vocabulary.md §3). Calls to them need no device-fn source; any other
@@ -176,6 +181,7 @@ const VOCABULARY_FUNCTIONS: &[&str] = &[
     "sync_warp",
     "pdl_wait",
     "pdl_launch_dependents",
+    "mma",
     "lane_id",
     "warp_id",
     "shfl",

@@ -84,6 +84,12 @@ pub(crate) fn method(recv: &Ty, name: &str, arity: usize, type_arg: Option<&Ty>)
             (Container::View, "lamport_store_pack", 2) => of(unit, &[(0, Usize)]),
             (Container::View, "lamport_clear_pack", 1) => of(unit, &[(0, Usize)]),
             (Container::View, "lamport_wait_pack", 2) => of(with_elem(Vocab::Pack, Some(e)), &[(0, Usize), (1, U64)]),
+            // Tensor-core fragments (mma.rs): tiles of a row-major matrix, `(row, column, ld)`.
+            (_, "mma_load_a", 3) => of(with_elem(Vocab::MmaA, Some(e)), &[(0, Usize), (1, Usize), (2, Usize)]),
+            (_, "mma_load_b", 3) => of(with_elem(Vocab::MmaB, Some(e)), &[(0, Usize), (1, Usize), (2, Usize)]),
+            (Container::SliceMut | Container::View | Container::Shared, "mma_store", 4) => {
+                of(unit, &[(1, Usize), (2, Usize), (3, Usize)])
+            }
             (Container::Slice | Container::SliceMut, "load_wide", 1) => Some(Method {
                 ret: with_elem(Vocab::WidePack, type_arg),
                 fixed: &[(0, Usize)],
@@ -190,6 +196,7 @@ pub(crate) fn associated_fn(v: Vocab, name: &str, arity: usize) -> Option<Method
         // The element type comes from the type arguments (`Pack::<T>::splat(v)`) or, for `Pack`, the value.
         (Vocab::Pack, "splat", 1) => of(vocab(Vocab::Pack), &[]),
         (Vocab::WidePack, "splat", 1) => of(vocab(Vocab::WidePack), &[(0, F32)]),
+        (Vocab::MmaAcc, "zero", 0) => of(vocab(Vocab::MmaAcc), &[]),
         _ => None,
     }
 }

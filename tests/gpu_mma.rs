@@ -1,0 +1,107 @@
+//! GPU tests of the tensor-core vocabulary (`mma.sync m16n8k16`, device/src/mma.rs), one rank: a GEMM written with
+//! it (kit's `mma_gemm`, one warp per 16 x 8 tile) against an f64 host reference in f16 and bf16, and a tile that
+//! reaches past its buffer stopping the kernel instead of reading beyond it.
+
+use weft_kit::test_kernels::mma_gemm;
+
+use cudarc::driver::DeviceRepr;
+use weft::host::{Communicator, Config, DeviceBuffer, Error, LaunchConfig, UniqueId};
+
+fn one_rank() -> Communicator {
+    Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap()
+}
+
+fn upload<T: DeviceRepr>(s: &std::sync::Arc<cudarc::driver::CudaStream>, host: &[T]) -> DeviceBuffer<T> {
+    let mut buffer = DeviceBuffer::new(s, host.len()).unwrap();
+    buffer.copy_from_host(host).unwrap();
+    buffer
+}
+
+/// `out = a (m x k) * b (k x n)` in f64 from the rounded inputs.
+fn reference(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+    let mut out = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            out[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+        }
+    }
+    out
+}
+
+fn check<T: weft::device::MmaElement + DeviceRepr + weft::host::Element>(to: fn(f32) -> T, from: fn(T) -> f64) {
+    let comm = one_rank();
+    let s = comm.context().new_stream().unwrap();
+    for (m, n, k) in [(16, 8, 16), (64, 64, 128), (128, 96, 256)] {
+        let a: Vec<T> = weft_kit::common::random(m * k, 1).into_iter().map(to).collect();
+        let b: Vec<T> = weft_kit::common::random(k * n, 2).into_iter().map(to).collect();
+        let want = reference(
+            &a.iter().map(|&v| from(v)).collect::<Vec<_>>(),
+            &b.iter().map(|&v| from(v)).collect::<Vec<_>>(),
+            m,
+            n,
+            k,
+        );
+        let (ad, bd) = (upload(&s, &a), upload(&s, &b));
+        let mut out = upload(&s, &vec![f32::NAN; m * n]);
+        mma_gemm::launch(&s, LaunchConfig::linear(4, 128), &ad, &bd, &mut out, m, n, k).unwrap();
+        let got = out.copy_to_host().unwrap();
+        let (mut diff, mut norm) = (0.0f64, 0.0f64);
+        for (g, w) in got.iter().zip(&want) {
+            assert!(g.is_finite(), "{m}x{n}x{k}: an output tile was not written");
+            diff += (f64::from(*g) - w).powi(2);
+            norm += w * w;
+        }
+        let error = (diff / norm).sqrt();
+        println!("mma_gemm {} {m}x{n}x{k}: relative error {error:.2e}", <T as weft::device::Element>::NAME);
+        // Products of 16-bit inputs are exact in f32; the tensor cores accumulate in (at least nearly) f32. A wrong
+        // fragment layout gives errors of order 1.
+        assert!(error < 1e-3, "{m}x{n}x{k}: {error}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_tensor_core_gemm_matches_the_host_reference() {
+    check::<half::bf16>(half::bf16::from_f32, |v| f64::from(v.to_f32()));
+    check::<half::f16>(half::f16::from_f32, |v| f64::from(v.to_f32()));
+}
+
+/// Set in the child process of [`a_tile_past_its_buffer_stops_the_kernel`] (a trap leaves the CUDA context
+/// unusable, so it happens in a process of its own).
+const CHILD: &str = "WEFT_MMA_TEST_CHILD";
+
+/// The child's half: `k` four times what `a`'s rows hold, so the first fragment load's tile check fails.
+#[test]
+#[ignore = "needs a CUDA GPU; run by a_tile_past_its_buffer_stops_the_kernel in its own process"]
+fn tile_check_child() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let comm = one_rank();
+    let s = comm.context().new_stream().unwrap();
+    let (m, n, k) = (16, 8, 16);
+    let a = upload(&s, &vec![half::bf16::ONE; m * k]);
+    let b = upload(&s, &vec![half::bf16::ONE; k * n]);
+    let mut out = upload(&s, &vec![0.0f32; m * n]);
+    mma_gemm::launch(&s, LaunchConfig::linear(1, 32), &a, &b, &mut out, m, n, 4 * k).unwrap();
+    let waited: Result<(), Error> = weft::host::cuda::settle(&s);
+    println!("child: wait after the out-of-bounds tile: {waited:?}");
+    assert!(waited.is_err(), "the kernel must stop at the out-of-bounds tile");
+}
+
+/// A fragment load whose tile reaches past its buffer stops the kernel with weft's message: nothing is read beyond it.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_tile_past_its_buffer_stops_the_kernel() {
+    let exe = std::env::current_exe().unwrap();
+    let output = std::process::Command::new(exe)
+        .args(["--exact", "tile_check_child", "--include-ignored", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    println!("{text}");
+    assert!(output.status.success(), "the child failed:\n{text}");
+    assert!(text.contains("weft: out-of-bounds access at line"), "the tile check's message is missing:\n{text}");
+    assert!(text.contains("wait after the out-of-bounds tile: Err"), "{text}");
+}
