@@ -311,10 +311,14 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), JitError
     private::create_inside(dir).map_err(|e| io_error("create directory", dir, e))?;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let temp = unique_temp_path(dir, &name);
+    // No fsync, of the file or of the directory: a cache needs atomicity (the rename: a reader sees the old file
+    // or the whole new one), not durability. After a crash a torn or empty entry fails its checksum or ELF check
+    // and is compiled again, and a header or source that differs is rewritten. Two fsyncs per file, three files
+    // per cold compile, were the cache's only costly step besides nvcc (the suspected cause of the 12-24% cold
+    // compile overhead over nvcc alone measured on the GPU machine: bench/RESULTS.md).
     let written = (|| {
         let mut file = fs::OpenOptions::new().write(true).create_new(true).open(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()
+        file.write_all(bytes)
     })();
     if let Err(e) = written {
         let _ = fs::remove_file(&temp);
@@ -323,10 +327,6 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), JitError
     if let Err(e) = fs::rename(&temp, path) {
         let _ = fs::remove_file(&temp);
         return Err(io_error("rename a temporary file onto", path, e));
-    }
-    // Makes the rename itself durable; a failure only risks a recompile after a crash.
-    if let Ok(handle) = fs::File::open(dir) {
-        let _ = handle.sync_all();
     }
     Ok(())
 }
