@@ -1,8 +1,8 @@
 //! GPU tests of the tensor-core vocabulary (`mma.sync m16n8k16`, device/src/mma.rs), one rank: a GEMM written with
-//! it (kit's `mma_gemm`, one warp per 16 x 8 tile) against an f64 host reference in f16 and bf16, and a tile that
+//! it (kit's `mma_gemm`, one warp per 16 x 8 tile, and `mma_gemm_shared`, through shared tiles and `ldmatrix`) against an f64 host reference in f16 and bf16, and a tile that
 //! reaches past its buffer stopping the kernel instead of reading beyond it.
 
-use weft_kit::test_kernels::mma_gemm;
+use weft_kit::test_kernels::{mma_gemm, mma_gemm_shared};
 
 use cudarc::driver::DeviceRepr;
 use weft::host::{Communicator, Config, DeviceBuffer, Error, LaunchConfig, UniqueId};
@@ -42,20 +42,28 @@ fn check<T: weft::device::MmaElement + DeviceRepr + weft::host::Element>(to: fn(
             k,
         );
         let (ad, bd) = (upload(&s, &a), upload(&s, &b));
-        let mut out = upload(&s, &vec![f32::NAN; m * n]);
-        mma_gemm::launch(&s, LaunchConfig::linear(4, 128), &ad, &bd, &mut out, m, n, k).unwrap();
-        let got = out.copy_to_host().unwrap();
-        let (mut diff, mut norm) = (0.0f64, 0.0f64);
-        for (g, w) in got.iter().zip(&want) {
-            assert!(g.is_finite(), "{m}x{n}x{k}: an output tile was not written");
-            diff += (f64::from(*g) - w).powi(2);
-            norm += w * w;
+        for shared in [false, true] {
+            let mut out = upload(&s, &vec![f32::NAN; m * n]);
+            if shared {
+                // Through shared tiles and ldmatrix: one warp per block.
+                mma_gemm_shared::launch(&s, LaunchConfig::linear(8, 32), &ad, &bd, &mut out, m, n, k).unwrap();
+            } else {
+                mma_gemm::launch(&s, LaunchConfig::linear(4, 128), &ad, &bd, &mut out, m, n, k).unwrap();
+            }
+            let got = out.copy_to_host().unwrap();
+            let (mut diff, mut norm) = (0.0f64, 0.0f64);
+            for (g, w) in got.iter().zip(&want) {
+                assert!(g.is_finite(), "{m}x{n}x{k}: an output tile was not written");
+                diff += (f64::from(*g) - w).powi(2);
+                norm += w * w;
+            }
+            let error = (diff / norm).sqrt();
+            let which = if shared { "mma_gemm_shared (ldmatrix)" } else { "mma_gemm" };
+            println!("{which} {} {m}x{n}x{k}: relative error {error:.2e}", <T as weft::device::Element>::NAME);
+            // Products of 16-bit inputs are exact in f32; the tensor cores accumulate in (at least nearly) f32. A wrong
+            // fragment layout gives errors of order 1.
+            assert!(error < 1e-3, "{which} {m}x{n}x{k}: {error}");
         }
-        let error = (diff / norm).sqrt();
-        println!("mma_gemm {} {m}x{n}x{k}: relative error {error:.2e}", <T as weft::device::Element>::NAME);
-        // Products of 16-bit inputs are exact in f32; the tensor cores accumulate in (at least nearly) f32. A wrong
-        // fragment layout gives errors of order 1.
-        assert!(error < 1e-3, "{m}x{n}x{k}: {error}");
     }
 }
 

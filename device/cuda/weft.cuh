@@ -2018,6 +2018,34 @@ WEFT_FN auto mma_load_b_at(C const& c, size_t k0, size_t n0, size_t ld, unsigned
   b.r[1] = pair_bits(c[(k + 8) * ld + n], c[(k + 9) * ld + n]);
   return b;
 }
+// `ldmatrix`: the same fragments from a shared array, four (A) or two (B, transposed) 8 x 8 matrices per
+// instruction, each lane giving one row's address. Rows start on 16-byte boundaries: `ld` and the tile's column
+// must be multiples of 8 elements (checked with the tile).
+template <class T, size_t N>
+WEFT_FN MmaA<T> mma_ldmatrix_a_at(SharedArray<T, N> const& s, size_t row0, size_t col0, size_t ld, unsigned line) {
+  check_tile(N, ld, row0, col0, 16, 16, line);
+  check_below(ld % 8 + col0 % 8, 1, line);  // 16-byte rows
+  uint32_t l = lane_id();
+  const T* row = &s.data[(row0 + l % 16) * ld + col0 + (l / 16) * 8];
+  uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  MmaA<T> a;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(a.r[0]), "=r"(a.r[1]), "=r"(a.r[2]), "=r"(a.r[3])
+               : "r"(address));
+  return a;
+}
+template <class T, size_t N>
+WEFT_FN MmaB<T> mma_ldmatrix_b_at(SharedArray<T, N> const& s, size_t k0, size_t n0, size_t ld, unsigned line) {
+  check_tile(N, ld, k0, n0, 16, 8, line);
+  check_below(ld % 8 + n0 % 8, 1, line);  // 16-byte rows
+  uint32_t l = lane_id();
+  // Lanes 0-15 name rows k0..k0+15 (the two matrices); the others' addresses are not used but stay in the tile.
+  const T* row = &s.data[(k0 + l % 16) * ld + n0];
+  uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  MmaB<T> b;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(b.r[0]), "=r"(b.r[1]) : "r"(address));
+  return b;
+}
 template <class C>
 WEFT_FN void mma_store_at(C&& c, MmaAcc const& acc, size_t row0, size_t col0, size_t ld, unsigned line) {
   check_tile(c.len(), ld, row0, col0, 16, 8, line);

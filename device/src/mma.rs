@@ -112,6 +112,21 @@ impl<T: MmaElement, const N: usize> MmaLoad<T> for SharedArray<T, N> {
     }
 }
 
+impl<T: MmaElement, const N: usize> SharedArray<T, N> {
+    /// [`MmaLoad::mma_load_a`] with one `ldmatrix.x4` instruction: each lane names one row of the tile. Rows must
+    /// start on 16-byte boundaries: `ld` and `col0` multiples of 8 (checked on the device with the tile). C++
+    /// `weft::detail::mma_ldmatrix_a_at(s, row0, col0, ld, line)`.
+    pub fn mma_ldmatrix_a(&self, row0: usize, col0: usize, ld: usize) -> MmaA<T> {
+        device_only("mma_ldmatrix_a")
+    }
+
+    /// [`MmaLoad::mma_load_b`] with one transposing `ldmatrix.x2.trans`; `ld` and `n0` multiples of 8. C++
+    /// `weft::detail::mma_ldmatrix_b_at(s, k0, n0, ld, line)`.
+    pub fn mma_ldmatrix_b(&self, k0: usize, n0: usize, ld: usize) -> MmaB<T> {
+        device_only("mma_ldmatrix_b")
+    }
+}
+
 impl MmaStore for [f32] {
     fn mma_store(&mut self, acc: MmaAcc, row0: usize, col0: usize, ld: usize) {
         device_only("mma_store")

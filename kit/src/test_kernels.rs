@@ -157,6 +157,43 @@ pub fn mma_gemm<T: MmaElement>(a: &[T], b: &[T], out: &mut [f32], m: usize, n: u
     }
 }
 
+/// [`mma_gemm`] through shared memory and `ldmatrix`: each 16 x 16 slice of `a` and 16 x 8 slice of `b` is copied
+/// into a shared tile by the block's one warp (launch 32 threads per block), then loaded into fragments with one
+/// `ldmatrix` each. Same shapes and result as [`mma_gemm`].
+#[weft::kernel(types(f16, bf16))]
+pub fn mma_gemm_shared<T: MmaElement>(a: &[T], b: &[T], out: &mut [f32], m: usize, n: usize, k: usize) {
+    let mut tile_a = SharedArray::<T, 256>::new();
+    let mut tile_b = SharedArray::<T, 128>::new();
+    let lane = thread_idx_x() as usize;
+    let tiles_n = n / 8;
+    let tiles = (m / 16) * tiles_n;
+    let mut t = block_idx_x() as usize;
+    while t < tiles {
+        let row0 = (t / tiles_n) * 16;
+        let col0 = (t % tiles_n) * 8;
+        let mut acc = MmaAcc::zero();
+        let mut k0 = 0;
+        while k0 < k {
+            let mut i = lane;
+            while i < 256 {
+                tile_a[i] = a[(row0 + i / 16) * k + k0 + i % 16];
+                i += 32;
+            }
+            let mut j = lane;
+            while j < 128 {
+                tile_b[j] = b[(k0 + j / 8) * n + col0 + j % 8];
+                j += 32;
+            }
+            sync_warp();
+            acc = mma(tile_a.mma_ldmatrix_a(0, 0, 16), tile_b.mma_ldmatrix_b(0, 0, 8), acc);
+            sync_warp();
+            k0 += 16;
+        }
+        out.mma_store(acc, row0, col0, n);
+        t += grid_dim_x() as usize;
+    }
+}
+
 /// Every kernel's name and generated CUDA C++, for the codegen test.
 pub const ALL: &[(&str, &str)] = &[
     (copy_from_next_peer::NAME, copy_from_next_peer::SOURCE),
@@ -171,4 +208,5 @@ pub const ALL: &[(&str, &str)] = &[
     (pdl_producer::NAME, pdl_producer::SOURCE),
     (pdl_consumer::NAME, pdl_consumer::SOURCE),
     (mma_gemm::NAME, mma_gemm::SOURCE),
+    (mma_gemm_shared::NAME, mma_gemm_shared::SOURCE),
 ];

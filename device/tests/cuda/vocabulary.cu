@@ -449,6 +449,7 @@ __global__ void mma_tiles(weft::Window<T> w, weft::Slice<T> a, weft::SliceMut<fl
   weft::MmaAcc acc = weft::MmaAcc::zero();
   acc = weft::mma(weft::detail::mma_load_a_at(a, 0, 0, 16, 1), weft::detail::mma_load_b_at(w.local(), 0, 0, 8, 2), acc);
   acc = weft::mma(weft::detail::mma_load_a_at(tile, 0, 0, 16, 3), weft::detail::mma_load_b_at(tile, 0, 8, 16, 4), acc);
+  acc = weft::mma(weft::detail::mma_ldmatrix_a_at(tile, 0, 0, 16, 7), weft::detail::mma_ldmatrix_b_at(tile, 0, 8, 16, 8), acc);
   weft::detail::mma_store_at(out, acc, 0, 0, 8, 5);
   weft::detail::mma_store_at(result, acc, 0, 0, 8, 6);
   out[0] = result[0];

@@ -922,13 +922,19 @@ impl Lowerer<'_> {
                 )
             }
             // Tensor-core tiles: the whole tile is checked on the device, never proven at launch.
-            (Ty::Indexable(_, _), "mma_load_a" | "mma_load_b" | "mma_store", _) => {
+            (
+                Ty::Indexable(_, _),
+                "mma_load_a" | "mma_load_b" | "mma_store" | "mma_ldmatrix_a" | "mma_ldmatrix_b",
+                _,
+            ) => {
                 let (_, parameter) = self.buffer_of(&m.receiver);
                 sites.push(self.site(m, SiteKind::Index, parameter, None, None, None));
                 (
                     match name.as_str() {
                         "mma_load_a" => "mma_load_a_at",
                         "mma_load_b" => "mma_load_b_at",
+                        "mma_ldmatrix_a" => "mma_ldmatrix_a_at",
+                        "mma_ldmatrix_b" => "mma_ldmatrix_b_at",
                         _ => "mma_store_at",
                     },
                     false,

@@ -105,6 +105,8 @@ pub(crate) const VOCABULARY_METHODS: &[&str] = &[
     "marker_name",
     "mask",
     "missing_from",
+    "mma_ldmatrix_a",
+    "mma_ldmatrix_b",
     "mma_load_a",
     "mma_load_b",
     "mma_store",

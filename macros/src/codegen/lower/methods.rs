@@ -87,6 +87,12 @@ pub(crate) fn method(recv: &Ty, name: &str, arity: usize, type_arg: Option<&Ty>)
             // Tensor-core fragments (mma.rs): tiles of a row-major matrix, `(row, column, ld)`.
             (_, "mma_load_a", 3) => of(with_elem(Vocab::MmaA, Some(e)), &[(0, Usize), (1, Usize), (2, Usize)]),
             (_, "mma_load_b", 3) => of(with_elem(Vocab::MmaB, Some(e)), &[(0, Usize), (1, Usize), (2, Usize)]),
+            (Container::Shared, "mma_ldmatrix_a", 3) => {
+                of(with_elem(Vocab::MmaA, Some(e)), &[(0, Usize), (1, Usize), (2, Usize)])
+            }
+            (Container::Shared, "mma_ldmatrix_b", 3) => {
+                of(with_elem(Vocab::MmaB, Some(e)), &[(0, Usize), (1, Usize), (2, Usize)])
+            }
             (Container::SliceMut | Container::View | Container::Shared, "mma_store", 4) => {
                 of(unit, &[(1, Usize), (2, Usize), (3, Usize)])
             }
