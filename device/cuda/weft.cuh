@@ -2046,6 +2046,15 @@ WEFT_FN MmaB<T> mma_ldmatrix_b_at(SharedArray<T, N> const& s, size_t k0, size_t 
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(b.r[0]), "=r"(b.r[1]) : "r"(address));
   return b;
 }
+// The same under the Rust methods' names (without a line to report: the macro emits the `_at` forms).
+template <class T, size_t N>
+WEFT_FN MmaA<T> mma_ldmatrix_a(SharedArray<T, N> const& s, size_t row0, size_t col0, size_t ld) {
+  return mma_ldmatrix_a_at(s, row0, col0, ld, 0);
+}
+template <class T, size_t N>
+WEFT_FN MmaB<T> mma_ldmatrix_b(SharedArray<T, N> const& s, size_t k0, size_t n0, size_t ld) {
+  return mma_ldmatrix_b_at(s, k0, n0, ld, 0);
+}
 template <class C>
 WEFT_FN void mma_store_at(C&& c, MmaAcc const& acc, size_t row0, size_t col0, size_t ld, unsigned line) {
   check_tile(c.len(), ld, row0, col0, 16, 8, line);
