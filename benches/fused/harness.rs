@@ -420,11 +420,7 @@ impl Timer {
         for set in 0..sets.max(1) {
             let mut pair = Vec::with_capacity(2);
             for side in Side::BOTH {
-                let graph = weft::host::Graph::capture(&self.stream, |c| {
-                    instance
-                        .record(side, set, c)
-                        .map_err(|e| weft::host::Error::InvalidArgument { argument: "graph", problem: e.to_string() })
-                })?;
+                let graph = weft::host::Graph::capture(&self.stream, |c| instance.record(side, set, c))?;
                 graph.upload()?;
                 pair.push(graph);
             }
