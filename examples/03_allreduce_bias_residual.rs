@@ -311,14 +311,9 @@ impl<'comm> Ranks<'comm> {
 
         // The one-shot recorded into a CUDA graph once and replayed: the graph borrows what it records for its
         // life, and records weft buffers (docs/graphs.md).
-        let graph_in = |host: &[T]| -> std::result::Result<DeviceBuffer<T>, Error> {
-            let mut buffer = DeviceBuffer::new(stream, host.len())?;
-            buffer.copy_from_host(host)?;
-            Ok(buffer)
-        };
-        let graph_bias = graph_in(&common::random_as::<T>(hidden, BIAS_SEED))?;
-        let graph_residual = graph_in(&common::random_as::<T>(n, RESIDUAL_SEED))?;
-        let graph_out = graph_in(&poison)?;
+        let graph_bias = DeviceBuffer::from_host(stream, &common::random_as::<T>(hidden, BIAS_SEED))?;
+        let graph_residual = DeviceBuffer::from_host(stream, &common::random_as::<T>(n, RESIDUAL_SEED))?;
+        let graph_out = DeviceBuffer::from_host(stream, &poison)?;
         let mut graph = Graph::capture(stream, |c| {
             one_shot::record(c, one_cfg, dev, &x, &graph_bias, &graph_residual, &graph_out, n, hidden)
         })?;

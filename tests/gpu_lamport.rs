@@ -12,7 +12,7 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use weft::host::caps::Lsa;
-use weft::host::{Config, DevComm, DeviceBuffer, Error, Placement};
+use weft::host::{Config, DevComm, DeviceBuffer, Placement};
 
 fn placement() -> Placement {
     let placement = Placement::from_env().expect("WEFT_RANKS");
@@ -38,12 +38,6 @@ fn reference<T: Real>(nranks: usize, round: usize, n: usize, hidden: usize) -> V
         .collect()
 }
 
-fn upload<T: Real>(s: &std::sync::Arc<cudarc::driver::CudaStream>, host: &[T]) -> Result<DeviceBuffer<T>, Error> {
-    let mut buffer = DeviceBuffer::new(s, host.len())?;
-    buffer.copy_from_host(host)?;
-    Ok(buffer)
-}
-
 /// `ROUNDS` rounds with new inputs, each checked (the host waits between them), then `BURST` rounds launched back
 /// to back on the last inputs and the last result checked: every round exact within the type's tolerance.
 fn rounds_match<T: Real>(placement: &Placement, rows: usize, hidden: usize) {
@@ -57,10 +51,10 @@ fn rounds_match<T: Real>(placement: &Placement, rows: usize, hidden: usize) {
         let cfg = kernel::one_wave::<T>(comm, &s, BLOCK)?;
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&kernel::requirements(&cfg))?;
         let mut lamport = LamportAllReduce::<T>::new(comm, &s, cfg, n, hidden)?;
-        let bias = upload(&s, &common::random_as::<T>(hidden, BIAS_SEED))?;
-        let residual = upload(&s, &common::random_as::<T>(n, RESIDUAL_SEED))?;
+        let bias = DeviceBuffer::from_host(&s, &common::random_as::<T>(hidden, BIAS_SEED))?;
+        let residual = DeviceBuffer::from_host(&s, &common::random_as::<T>(n, RESIDUAL_SEED))?;
         let mut x = DeviceBuffer::<T>::new(&s, n)?;
-        let mut out = upload(&s, &vec![T::nan(); n])?;
+        let mut out = DeviceBuffer::from_host(&s, &vec![T::nan(); n])?;
         let mut errors = Vec::new();
         for (round, want) in references.iter().enumerate() {
             x.copy_from_host(&common::random_as::<T>(n, x_seed(round, me)))?;
@@ -113,10 +107,10 @@ fn graph_replayed_rounds_match_the_host_reference_on_every_rank() {
         let cfg = kernel::one_wave::<f32>(comm, &s, BLOCK)?;
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&kernel::requirements(&cfg))?;
         let lamport = LamportAllReduce::<f32>::new(comm, &s, cfg, n, hidden)?;
-        let bias = upload(&s, &common::random_as::<f32>(hidden, BIAS_SEED))?;
-        let residual = upload(&s, &common::random_as::<f32>(n, RESIDUAL_SEED))?;
-        let x = upload(&s, &vec![0.0f32; n])?;
-        let out = upload(&s, &vec![f32::NAN; n])?;
+        let bias = DeviceBuffer::from_host(&s, &common::random_as::<f32>(hidden, BIAS_SEED))?;
+        let residual = DeviceBuffer::from_host(&s, &common::random_as::<f32>(n, RESIDUAL_SEED))?;
+        let x = DeviceBuffer::from_host(&s, &vec![0.0f32; n])?;
+        let out = DeviceBuffer::from_host(&s, &vec![f32::NAN; n])?;
         let mut graph = weft::host::Graph::capture(&s, |c| lamport.record(c, &dev, &x, &bias, &residual, &out))?;
         let mut errors = Vec::new();
         for (round, want) in references.iter().enumerate() {
@@ -158,10 +152,10 @@ fn a_peer_that_never_launches_ends_the_round_in_an_error_on_every_rank() {
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&kernel::requirements(&cfg))?;
         let mut lamport =
             LamportAllReduce::<f32>::new(comm, &s, cfg, n, hidden)?.with_timeout(Duration::from_millis(200));
-        let bias = upload(&s, &common::random_as::<f32>(hidden, BIAS_SEED))?;
-        let residual = upload(&s, &common::random_as::<f32>(n, RESIDUAL_SEED))?;
-        let x = upload(&s, &common::random_as::<f32>(n, x_seed(0, me)))?;
-        let mut out = upload(&s, &vec![f32::NAN; n])?;
+        let bias = DeviceBuffer::from_host(&s, &common::random_as::<f32>(hidden, BIAS_SEED))?;
+        let residual = DeviceBuffer::from_host(&s, &common::random_as::<f32>(n, RESIDUAL_SEED))?;
+        let x = DeviceBuffer::from_host(&s, &common::random_as::<f32>(n, x_seed(0, me)))?;
+        let mut out = DeviceBuffer::from_host(&s, &vec![f32::NAN; n])?;
         barrier.wait();
         let alone = if me == 0 {
             lamport.launch(&s, &dev, &x, &bias, &residual, &mut out)?;

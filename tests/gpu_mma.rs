@@ -11,12 +11,6 @@ fn one_rank() -> Communicator {
     Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap()
 }
 
-fn upload<T: DeviceRepr>(s: &std::sync::Arc<cudarc::driver::CudaStream>, host: &[T]) -> DeviceBuffer<T> {
-    let mut buffer = DeviceBuffer::new(s, host.len()).unwrap();
-    buffer.copy_from_host(host).unwrap();
-    buffer
-}
-
 /// `out = a (m x k) * b (k x n)` in f64 from the rounded inputs.
 fn reference(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
     let mut out = vec![0.0; m * n];
@@ -41,9 +35,9 @@ fn check<T: weft::device::MmaElement + DeviceRepr + weft::host::Element>(to: fn(
             n,
             k,
         );
-        let (ad, bd) = (upload(&s, &a), upload(&s, &b));
+        let (ad, bd) = (DeviceBuffer::from_host(&s, &a).unwrap(), DeviceBuffer::from_host(&s, &b).unwrap());
         for shared in [false, true] {
-            let mut out = upload(&s, &vec![f32::NAN; m * n]);
+            let mut out = DeviceBuffer::from_host(&s, &vec![f32::NAN; m * n]).unwrap();
             if shared {
                 // Through shared tiles and ldmatrix: one warp per block.
                 mma_gemm_shared::launch(&s, LaunchConfig::linear(8, 32), &ad, &bd, &mut out, m, n, k).unwrap();
@@ -88,9 +82,9 @@ fn tile_check_child() {
     let comm = one_rank();
     let s = comm.context().new_stream().unwrap();
     let (m, n, k) = (16, 8, 16);
-    let a = upload(&s, &vec![half::bf16::ONE; m * k]);
-    let b = upload(&s, &vec![half::bf16::ONE; k * n]);
-    let mut out = upload(&s, &vec![0.0f32; m * n]);
+    let a = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; m * k]).unwrap();
+    let b = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; k * n]).unwrap();
+    let mut out = DeviceBuffer::from_host(&s, &vec![0.0f32; m * n]).unwrap();
     mma_gemm::launch(&s, LaunchConfig::linear(1, 32), &a, &b, &mut out, m, n, 4 * k).unwrap();
     let waited: Result<(), Error> = weft::host::cuda::settle(&s);
     println!("child: wait after the out-of-bounds tile: {waited:?}");

@@ -73,13 +73,22 @@ impl<'comm, T: LamportElement> LamportAllReduce<'comm, T> {
         let peers = comm.properties()?.lsa_size;
         let blocks = u32::try_from((n / lanes).div_ceil(cfg.block_dim.0 as usize).max(1)).unwrap_or(u32::MAX);
         let cfg = LaunchConfig::linear(cfg.grid_dim.0.min(blocks), cfg.block_dim.0);
-        let mut lamport = comm.alloc_window::<T>(stream, 3 * peers * n, WindowFlags::COLL_SYMMETRIC)?;
-        lamport.buffer_mut().copy_from_host(&vec![T::negative_zero(); 3 * peers * n])?;
-        let mut rounds = DeviceBuffer::new(stream, cfg.grid_dim.0 as usize)?;
-        rounds.copy_from_host(&vec![0u32; cfg.grid_dim.0 as usize])?;
-        let mut status = DeviceBuffer::new(stream, 1)?;
-        status.copy_from_host(&[0u32])?;
-        Ok(LamportAllReduce { lamport, rounds, status, cfg, n, hidden, timeout: DEFAULT_TIMEOUT, broken: false.into() })
+        let lamport = comm.alloc_window::<T>(stream, 3 * peers * n, WindowFlags::COLL_SYMMETRIC)?;
+        let rounds = DeviceBuffer::new(stream, cfg.grid_dim.0 as usize)?;
+        let status = DeviceBuffer::new(stream, 1)?;
+        let mut state = LamportAllReduce {
+            lamport,
+            rounds,
+            status,
+            cfg,
+            n,
+            hidden,
+            timeout: DEFAULT_TIMEOUT,
+            broken: false.into(),
+        };
+        // The first fill is the reset's: every slot the sentinel, the rounds and the status zero.
+        state.reset()?;
+        Ok(state)
     }
 
     /// How long a block waits for a peer's pack before the round fails.

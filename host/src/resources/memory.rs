@@ -66,6 +66,14 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         })
     }
 
+    /// A new buffer on `stream`'s device holding a copy of `host` (blocking): [`new`](Self::new), then
+    /// [`copy_from_host`](Self::copy_from_host).
+    pub fn from_host(stream: &Arc<CudaStream>, host: &[T]) -> Result<DeviceBuffer<T>, Error> {
+        let mut buffer = DeviceBuffer::new(stream, host.len())?;
+        buffer.copy_from_host(host)?;
+        Ok(buffer)
+    }
+
     /// Copies `host` into the buffer (blocking). Lengths must match.
     pub fn copy_from_host(&mut self, host: &[T]) -> Result<(), Error> {
         self.overwrite_from_host(host)
