@@ -252,3 +252,39 @@ fn revoke_then_shrink_to_the_survivors_then_a_correct_collective_on_every_rank()
     assert_released(&before, &free_memory(&placement));
     a_new_communicator_works(&placement);
 }
+
+/// In `spmd`, the last rank's body fails before a collective that the others enqueue: their host-side waits end in
+/// `Error::PeerFailed` naming it (instead of waiting out the 300 s settle deadline), every communicator is aborted,
+/// `spmd` returns the failed rank's own error, and a new communicator works afterwards.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_rank_that_fails_in_spmd_ends_the_waits_of_the_others() {
+    let Some(placement) = placement() else { return };
+    let before = warm_up(&placement);
+    let n = placement.nranks();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let started = Instant::now();
+    let result = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
+        let s = comm.context().new_stream()?;
+        if comm.rank() == n - 1 {
+            return Err(Error::InvalidArgument { argument: "body", problem: "this rank fails on purpose".into() });
+        }
+        let send = s.clone_htod(&vec![1.0f32; 4096])?;
+        let mut recv = s.alloc_zeros::<f32>(4096)?;
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
+        let outcome = weft::host::cuda::settle(&s);
+        seen.lock().unwrap().push((comm.rank(), format!("{outcome:?}")));
+        assert!(matches!(&outcome, Err(Error::PeerFailed { rank, .. }) if *rank == n - 1), "{outcome:?}");
+        outcome
+    });
+    let elapsed = started.elapsed();
+    println!("spmd returned after {elapsed:?}: {result:?}; the others saw {:?}", seen.lock().unwrap());
+    assert!(
+        matches!(&result, Err(Error::InvalidArgument { problem, .. }) if problem.contains("on purpose")),
+        "spmd must return the failed rank's own error: {result:?}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), n - 1, "every other rank must have stopped waiting");
+    assert!(elapsed < Duration::from_secs(60), "the others waited {elapsed:?}");
+    assert_released(&before, &free_memory(&placement));
+    a_new_communicator_works(&placement);
+}

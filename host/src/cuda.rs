@@ -155,6 +155,7 @@ fn settle_event_watching(
             Err(error) => return Err(error.into()),
         }
         watch()?;
+        crate::spmd::peer_failure()?;
         if started.elapsed() >= timeout {
             return Err(Error::Stalled { operation: "the work enqueued on the stream", after: timeout });
         }

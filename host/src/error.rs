@@ -94,6 +94,20 @@ pub enum Error {
         after: Duration,
     },
 
+    /// Another rank of this process's [`spmd`](crate::spmd()) job failed while this rank was waiting for work that
+    /// needs it (a barrier or a collective it will never reach): the wait ended instead of hanging. The other
+    /// rank's error is the cause; this rank's communicator is aborted like the failed one's.
+    #[error(
+        "rank {rank} of this job failed while this rank waited for work that needs it ({error}); this rank stopped \
+         waiting and aborts too: fix rank {rank}'s error"
+    )]
+    PeerFailed {
+        /// The rank that failed first.
+        rank: usize,
+        /// Its error, as displayed.
+        error: String,
+    },
+
     /// The communicator lacks a capability the request needs.
     #[error("the communicator does not support {capability}: {reason}")]
     MissingCapability {

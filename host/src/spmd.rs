@@ -1,6 +1,9 @@
 //! Single-process SPMD: one thread per rank, each with its own active communicator, over a device list that may
 //! repeat a device (several ranks on one GPU).
 
+use std::cell::RefCell;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+
 use crate::comm::UniqueId;
 use crate::comm::{Active, Communicator};
 use crate::config::Config;
@@ -36,26 +39,45 @@ pub fn spmd<R: Send>(
     let nranks = devices.len();
     // The ranks (threads) sharing a GPU line up after each collective setup call.
     let groups = placement.local_groups();
+    let job = Arc::new(Job { in_body: Mutex::new(nranks), ..Job::default() });
     let outcomes: Vec<Result<R, Error>> = std::thread::scope(|scope| {
         let handles: Vec<_> = devices
             .iter()
             .enumerate()
             .map(|(rank, &device)| {
                 let (body, placement, group) = (&body, &placement, &groups[rank]);
+                let job = &job;
                 scope.spawn(move || -> Result<R, Error> {
-                    let config = shared_gpu_config(config, placement.ranks_on_gpu(rank));
-                    let comm = Communicator::uninit(device)?.sharing_gpu_in(group)?.init(nranks, rank, &id, &config)?;
-                    match body(&comm) {
-                        Ok(value) => {
-                            let finalized = comm.finalize()?;
-                            finalized.destroy()?;
-                            Ok(value)
+                    let _member = Member::join(job, rank);
+                    let outcome = (|| {
+                        let in_body = InBody::new(job);
+                        let config = shared_gpu_config(config, placement.ranks_on_gpu(rank));
+                        let comm =
+                            Communicator::uninit(device)?.sharing_gpu_in(group)?.init(nranks, rank, &id, &config)?;
+                        match body(&comm) {
+                            Ok(value) => {
+                                in_body.leave();
+                                let finalized = comm.finalize()?;
+                                finalized.destroy()?;
+                                Ok(value)
+                            }
+                            Err(error) => {
+                                // The peers' host-side waits end first (`peer_failure`); this rank's resources go
+                                // once they have left their bodies too, or after a grace period: ranks sharing a
+                                // GPU share its context, and an abort frees memory that a peer's kernel may still
+                                // be reading (an illegal address for every rank of the process).
+                                job.fail(rank, &error);
+                                in_body.leave();
+                                job.wait_for_bodies(ABORT_GRACE);
+                                let _ = comm.abort();
+                                Err(error)
+                            }
                         }
-                        Err(error) => {
-                            let _ = comm.abort();
-                            Err(error)
-                        }
+                    })();
+                    if let Err(error) = &outcome {
+                        job.fail(rank, error);
                     }
+                    outcome
                 })
             })
             .collect();
@@ -69,7 +91,117 @@ pub fn spmd<R: Send>(
             })
             .collect()
     });
-    outcomes.into_iter().collect()
+    // The first failure is the cause: ranks that only stopped waiting for it report `PeerFailed`.
+    let (mut values, mut cause, mut peer_failed) = (Vec::with_capacity(nranks), None, None);
+    for outcome in outcomes {
+        match outcome {
+            Ok(value) => values.push(value),
+            Err(error @ Error::PeerFailed { .. }) => {
+                peer_failed.get_or_insert(error);
+            }
+            Err(error) => {
+                cause.get_or_insert(error);
+            }
+        }
+    }
+    match cause.or(peer_failed) {
+        Some(error) => Err(error),
+        None => Ok(values),
+    }
+}
+
+/// How long a failed rank waits for its peers to leave their bodies before it aborts its communicator anyway.
+const ABORT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What the ranks of one [`spmd`] job share: the first rank that failed, if any, and how many ranks are still
+/// running their bodies.
+#[derive(Default)]
+struct Job {
+    failed: OnceLock<(usize, String)>,
+    in_body: Mutex<usize>,
+    left: Condvar,
+}
+
+impl Job {
+    fn fail(&self, rank: usize, error: &Error) {
+        if !matches!(error, Error::PeerFailed { .. }) {
+            let _ = self.failed.set((rank, error.to_string()));
+        }
+    }
+
+    fn leave_body(&self) {
+        let mut in_body = self.in_body.lock().unwrap_or_else(|p| p.into_inner());
+        *in_body = in_body.saturating_sub(1);
+        self.left.notify_all();
+    }
+
+    fn wait_for_bodies(&self, grace: std::time::Duration) {
+        let in_body = self.in_body.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = self.left.wait_timeout_while(in_body, grace, |n| *n > 0);
+    }
+}
+
+/// A rank's presence in its body: it leaves once, explicitly or when dropped (an early return, a panic).
+struct InBody<'a> {
+    job: &'a Job,
+    left: std::cell::Cell<bool>,
+}
+
+impl<'a> InBody<'a> {
+    fn new(job: &'a Job) -> Self {
+        InBody { job, left: false.into() }
+    }
+
+    fn leave(&self) {
+        if !self.left.replace(true) {
+            self.job.leave_body();
+        }
+    }
+}
+
+impl Drop for InBody<'_> {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+thread_local! {
+    /// The job a rank thread belongs to, and its rank.
+    static MEMBER: RefCell<Option<(Arc<Job>, usize)>> = const { RefCell::new(None) };
+}
+
+/// A rank thread's membership of its job, for its life; a panic in the thread counts as its failure.
+struct Member {
+    job: Arc<Job>,
+    rank: usize,
+}
+
+impl Member {
+    fn join(job: &Arc<Job>, rank: usize) -> Member {
+        MEMBER.with(|m| *m.borrow_mut() = Some((job.clone(), rank)));
+        Member { job: job.clone(), rank }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.job.failed.set((self.rank, "it panicked".into()));
+        }
+        MEMBER.with(|m| *m.borrow_mut() = None);
+    }
+}
+
+/// `Err(PeerFailed)` when the calling thread is a rank of an [`spmd`] job in which another rank has failed: the
+/// host-side waits (`cuda::settle` and friends) poll it, so a rank waiting for a peer that is gone stops waiting.
+pub(crate) fn peer_failure() -> Result<(), Error> {
+    MEMBER.with(|m| match &*m.borrow() {
+        Some((job, me)) => match job.failed.get() {
+            Some((rank, error)) if rank != me => Err(Error::PeerFailed { rank: *rank, error: error.clone() }),
+            _ => Ok(()),
+        },
+        None => Ok(()),
+    })
 }
 
 /// The CUDA devices visible to this process: `0..count`.

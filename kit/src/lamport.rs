@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaSlice, CudaStream};
 use weft::host::caps::Lsa;
 use weft::host::launch::{KernelSlice, KernelSliceMut};
 use weft::host::{Communicator, DevComm, DeviceBuffer, Error, LaunchConfig, Window, WindowFlags};
@@ -45,6 +45,10 @@ pub struct LamportAllReduce<'comm, T: LamportElement> {
     timeout: Duration,
     /// A round failed: the buffers are in an unknown state until [`reset`](Self::reset).
     broken: std::cell::Cell<bool>,
+    /// The communicator and stream of the collective step that ends a [`reset`](Self::reset), and its one word.
+    comm: &'comm Communicator,
+    stream: Arc<CudaStream>,
+    fence: CudaSlice<u32>,
 }
 
 impl<'comm, T: LamportElement> LamportAllReduce<'comm, T> {
@@ -85,6 +89,9 @@ impl<'comm, T: LamportElement> LamportAllReduce<'comm, T> {
             hidden,
             timeout: DEFAULT_TIMEOUT,
             broken: false.into(),
+            comm,
+            stream: stream.clone(),
+            fence: stream.alloc_zeros(1)?,
         };
         // The first fill is the reset's: every slot the sentinel, the rounds and the status zero.
         state.reset()?;
@@ -191,14 +198,20 @@ impl<'comm, T: LamportElement> LamportAllReduce<'comm, T> {
         Ok(())
     }
 
-    /// Refills the buffers with the sentinel and restarts the rounds. Every rank resets before any rank launches
-    /// again (and after every rank's kernels have stopped): a collective step, like the first fill.
+    /// Refills the buffers with the sentinel and restarts the rounds. Collective, like the first fill: every rank
+    /// calls it after its own kernels have stopped, and it returns once every rank has refilled, so that no peer's
+    /// next round can store into a slot that a late refill then overwrites with the sentinel (that round would wait
+    /// forever for data already erased).
     pub fn reset(&mut self) -> Result<(), Error> {
         let len = self.lamport.buffer().len();
         self.lamport.buffer_mut().copy_from_host(&vec![T::negative_zero(); len])?;
         let blocks = self.rounds.len();
         self.rounds.copy_from_host(&vec![0u32; blocks])?;
         self.status.copy_from_host(&[0u32])?;
+        // The copies above are done when they return; an all-reduce on every rank's stream completes only once
+        // every rank has reached it, so after it settles every rank's refill is done.
+        self.comm.all_reduce_in_place(&mut self.fence, weft::host::ReduceOp::Sum, &self.stream)?;
+        weft::host::cuda::settle(&self.stream)?;
         self.broken.set(false);
         Ok(())
     }
