@@ -28,7 +28,9 @@
 #             2.28.9: a quick look after a change to launch geometry
 #   graphs    (not in the default) the CUDA graph tests with their figures: 1 rank on 2.28.9, 1/2/4/8 on 2.30.7
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
-# WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s).
+# WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s). WEFT_GPU_CHECK_DEADLINE=s skips the
+# runs that would start after s seconds (each is listed as skipped), so that the summary and the logs still come back
+# from a machine that limits a call's time. WEFT_GPU_CHECK_RANKS="4 8" limits the ranks part to those rank counts.
 # Full logs and the benchmarks' CSV/SVG go to one archive, $OUT/gpu-logs.tgz (the device tool brings back few files),
 # and a summary (one line per run: name, exit status, last result line) is printed last.
 set -uo pipefail
@@ -46,6 +48,14 @@ multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_g
 run() { # name, timeout (s), command...
   local name=$1 limit=${WEFT_GPU_CHECK_TIMEOUT:-$2}; shift 2
   local started=$SECONDS
+  if [ -n "${WEFT_GPU_CHECK_DEADLINE:-}" ] && [ "$SECONDS" -ge "$WEFT_GPU_CHECK_DEADLINE" ]; then
+    printf '%-44s skipped: past WEFT_GPU_CHECK_DEADLINE (%ss)\n' "$name" "$WEFT_GPU_CHECK_DEADLINE" | tee -a "$summary"
+    return
+  fi
+  # A run never outlasts the deadline either.
+  if [ -n "${WEFT_GPU_CHECK_DEADLINE:-}" ] && [ $((SECONDS + limit)) -gt "$WEFT_GPU_CHECK_DEADLINE" ]; then
+    limit=$((WEFT_GPU_CHECK_DEADLINE - SECONDS))
+  fi
   # hang-dump prints every thread's stack (kernel view) before killing a run that passes its limit.
   "$root/scripts/hang-dump.sh" "$limit" "$@" > "$out/$name.log" 2>&1; local rc=$?
   local last
@@ -97,7 +107,7 @@ suite() { # tag
 }
 
 ranks() {
-  for n in 2 4 8; do
+  for n in ${WEFT_GPU_CHECK_RANKS:-2 4 8}; do
     export WEFT_RANKS=$n
     local i
     for ((i = 0; i < ${#multi_rank_tests[@]}; i += 2)); do

@@ -39,15 +39,44 @@ pub struct Capture<'g> {
     stream: Arc<CudaStream>,
     /// The stream replays will run on (what recorded resources note as their user).
     replay: Arc<CudaStream>,
-    /// How many operations were recorded.
-    recorded: std::cell::Cell<usize>,
+    /// How many operations were recorded, and the ranks sharing the GPU with the recorded communicators.
+    log: CaptureLog,
     /// Invariant in `'g`: a recorder's `&'g` borrows cannot be shortened to fit.
     borrows: PhantomData<fn(&'g ()) -> &'g ()>,
 }
 
 impl std::fmt::Debug for Capture<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Capture").field("recorded", &self.recorded.get()).finish()
+        f.debug_struct("Capture").field("recorded", &self.log.recorded.get()).finish()
+    }
+}
+
+/// What a capture learns from what it records.
+#[derive(Default)]
+pub(crate) struct CaptureLog {
+    /// How many operations were recorded.
+    recorded: std::cell::Cell<usize>,
+    /// The group of ranks of this process sharing the GPU with a recorded communicator (its `LocalGroup`), if any.
+    group: std::cell::RefCell<Option<Arc<crate::placement::LocalGroup>>>,
+}
+
+impl CaptureLog {
+    /// Counts one recorded collective of `comm`.
+    pub(crate) fn note<S: crate::comm::State, M: crate::comm::Mode>(&self, comm: &Communicator<S, M>) {
+        self.note_plain();
+        self.join_group_of(comm);
+    }
+
+    /// Notes that what is recorded runs `comm`'s work (a kernel taking its device communicator).
+    pub(crate) fn join_group_of<S: crate::comm::State, M: crate::comm::Mode>(&self, comm: &Communicator<S, M>) {
+        if let Some(group) = comm.local_group() {
+            self.group.borrow_mut().get_or_insert_with(|| group.clone());
+        }
+    }
+
+    /// Counts one recorded operation.
+    pub(crate) fn note_plain(&self) {
+        self.recorded.set(self.recorded.get() + 1);
     }
 }
 
@@ -197,7 +226,7 @@ impl<'g> Graph<'g> {
         let mut capture = Capture {
             stream: private.clone(),
             replay: stream.clone(),
-            recorded: std::cell::Cell::new(0),
+            log: CaptureLog::default(),
             borrows: PhantomData,
         };
         body(&mut capture)?;
@@ -214,9 +243,15 @@ impl<'g> Graph<'g> {
             ));
         }
         let graph = graph?.ok_or_else(|| Error::invalid("graph", "the capture recorded nothing"))?;
-        let recorded = capture.recorded.get();
+        let recorded = capture.log.recorded.get();
         if recorded == 0 {
             return Err(Error::invalid("graph", "the capture recorded nothing: record a kernel or a collective"));
+        }
+        // Ranks of this process that share the GPU line up here, so that none replays before every one has
+        // instantiated its graph: the driver's instantiation can wait for work already running on the device, and a
+        // peer's replayed kernel waits for this rank's (docs/graphs.md: seen at 8 ranks on one GPU).
+        if let Some(group) = capture.log.group.take() {
+            group.line_up("CUDA graph instantiation", crate::placement::LINE_UP_TIMEOUT)?;
         }
         Ok(Graph { graph, stream: stream.clone(), replayed, replays: 0, recorded, borrows: PhantomData })
     }
@@ -302,13 +337,14 @@ impl<'g> Capture<'g> {
         &self.replay
     }
 
-    pub(crate) fn recorded_count(&self) -> &std::cell::Cell<usize> {
-        &self.recorded
+    pub(crate) fn log(&self) -> &CaptureLog {
+        &self.log
     }
 
     /// Notes `buffer` as used by the replays, then counts the collective recorded by `enqueue`.
     fn collective<T>(
         &self,
+        comm: &Communicator<Active, Blocking>,
         buffers: &[&dyn sealed::GraphBuffer<T>],
         enqueue: impl FnOnce(&CudaStream) -> Result<(), Error>,
     ) -> Result<(), Error> {
@@ -316,7 +352,7 @@ impl<'g> Capture<'g> {
         for buffer in buffers {
             buffer.graph_note_use(&self.replay);
         }
-        self.recorded.set(self.recorded.get() + 1);
+        self.log.note(comm);
         Ok(())
     }
 
@@ -337,7 +373,7 @@ impl<'g> Capture<'g> {
         // SAFETY: the caller's contract above; the capturing stream is of the function's context (checked by the
         // driver: a function of another context fails the launch).
         unsafe { crate::launch::launch_raw(function, &self.stream, cfg, args) }?;
-        self.recorded.set(self.recorded.get() + 1);
+        self.log.note_plain();
         Ok(())
     }
 
@@ -349,7 +385,7 @@ impl<'g> Capture<'g> {
         recv: &'g impl GraphBuffer<T>,
         op: ReduceOp<'g>,
     ) -> Result<(), Error> {
-        self.collective(&[send, recv], |stream| {
+        self.collective(comm, &[send, recv], |stream| {
             comm.all_reduce(&Recorded::of(send), &mut Recorded::of(recv), op, stream)
         })
     }
@@ -361,7 +397,7 @@ impl<'g> Capture<'g> {
         buffer: &'g impl GraphBuffer<T>,
         op: ReduceOp<'g>,
     ) -> Result<(), Error> {
-        self.collective(&[buffer], |stream| comm.all_reduce_in_place(&mut Recorded::of(buffer), op, stream))
+        self.collective(comm, &[buffer], |stream| comm.all_reduce_in_place(&mut Recorded::of(buffer), op, stream))
     }
 
     /// Records `ncclReduceScatter` (`send.len() == recv.len() * nranks`) on `comm`.
@@ -372,7 +408,7 @@ impl<'g> Capture<'g> {
         recv: &'g impl GraphBuffer<T>,
         op: ReduceOp<'g>,
     ) -> Result<(), Error> {
-        self.collective(&[send, recv], |stream| {
+        self.collective(comm, &[send, recv], |stream| {
             comm.reduce_scatter(&Recorded::of(send), &mut Recorded::of(recv), op, stream)
         })
     }
@@ -384,6 +420,8 @@ impl<'g> Capture<'g> {
         send: &'g impl GraphBuffer<T>,
         recv: &'g impl GraphBuffer<T>,
     ) -> Result<(), Error> {
-        self.collective(&[send, recv], |stream| comm.all_gather(&Recorded::of(send), &mut Recorded::of(recv), stream))
+        self.collective(comm, &[send, recv], |stream| {
+            comm.all_gather(&Recorded::of(send), &mut Recorded::of(recv), stream)
+        })
     }
 }

@@ -35,7 +35,7 @@ pub struct KernelArgs<'a> {
     /// its replays run on (what freeing a resource waits for).
     uses: &'a Arc<CudaStream>,
     /// The count of operations of the capture this launch is recorded into, if it is.
-    capture: Option<&'a std::cell::Cell<usize>>,
+    capture: Option<&'a crate::graph::CaptureLog>,
 }
 
 impl std::fmt::Debug for KernelArgs<'_> {
@@ -82,7 +82,7 @@ impl<'a> KernelArgs<'a> {
     ) -> KernelArgs<'a> {
         KernelArgs {
             uses: capture.replay_stream(),
-            capture: Some(capture.recorded_count()),
+            capture: Some(capture.log()),
             ..KernelArgs::with_parameters(kernel, parameters, capture.capturing_stream())
         }
     }
@@ -109,6 +109,9 @@ impl<'a> KernelArgs<'a> {
             return Err(self.wrong_device(parameter, dev.cuda_device()));
         }
         self.ranks_on_gpu = self.ranks_on_gpu.max(dev.communicator().ranks_on_gpu());
+        if let Some(log) = self.capture {
+            log.join_group_of(dev.communicator());
+        }
         self.args.push_bytes(dev.kernel_arg_bytes()?, DevComm::<C, M>::KERNEL_ARG_ALIGN)?;
         dev.note_launch(self.uses);
         Ok(())
@@ -256,8 +259,8 @@ impl<'a> KernelArgs<'a> {
             check_block_fits(spec.name, &function, &cfg)?;
         }
         if launched.is_ok() {
-            if let Some(recorded) = self.capture {
-                recorded.set(recorded.get() + 1);
+            if let Some(log) = self.capture {
+                log.note_plain();
             }
         }
         launched
