@@ -43,7 +43,7 @@ summary="$out/summary.txt"
 export NCCL_DEBUG=WARN WEFT_CACHE_DIR=/tmp/weft-cache WEFT_STACKS=1
 [ "${WEFT_GPU_CHECK_QUICK:-0}" = 1 ] && export WEFT_BENCH_QUICK=1
 # The multi-rank tests and the fault tests; everything else is one rank (or several on several GPUs).
-multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_graphs "every_rank" test-gpu_lamport "every_rank" test-gpu_faults "")
+multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_graphs "every_rank" test-gpu_lamport "every_rank" test-gpu_multimem "" test-gpu_faults "")
 
 run() { # name, timeout (s), command...
   local name=$1 limit=${WEFT_GPU_CHECK_TIMEOUT:-$2}; shift 2
@@ -97,7 +97,8 @@ suite() { # tag
   # weft_macros is a proc-macro crate: its unit tests link libstd as a dylib and run on the CPU machine only. The
   # codegen test (nvcc compiles every kernel against each NCCL's headers, ~50 s here) needs no GPU: CI runs it, and
   # WEFT_GPU_CHECK_CODEGEN=1 runs it here too.
-  local tests="weft_host weft_device gpu gpu_kernels gpu_graphs gpu_lamport gpu_pdl gpu_mma gpu_bounds gpu_group_outputs"
+  local tests="weft_host weft_device gpu gpu_kernels gpu_graphs gpu_lamport gpu_multimem gpu_pdl gpu_mma gpu_bounds"
+  tests="$tests gpu_group_outputs"
   tests="$tests gpu_timeout gpu_waits gpu_faults"
   [ "${WEFT_GPU_CHECK_CODEGEN:-0}" = 1 ] && tests="$tests codegen"
   for t in $tests; do

@@ -4,6 +4,7 @@
 pub mod allreduce;
 pub mod allreduce_epilogue;
 pub mod allreduce_lamport;
+pub mod allreduce_multimem;
 pub mod gin_ring;
 pub mod moe;
 pub mod rmsnorm;
@@ -23,6 +24,10 @@ pub const ALL: &[(&str, &str)] = &[
     (
         allreduce_lamport::allreduce_bias_residual_lamport::NAME,
         allreduce_lamport::allreduce_bias_residual_lamport::SOURCE,
+    ),
+    (
+        allreduce_multimem::allreduce_bias_residual_multimem::NAME,
+        allreduce_multimem::allreduce_bias_residual_multimem::SOURCE,
     ),
     (rmsnorm::rmsnorm_residual_tp::NAME, rmsnorm::rmsnorm_residual_tp::SOURCE),
     (zero_adam::zero_adam_step::NAME, zero_adam::zero_adam_step::SOURCE),
