@@ -27,6 +27,9 @@
 #   recheck   (not in the default) examples 03 and 06 at 2/4/8 ranks, then the kernel tests and both at 1 rank on
 #             2.28.9: a quick look after a change to launch geometry
 #   graphs    (not in the default) the CUDA graph tests with their figures: 1 rank on 2.28.9, 1/2/4/8 on 2.30.7
+#   launchers (not in the default) one process per rank under torchrun (python3 -m torch.distributed.run): one
+#             process on 2.28.9 and 2.30.7, then 2 and 4 processes sharing the one GPU on 2.30.7 (quickstart and
+#             example 03; whether NCCL's multi-rank mode works across processes, which time-slice without MPS)
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s). WEFT_GPU_CHECK_DEADLINE=s skips the
 # runs that would start after s seconds (each is listed as skipped), so that the summary and the logs still come back
@@ -168,6 +171,16 @@ graphs() { # release, rank counts...: the CUDA graph tests, with their output (t
   done
 }
 
+launchers() { # release, process counts...: examples under torchrun, one process per rank
+  local release=$1; shift
+  local torchrun=(python3 -m torch.distributed.run --standalone --no-python)
+  for n in "$@"; do
+    run "$release torchrun x$n example-quickstart" 120 "${torchrun[@]}" --nproc-per-node "$n" .gpu/bin/example-quickstart
+    [ "$n" -gt 1 ] && run "$release torchrun x$n example-allreduce_bias_residual" 180 \
+      "${torchrun[@]}" --nproc-per-node "$n" .gpu/bin/example-allreduce_bias_residual
+  done
+}
+
 hangs() { # the runs that hung last time, once each, for their stacks (scripts/symbolize.py)
   export WEFT_TRACE=1
   WEFT_RANKS=2 run "2.30.7 x2 test-gpu" 40 .gpu/bin/test-gpu --include-ignored --test-threads=1 --nocapture every_rank
@@ -208,6 +221,7 @@ case $parts in *,smoke,*) with_nccl 2.30.7 smoke ;; esac
 case $parts in *,bounds,*) with_nccl 2.30.7 bounds 2.30.7; with_nccl 2.28.9 bounds 2.28.9 ;; esac
 case $parts in *,recheck,*) with_nccl 2.30.7 recheck 2.30.7; with_nccl 2.28.9 recheck 2.28.9 ;; esac
 case $parts in *,hangs,*) with_nccl 2.30.7 hangs ;; esac
+case $parts in *,launchers,*) with_nccl 2.28.9 launchers 2.28.9 1; with_nccl 2.30.7 launchers 2.30.7 1 2 4 ;; esac
 case $parts in *,graphs,*) with_nccl 2.28.9 graphs 2.28.9 1; with_nccl 2.30.7 graphs 2.30.7 1 2 4 8 ;; esac
 case $parts in *,variants,*) with_nccl 2.30.7 variants ;; esac
 case $parts in *,suite,*) with_nccl 2.28.9 suite 2.28.9 ;; esac
