@@ -17,7 +17,8 @@
 #   suite30   NCCL 2.30.7, 1 rank: the same
 #   ranks     NCCL 2.30.7, WEFT_RANKS=2,4,8 (all on the one GPU): every multi-rank test (named `…every_rank…`), the
 #             fault tests, examples 01-06 (each checks f32 and bf16 against its f64 host reference)
-#   bench     the benchmarks: 1 rank on 2.28.9, 1/2/4/8 ranks on 2.30.7 (WEFT_GPU_CHECK_QUICK=1: quick mode;
+#   bench     the benchmarks: 1 rank on 2.28.9, 1/2/4/8 ranks on 2.30.7 (the block GEMM against cuBLAS at 1 rank;
+#             WEFT_GPU_CHECK_QUICK=1: quick mode;
 #             WEFT_GPU_CHECK_BENCH_RANKS="4 8": only those rank counts, on 2.30.7)
 #   smoke     (not in the default) NCCL 2.30.7: the wait probes, then at 2, 4 and 8 ranks the multi-rank tests (with
 #             WEFT_TRACE=1: each rank's steps) and the quickstart, 45 s each at most: a first look at a change
@@ -30,6 +31,7 @@
 #   launchers (not in the default) one process per rank under torchrun (python3 -m torch.distributed.run): one
 #             process on 2.28.9 and 2.30.7, then 2 and 4 processes sharing the one GPU on 2.30.7 (quickstart and
 #             example 03; whether NCCL's multi-rank mode works across processes, which time-slice without MPS)
+#   gemm      (not in the default) 1 rank on 2.28.9: the tensor-core tests, then the block GEMM against cuBLAS
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s). WEFT_GPU_CHECK_DEADLINE=s skips the
 # runs that would start after s seconds (each is listed as skipped), so that the summary and the logs still come back
@@ -181,12 +183,28 @@ launchers() { # release, process counts...: examples under torchrun, one process
   done
 }
 
+gemm() { # the tensor-core tests and the GEMM benchmark, one rank
+  run "2.28.9 test-gpu_mma" 120 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
+  [ -x .gpu/bin/test-gemm ] && LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}" WEFT_BENCH_OUT="$out/bench-gemm" \
+    run "2.28.9 x1 bench-gemm" 300 .gpu/bin/test-gemm
+}
+
 hangs() { # the runs that hung last time, once each, for their stacks (scripts/symbolize.py)
   export WEFT_TRACE=1
   WEFT_RANKS=2 run "2.30.7 x2 test-gpu" 40 .gpu/bin/test-gpu --include-ignored --test-threads=1 --nocapture every_rank
   WEFT_RANKS=4 run "2.30.7 x4 test-gpu_kernels" 40 .gpu/bin/test-gpu_kernels --include-ignored --test-threads=1 --nocapture every_rank
   WEFT_RANKS=8 run "2.30.7 x8 example-quickstart" 40 .gpu/bin/example-quickstart
   unset WEFT_TRACE
+}
+
+cublas_dirs() { # directories holding libcublas.so*, each followed by ':'
+  local dirs=("${CUDA_HOME:-/usr/local/cuda}/lib64")
+  local site
+  for site in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+    dirs+=("$site"/nvidia/cublas/lib "$site"/nvidia/cu13/lib)
+  done
+  local d
+  for d in "${dirs[@]}"; do compgen -G "$d/libcublas.so*" > /dev/null && printf '%s:' "$d"; done
 }
 
 bench() { # release, rank counts...
@@ -206,6 +224,9 @@ bench() { # release, rank counts...
       WEFT_BENCH_CASES=allreduce,allreduce_bias_residual_1shot,allreduce_bias_residual_lamport \
       run "$release x$n bench-allreduce-small-graph" 300 .gpu/bin/test-fused
     [ "$n" = 1 ] && [ -x .gpu/bin/test-dsl ] && run "$release x1 bench-dsl" 600 .gpu/bin/test-dsl
+    # The block GEMM against cuBLAS (libcublas from the CUDA toolkit or PyTorch's wheels).
+    [ "$n" = 1 ] && [ -x .gpu/bin/test-gemm ] && LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}" \
+      WEFT_BENCH_OUT="$out/bench-$release-x1" run "$release x1 bench-gemm" 300 .gpu/bin/test-gemm
   done
   unset WEFT_RANKS WEFT_BENCH_OUT
 }
@@ -221,6 +242,7 @@ case $parts in *,smoke,*) with_nccl 2.30.7 smoke ;; esac
 case $parts in *,bounds,*) with_nccl 2.30.7 bounds 2.30.7; with_nccl 2.28.9 bounds 2.28.9 ;; esac
 case $parts in *,recheck,*) with_nccl 2.30.7 recheck 2.30.7; with_nccl 2.28.9 recheck 2.28.9 ;; esac
 case $parts in *,hangs,*) with_nccl 2.30.7 hangs ;; esac
+case $parts in *,gemm,*) with_nccl 2.28.9 gemm ;; esac
 case $parts in *,launchers,*) with_nccl 2.28.9 launchers 2.28.9 1; with_nccl 2.30.7 launchers 2.30.7 1 2 4 ;; esac
 case $parts in *,graphs,*) with_nccl 2.28.9 graphs 2.28.9 1; with_nccl 2.30.7 graphs 2.30.7 1 2 4 8 ;; esac
 case $parts in *,variants,*) with_nccl 2.30.7 variants ;; esac

@@ -1,8 +1,10 @@
-//! GPU tests of the tensor-core vocabulary (`mma.sync m16n8k16`, device/src/mma.rs), one rank: a GEMM written with
-//! it (kit's `mma_gemm`, one warp per 16 x 8 tile, and `mma_gemm_shared`, through shared tiles and `ldmatrix`) against an f64 host reference in f16 and bf16, and a tile that
-//! reaches past its buffer stopping the kernel instead of reading beyond it.
+//! GPU tests of the tensor-core vocabulary (`mma.sync m16n8k16`, device/src/mma.rs, and the block GEMM mainloop,
+//! device/src/gemm.rs), one rank: GEMMs written with it (kit's `mma_gemm`, one warp per 16 x 8 tile;
+//! `mma_gemm_shared`, through shared tiles and `ldmatrix`; `gemm_tiles`, 128 x 128 block tiles through
+//! `gemm_block`) against an f64 host reference in f16 and bf16, a tile that reaches past its buffer stopping the
+//! kernel instead of reading beyond it, and `gemm_block` refusing a block of the wrong size.
 
-use weft_kit::test_kernels::{mma_gemm, mma_gemm_shared};
+use weft_kit::test_kernels::{gemm_tiles, mma_gemm, mma_gemm_shared};
 
 use cudarc::driver::DeviceRepr;
 use weft::host::{Communicator, Config, DeviceBuffer, Error, LaunchConfig, UniqueId};
@@ -106,4 +108,91 @@ fn a_tile_past_its_buffer_stops_the_kernel() {
     assert!(output.status.success(), "the child failed:\n{text}");
     assert!(text.contains("weft: out-of-bounds access at line"), "the tile check's message is missing:\n{text}");
     assert!(text.contains("wait after the out-of-bounds tile: Err"), "{text}");
+}
+
+/// `gemm_tiles` (the block mainloop: cp.async stages, swizzled shared tiles, ldmatrix, 8 warps of mma.sync) against
+/// the f64 host reference, over shapes with one tile, several tiles per block (a grid smaller than the tiles) and
+/// k spanning one to many stages.
+fn check_block_gemm<T: weft::device::MmaElement + DeviceRepr + weft::host::Element>(
+    to: fn(f32) -> T,
+    from: fn(T) -> f64,
+) {
+    let comm = one_rank();
+    let s = comm.context().new_stream().unwrap();
+    for (m, n, k, blocks) in [(128, 128, 32, 1), (256, 384, 96, 6), (384, 256, 512, 2)] {
+        let a: Vec<T> = weft_kit::common::random(m * k, 3).into_iter().map(to).collect();
+        let b: Vec<T> = weft_kit::common::random(k * n, 4).into_iter().map(to).collect();
+        let want = reference(
+            &a.iter().map(|&v| from(v)).collect::<Vec<_>>(),
+            &b.iter().map(|&v| from(v)).collect::<Vec<_>>(),
+            m,
+            n,
+            k,
+        );
+        let (ad, bd) = (DeviceBuffer::from_host(&s, &a).unwrap(), DeviceBuffer::from_host(&s, &b).unwrap());
+        let mut out = DeviceBuffer::from_host(&s, &vec![to(f32::NAN); m * n]).unwrap();
+        gemm_tiles::launch(&s, LaunchConfig::linear(blocks, 256), &ad, &bd, &mut out, m, n, k).unwrap();
+        let got = out.copy_to_host().unwrap();
+        let (mut diff, mut norm) = (0.0f64, 0.0f64);
+        for (g, w) in got.iter().zip(&want) {
+            let g = from(*g);
+            assert!(g.is_finite(), "{m}x{n}x{k}: an output element was not written");
+            diff += (g - w).powi(2);
+            norm += w * w;
+        }
+        let error = (diff / norm).sqrt();
+        println!(
+            "gemm_tiles {} {m}x{n}x{k} on {blocks} blocks: relative error {error:.2e}",
+            <T as weft::device::Element>::NAME
+        );
+        // The output is rounded to 16 bits (relative error up to 2^-8 for bf16); a wrong layout or swizzle gives
+        // errors of order 1.
+        assert!(error < 1e-2, "gemm_tiles {m}x{n}x{k}: {error}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_block_gemm_mainloop_matches_the_host_reference() {
+    check_block_gemm::<half::bf16>(half::bf16::from_f32, |v| f64::from(v.to_f32()));
+    check_block_gemm::<half::f16>(half::f16::from_f32, |v| f64::from(v.to_f32()));
+}
+
+/// Set in the child process of [`a_block_of_the_wrong_size_stops_the_gemm`].
+const GEMM_CHILD: &str = "WEFT_GEMM_TEST_CHILD";
+
+/// The child's half: `gemm_tiles` launched with 128 threads per block (the mainloop needs 256).
+#[test]
+#[ignore = "needs a CUDA GPU; run by a_block_of_the_wrong_size_stops_the_gemm in its own process"]
+fn gemm_block_size_child() {
+    if std::env::var_os(GEMM_CHILD).is_none() {
+        return;
+    }
+    let comm = one_rank();
+    let s = comm.context().new_stream().unwrap();
+    let (m, n, k) = (128, 128, 32);
+    let a = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; m * k]).unwrap();
+    let b = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; k * n]).unwrap();
+    let mut out = DeviceBuffer::from_host(&s, &vec![half::bf16::ZERO; m * n]).unwrap();
+    gemm_tiles::launch(&s, LaunchConfig::linear(1, 128), &a, &b, &mut out, m, n, k).unwrap();
+    let waited: Result<(), Error> = weft::host::cuda::settle(&s);
+    println!("child: wait after the 128-thread gemm: {waited:?}");
+    assert!(waited.is_err(), "the kernel must stop before touching shared memory with the wrong block size");
+}
+
+/// `gemm_block` in a block of 128 threads stops the kernel with weft's message (its shared stages are laid out for
+/// 256), whichever bounds-check form the launch picked.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_block_of_the_wrong_size_stops_the_gemm() {
+    let exe = std::env::current_exe().unwrap();
+    let output = std::process::Command::new(exe)
+        .args(["--exact", "gemm_block_size_child", "--include-ignored", "--nocapture", "--test-threads=1"])
+        .env(GEMM_CHILD, "1")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    println!("{text}");
+    assert!(output.status.success(), "the child failed:\n{text}");
+    assert!(text.contains("blocks of exactly 256 threads"), "the mainloop's message is missing:\n{text}");
 }

@@ -999,6 +999,26 @@ struct MmaAcc {
   WEFT_FN static MmaAcc zero() { return MmaAcc{{0.0f, 0.0f, 0.0f, 0.0f}}; }
 };
 
+// A block's 128 x 128 f32 product tile, as one thread holds it (gemm.rs): 256 threads in 8 warps (2 x 4, each
+// 64 x 32: 4 x 4 accumulator fragments), 64 values per thread. Element `i` of this thread's share sits at
+// (row(i), col(i)) of the tile.
+struct GemmTile {
+  static constexpr size_t ROWS = 128, COLS = 128, THREADS = 256, PER_THREAD = 64;
+  MmaAcc acc[4][4];
+  WEFT_FN size_t len() const { return PER_THREAD; }
+  WEFT_FN size_t row(size_t i) const {
+    uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    size_t f = i / 4, e = i % 4;
+    return (warp / 4) * 64 + (f / 4) * 16 + lane / 4 + (e >= 2 ? 8 : 0);
+  }
+  WEFT_FN size_t col(size_t i) const {
+    uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    size_t f = i / 4, e = i % 4;
+    return (warp % 4) * 32 + (f % 4) * 8 + (lane % 4) * 2 + (e & 1);
+  }
+  WEFT_FN float value(size_t i) const { return acc[(i / 4) / 4][(i / 4) % 4].c[i % 4]; }
+};
+
 namespace detail {
 template <class T>
 WEFT_FN uint32_t pair_bits(T lo, T hi) {
@@ -2181,6 +2201,137 @@ WEFT_FN void local_reduce_sum_copy_at(Co coop, Slice<T> src, uint32_t src_count,
   local_reduce_sum_copy(coop, src, src_count, src_stride, dst, dst_count, dst_stride, count);
 }
 
+
+// The block GEMM mainloop behind `a.gemm_block(row0, lda, b, col0, ldb, k)` (gemm.rs): the 128 x 128 tile
+// a[row0.., 0..k] x b[0..k, col0..] of row-major operands, accumulated in f32 with mma.sync m16n8k16. Tiles of
+// k = 32 stream through GEMM_STAGES shared-memory stages with cp.async (16 bytes per copy, 2 per thread and
+// operand), so the next tiles load while this one multiplies; each stage is stored swizzled (the 16-byte chunk
+// index XOR the row's low bits) so that the ldmatrix reads of eight rows hit eight different bank groups.
+// Preconditions, checked on every call (a failed one traps with the kernel's line): the block has exactly 256
+// threads, every thread of the block calls it together (it synchronises the block), k is a multiple of 32, lda and
+// ldb are multiples of 8 and both operands start on 16-byte boundaries (cp.async copies 16 bytes), and both tiles
+// lie inside their buffers.
+constexpr int GEMM_STAGES = 3;
+constexpr int GEMM_BK = 32;
+
+__device__ __noinline__ inline void gemm_misuse(unsigned line, const char* what) {
+  printf("weft: gemm_block at line %u of the kernel's source: %s\n", line, what);
+  __trap();
+}
+
+WEFT_FN void cp_async_16(void* shared_dst, const void* global_src) {
+  uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(__cvta_generic_to_global(global_src)));
+}
+WEFT_FN void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+WEFT_FN void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// Stage `stage` <- the k-tile `kt` of both operands (a and b already at row0 and col0).
+template <class T>
+WEFT_FN void gemm_load_stage(T* sa, T* sb, const T* a, size_t lda, const T* b, size_t ldb, size_t kt) {
+  uint32_t tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    uint32_t id = tid + i * 256;
+    // A: 128 rows of 4 chunks (32 elements).
+    uint32_t ar = id / 4, ac = id % 4;
+    cp_async_16(sa + ar * 32 + ((ac ^ ((ar >> 1) & 3)) * 8), a + ar * lda + kt * GEMM_BK + ac * 8);
+    // B: 32 rows of 16 chunks (128 elements).
+    uint32_t br = id / 16, bc = id % 16;
+    cp_async_16(sb + br * 128 + ((bc ^ (br & 7)) * 8), b + (kt * GEMM_BK + br) * ldb + bc * 8);
+  }
+}
+
+template <class CA, class CB>
+WEFT_FN GemmTile gemm_block_at(CA const& ca, size_t row0, size_t lda, CB const& cb, size_t col0, size_t ldb, size_t k,
+                               unsigned line) {
+  using T = std::remove_cv_t<std::remove_reference_t<decltype(ca[0])>>;
+  using TB = std::remove_cv_t<std::remove_reference_t<decltype(cb[0])>>;
+  static_assert(std::is_same<T, TB>::value, "gemm_block: both operands have one element type");
+  static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value,
+                "gemm_block multiplies f16 or bf16 matrices");
+  // Memory safety does not depend on the bounds-check form: a wrong block size would index shared memory out of
+  // its stages, so these are checked in every form.
+  if (blockDim.x * blockDim.y * blockDim.z != 256 || blockDim.y != 1 || blockDim.z != 1)
+    gemm_misuse(line, "launch it with blocks of exactly 256 threads in x (8 warps)");
+  if (k == 0 || k % GEMM_BK != 0) gemm_misuse(line, "k must be a positive multiple of 32");
+  if (lda % 8 != 0 || ldb % 8 != 0) gemm_misuse(line, "lda and ldb must be multiples of 8 (16-byte rows)");
+  if (reinterpret_cast<uintptr_t>(ca.as_ptr()) % 16 != 0 || reinterpret_cast<uintptr_t>(cb.as_ptr()) % 16 != 0)
+    gemm_misuse(line, "both operands must start on a 16-byte boundary");
+  if (col0 % 8 != 0) gemm_misuse(line, "col0 must be a multiple of 8 (16-byte rows)");
+  // (Ordered so that nothing divides by zero or wraps: k > 0 makes lda > 0, and ldb - col0 >= 128 makes ldb > 0.)
+  if (!(lda >= k && ca.len() / lda >= 128 && ca.len() / lda - 128 >= row0 && ldb >= col0 && ldb - col0 >= 128 &&
+        cb.len() / ldb >= k))
+    gemm_misuse(line, "a tile lies outside its operand: a needs rows row0..row0+128 of lda >= k elements, b needs "
+                      "k rows of ldb >= col0 + 128 elements");
+  const T* a = ca.as_ptr() + row0 * lda;
+  const T* b = cb.as_ptr() + col0;
+  __shared__ alignas(128) T sa[GEMM_STAGES][128 * GEMM_BK];
+  __shared__ alignas(128) T sb[GEMM_STAGES][GEMM_BK * 128];
+
+  GemmTile tile;
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) tile.acc[mi][ni] = MmaAcc::zero();
+
+  uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  uint32_t wm = (warp / 4) * 64, wn = (warp % 4) * 32;
+  size_t ktiles = k / GEMM_BK;
+#pragma unroll
+  for (int s = 0; s < GEMM_STAGES - 1; ++s) {
+    if (size_t(s) < ktiles) gemm_load_stage(sa[s], sb[s], a, lda, b, ldb, s);
+    cp_async_commit();
+  }
+#pragma unroll 1
+  for (size_t kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<GEMM_STAGES - 2>();
+    __syncthreads();
+    // The stage refilled now was read in the previous iteration, which every thread has finished (the barrier).
+    size_t next = kt + GEMM_STAGES - 1;
+    if (next < ktiles) gemm_load_stage(sa[next % GEMM_STAGES], sb[next % GEMM_STAGES], a, lda, b, ldb, next);
+    cp_async_commit();
+    const T* ta = sa[kt % GEMM_STAGES];
+    const T* tb = sb[kt % GEMM_STAGES];
+#pragma unroll
+    for (int kk = 0; kk < GEMM_BK / 16; ++kk) {
+      MmaA<T> fa[4];
+      MmaB<T> fb[4];
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi) {
+        uint32_t r = wm + mi * 16 + lane % 16, c = kk * 2 + lane / 16;
+        uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(ta + r * 32 + ((c ^ ((r >> 1) & 3)) * 8)));
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(fa[mi].r[0]), "=r"(fa[mi].r[1]), "=r"(fa[mi].r[2]), "=r"(fa[mi].r[3])
+                     : "r"(address));
+      }
+#pragma unroll
+      for (int nj = 0; nj < 2; ++nj) {
+        // One x4.trans: the B fragments of two adjacent 8-column tiles.
+        uint32_t r = kk * 16 + lane % 16, c = wn / 8 + nj * 2 + lane / 16;
+        uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(tb + r * 128 + ((c ^ (r & 7)) * 8)));
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(fb[2 * nj].r[0]), "=r"(fb[2 * nj].r[1]), "=r"(fb[2 * nj + 1].r[0]), "=r"(fb[2 * nj + 1].r[1])
+                     : "r"(address));
+      }
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) tile.acc[mi][ni] = mma(fa[mi], fb[ni], tile.acc[mi][ni]);
+    }
+  }
+  cp_async_wait<0>();
+  // The next call (or anything else in shared memory) may overwrite the stages once every warp is done.
+  __syncthreads();
+  return tile;
+}
+template <class CA, class CB>
+WEFT_FN GemmTile gemm_block(CA const& ca, size_t row0, size_t lda, CB const& cb, size_t col0, size_t ldb, size_t k) {
+  return gemm_block_at(ca, row0, lda, cb, col0, ldb, k, 0);
+}
 }  // namespace detail
 
 }  // namespace weft

@@ -194,6 +194,27 @@ pub fn mma_gemm_shared<T: MmaElement>(a: &[T], b: &[T], out: &mut [f32], m: usiz
     }
 }
 
+/// `out = a × b` (`m × k` by `k × n`, row-major, f16 or bf16, `out` in the same type, accumulated in f32), one
+/// 128 × 128 tile per block and grid-stride over the tiles, through the block GEMM mainloop (`gemm_block`) and an
+/// epilogue written here. `m` and `n` multiples of 128, `k` of 32; launch 256 threads per block.
+#[weft::kernel(types(f16, bf16))]
+pub fn gemm_tiles<T: MmaElement>(a: &[T], b: &[T], out: &mut [T], m: usize, n: usize, k: usize) {
+    let tiles_n = n / 128;
+    let tiles = (m / 128) * tiles_n;
+    let mut t = block_idx_x() as usize;
+    while t < tiles {
+        let row0 = (t / tiles_n) * 128;
+        let col0 = (t % tiles_n) * 128;
+        let tile = a.gemm_block(row0, k, b, col0, n, k);
+        let mut i = 0;
+        while i < tile.len() {
+            out[(row0 + tile.row(i)) * n + col0 + tile.col(i)] = T::from_f32(tile.value(i));
+            i += 1;
+        }
+        t += grid_dim_x() as usize;
+    }
+}
+
 /// Every kernel's name and generated CUDA C++, for the codegen test.
 pub const ALL: &[(&str, &str)] = &[
     (copy_from_next_peer::NAME, copy_from_next_peer::SOURCE),
@@ -209,4 +230,5 @@ pub const ALL: &[(&str, &str)] = &[
     (pdl_consumer::NAME, pdl_consumer::SOURCE),
     (mma_gemm::NAME, mma_gemm::SOURCE),
     (mma_gemm_shared::NAME, mma_gemm_shared::SOURCE),
+    (gemm_tiles::NAME, gemm_tiles::SOURCE),
 ];

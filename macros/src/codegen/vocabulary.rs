@@ -21,6 +21,8 @@ pub(crate) enum Vocab {
     MmaA,
     MmaB,
     MmaAcc,
+    /// A thread's share of a block's 128 x 128 GEMM tile (gemm.rs).
+    GemmTile,
     Thread,
     Warp,
     Cta,
@@ -54,7 +56,7 @@ pub(crate) const ACTIONS: &[(&str, usize)] = &[
 ];
 
 impl Vocab {
-    const NAMED: [Vocab; 22] = [
+    const NAMED: [Vocab; 23] = [
         Vocab::Team,
         Vocab::LsaBarrier,
         Vocab::GinBarrier,
@@ -69,6 +71,7 @@ impl Vocab {
         Vocab::MmaA,
         Vocab::MmaB,
         Vocab::MmaAcc,
+        Vocab::GemmTile,
         Vocab::Thread,
         Vocab::Warp,
         Vocab::Cta,
@@ -104,6 +107,7 @@ impl Vocab {
             Vocab::MmaA => "MmaA",
             Vocab::MmaB => "MmaB",
             Vocab::MmaAcc => "MmaAcc",
+            Vocab::GemmTile => "GemmTile",
             Vocab::Thread => "Thread",
             Vocab::Warp => "Warp",
             Vocab::Cta => "Cta",

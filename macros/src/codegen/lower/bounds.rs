@@ -924,7 +924,7 @@ impl Lowerer<'_> {
             // Tensor-core tiles: the whole tile is checked on the device, never proven at launch.
             (
                 Ty::Indexable(_, _),
-                "mma_load_a" | "mma_load_b" | "mma_store" | "mma_ldmatrix_a" | "mma_ldmatrix_b",
+                "mma_load_a" | "mma_load_b" | "mma_store" | "mma_ldmatrix_a" | "mma_ldmatrix_b" | "gemm_block",
                 _,
             ) => {
                 let (_, parameter) = self.buffer_of(&m.receiver);
@@ -935,6 +935,7 @@ impl Lowerer<'_> {
                         "mma_load_b" => "mma_load_b_at",
                         "mma_ldmatrix_a" => "mma_ldmatrix_a_at",
                         "mma_ldmatrix_b" => "mma_ldmatrix_b_at",
+                        "gemm_block" => "gemm_block_at",
                         _ => "mma_store_at",
                     },
                     false,

@@ -93,6 +93,10 @@ pub(crate) fn method(recv: &Ty, name: &str, arity: usize, type_arg: Option<&Ty>)
             (Container::Shared, "mma_ldmatrix_b", 3) => {
                 of(with_elem(Vocab::MmaB, Some(e)), &[(0, Usize), (1, Usize), (2, Usize)])
             }
+            // The block GEMM mainloop (gemm.rs): `a.gemm_block(row0, lda, b, col0, ldb, k)`.
+            (Container::Slice | Container::SliceMut | Container::View, "gemm_block", 6) => {
+                of(vocab(Vocab::GemmTile), &[(0, Usize), (1, Usize), (3, Usize), (4, Usize), (5, Usize)])
+            }
             (Container::SliceMut | Container::View | Container::Shared, "mma_store", 4) => {
                 of(unit, &[(1, Usize), (2, Usize), (3, Usize)])
             }
@@ -185,6 +189,11 @@ fn vocab_method(
         // Lowered by R10 (`weft::sqrt(w)`, which has `WidePack` overloads) before this table is consulted.
         (Vocab::WidePack, "sqrt" | "rsqrt", 0) => of(with_elem(Vocab::WidePack, elem), &[]),
         (Vocab::WidePack, "mul_add", 2) => of(with_elem(Vocab::WidePack, elem), &[]),
+
+        (Vocab::GemmTile, "len", 0) => of(Ty::Scalar(Usize), &[]),
+        (Vocab::GemmTile, "is_empty", 0) => of(Ty::Scalar(Bool), &[]),
+        (Vocab::GemmTile, "row" | "col", 1) => of(Ty::Scalar(Usize), &[(0, Usize)]),
+        (Vocab::GemmTile, "value", 1) => of(Ty::Scalar(F32), &[(0, Usize)]),
 
         (Vocab::Lanes, "mask", 0) => of(u32_, &[]),
         (Vocab::WarpSpan, "first_warp" | "warp_count" | "id", 0) => of(u32_, &[]),

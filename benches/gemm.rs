@@ -1,0 +1,170 @@
+//! The block GEMM mainloop (`gemm_block`, device/src/gemm.rs, through kit's `gemm_tiles` kernel) against cuBLAS
+//! (`cublasGemmEx`, bf16 in and out, f32 compute, cudarc's `cublas`) on the same GPU, in one process, on the same
+//! inputs: bf16, row-major `C (M x N) = A (M x K) * B (K x N)` at tensor-parallel shapes. Each side runs
+//! `REPEATS` times between two CUDA events, sides alternating, over `ROUNDS` rounds; the median per GEMM is
+//! reported with its TFLOP/s and the ratio weft / cuBLAS in throughput (the issue's target: at least 0.5 with
+//! `mma.sync` alone). Both results are compared with each other (relative Frobenius error) before timing.
+//!
+//! `cargo bench --bench gemm` (or the packed binary on the GPU machine). It needs libcublas on the library path
+//! (a CUDA toolkit's lib64, or PyTorch's `nvidia/cublas/lib`); without it, or without a GPU, it says so and
+//! measures nothing. `WEFT_BENCH_QUICK=1`: two shapes, fewer rounds. With `WEFT_BENCH_OUT` set, also writes
+//! `gemm.csv` there.
+
+use weft_kit::test_kernels::gemm_tiles;
+
+use std::sync::Arc;
+
+use cudarc::cublas::sys::cublasOperation_t;
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
+use cudarc::driver::{CudaSlice, CudaStream};
+use half::bf16;
+use weft::host::LaunchConfig;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+const SHAPES: &[(usize, usize, usize)] =
+    &[(4096, 4096, 4096), (8192, 8192, 4096), (16384, 4096, 8192), (4096, 8192, 8192), (16384, 8192, 8192)];
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn random(len: usize, seed: u64) -> Vec<bf16> {
+    weft_kit::common::random(len, seed).into_iter().map(bf16::from_f32).collect()
+}
+
+/// `C = A * B` (row-major) through cuBLAS, which is column-major: `C^T = B^T * A^T`, so B goes first.
+fn cublas_gemm(
+    blas: &CudaBlas,
+    a: &CudaSlice<bf16>,
+    b: &CudaSlice<bf16>,
+    c: &mut CudaSlice<bf16>,
+    (m, n, k): (usize, usize, usize),
+) -> Result<()> {
+    let cfg = GemmConfig {
+        transa: cublasOperation_t::CUBLAS_OP_N,
+        transb: cublasOperation_t::CUBLAS_OP_N,
+        m: i32::try_from(n)?,
+        n: i32::try_from(m)?,
+        k: i32::try_from(k)?,
+        alpha: bf16::ONE,
+        lda: i32::try_from(n)?,
+        ldb: i32::try_from(k)?,
+        beta: bf16::ZERO,
+        ldc: i32::try_from(n)?,
+    };
+    // SAFETY: `b` holds k x n, `a` m x k and `c` m x n elements (allocated so by the caller), matching the
+    // dimensions and leading dimensions of `cfg`; all three live on the handle's stream's device.
+    unsafe { blas.gemm(cfg, b, a, c) }?;
+    Ok(())
+}
+
+fn relative_error(got: &[bf16], want: &[bf16]) -> f64 {
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    for (g, w) in got.iter().zip(want) {
+        let (g, w) = (f64::from(g.to_f32()), f64::from(w.to_f32()));
+        diff += (g - w).powi(2);
+        norm += w * w;
+    }
+    (diff / norm).sqrt()
+}
+
+struct Row {
+    shape: (usize, usize, usize),
+    weft_ms: f64,
+    cublas_ms: f64,
+    error: f64,
+}
+
+fn main() -> Result<()> {
+    if weft::host::cuda::device_count().unwrap_or(0) == 0 {
+        eprintln!("gemm bench: no CUDA GPU visible; this benchmark needs one (nothing measured)");
+        return Ok(());
+    }
+    // SAFETY: only probes whether the library can be opened (no symbol is called).
+    if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+        eprintln!(
+            "gemm bench: libcublas not found; add the directory holding libcublas.so (a CUDA toolkit's lib64, or \
+             PyTorch's site-packages/nvidia/cublas/lib) to LD_LIBRARY_PATH (nothing measured)"
+        );
+        return Ok(());
+    }
+    let quick = std::env::var("WEFT_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let (shapes, rounds, repeats) = if quick { (&SHAPES[..2], 3, 5) } else { (SHAPES, 7, 10) };
+    let ctx = weft::host::cuda::context(0)?;
+    let stream: Arc<CudaStream> = ctx.new_stream()?;
+    let blas = CudaBlas::new(stream.clone())?;
+    println!(
+        "GEMM bf16 (f32 accumulate), row-major C = A * B: weft `gemm_block` (128 x 128 tiles, 256 threads, mma.sync + \
+         ldmatrix + 3-stage cp.async) vs cuBLAS GemmEx; median of {rounds} rounds of {repeats}{}",
+        if quick { " (WEFT_BENCH_QUICK: a smoke run)" } else { "" }
+    );
+    let mut rows = Vec::new();
+    for &(m, n, k) in shapes {
+        let a = stream.clone_htod(&random(m * k, 1))?;
+        let b = stream.clone_htod(&random(k * n, 2))?;
+        let mut c_weft = stream.alloc_zeros::<bf16>(m * n)?;
+        let mut c_blas = stream.alloc_zeros::<bf16>(m * n)?;
+        let cfg = LaunchConfig::linear(u32::try_from((m / 128) * (n / 128))?, 256);
+        gemm_tiles::launch(&stream, cfg, &a, &b, &mut c_weft, m, n, k)?;
+        cublas_gemm(&blas, &a, &b, &mut c_blas, (m, n, k))?;
+        let error = relative_error(
+            &weft::host::cuda::download(&stream, &c_weft)?,
+            &weft::host::cuda::download(&stream, &c_blas)?,
+        );
+        let (start, stop) = (ctx.new_event(None)?, ctx.new_event(None)?);
+        let (mut weft_ms, mut blas_ms) = (Vec::new(), Vec::new());
+        for round in 0..rounds + 1 {
+            for weft_side in [round % 2 == 0, round % 2 != 0] {
+                start.record(&stream)?;
+                for _ in 0..repeats {
+                    if weft_side {
+                        gemm_tiles::launch(&stream, cfg, &a, &b, &mut c_weft, m, n, k)?;
+                    } else {
+                        cublas_gemm(&blas, &a, &b, &mut c_blas, (m, n, k))?;
+                    }
+                }
+                stop.record(&stream)?;
+                weft::host::cuda::settle(&stream)?;
+                let ms = f64::from(start.elapsed_ms(&stop)?) / repeats as f64;
+                // Round 0 warms both up (clocks, cuBLAS's heuristics, the kernel's load).
+                if round > 0 {
+                    if weft_side { &mut weft_ms } else { &mut blas_ms }.push(ms);
+                }
+            }
+        }
+        rows.push(Row { shape: (m, n, k), weft_ms: median(weft_ms), cublas_ms: median(blas_ms), error });
+    }
+    println!(
+        "\n{:>20} | {:>9} {:>8} | {:>9} {:>8} | {:>11} | {:>9}",
+        "M x N x K", "weft ms", "TFLOP/s", "cuBLAS ms", "TFLOP/s", "weft/cuBLAS", "rel. err"
+    );
+    let mut csv = String::from("m,n,k,weft_ms,cublas_ms,weft_tflops,cublas_tflops,ratio,relative_error\n");
+    for row in &rows {
+        let (m, n, k) = row.shape;
+        let flops = 2.0 * m as f64 * n as f64 * k as f64;
+        let (tw, tc) = (flops / row.weft_ms / 1e9, flops / row.cublas_ms / 1e9);
+        println!(
+            "{:>20} | {:>9.3} {:>8.1} | {:>9.3} {:>8.1} | {:>10.2}x | {:>9.1e}",
+            format!("{m}x{n}x{k}"),
+            row.weft_ms,
+            tw,
+            row.cublas_ms,
+            tc,
+            tw / tc,
+            row.error
+        );
+        csv += &format!("{m},{n},{k},{},{},{tw},{tc},{},{}\n", row.weft_ms, row.cublas_ms, tw / tc, row.error);
+    }
+    if let Some(dir) = std::env::var_os("WEFT_BENCH_OUT") {
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(std::path::Path::new(&dir).join("gemm.csv"), csv)?;
+    }
+    // Both sides compute the same products from the same bf16 inputs; they differ by rounding and summation order.
+    let worst = rows.iter().map(|r| r.error).fold(0.0, f64::max);
+    if worst > 1e-2 {
+        return Err(format!("weft's GEMM differs from cuBLAS's (relative error {worst:.1e}): a wrong result").into());
+    }
+    Ok(())
+}

@@ -1,0 +1,119 @@
+//! A block-level GEMM mainloop on tensor cores: `a.gemm_block(row0, lda, b, col0, ldb, k)` is the 128 × 128 `f32`
+//! tile `a[row0 .. row0 + 128, 0 .. k] × b[0 .. k, col0 .. col0 + 128]` of row-major f16 or bf16 operands, computed
+//! by the whole block together. C++ `weft::detail::gemm_block_at` (weft.cuh) and `weft::GemmTile`.
+//!
+//! The mainloop is weft's C++: tiles of `k = 32` stream through three shared-memory stages with `cp.async`, stored
+//! swizzled (so the `ldmatrix` reads of eight rows hit eight bank groups), and 8 warps multiply them with
+//! `mma.sync m16n8k16` into 64 × 32 warp tiles. What the tile becomes is written in the kernel — the epilogue
+//! hook: each thread walks its share of the tile ([`GemmTile::len`] values, each at [`GemmTile::row`],
+//! [`GemmTile::col`]) and stores, scales, adds a bias, or sends it to a peer:
+//!
+//! ```
+//! use weft_device::prelude::*;
+//!
+//! // out (m x n, f32) = a (m x k) * b (k x n) + bias (n); launch 256 threads per block, one block per tile.
+//! fn linear(a: &[bf16], b: &[bf16], bias: &[f32], out: &mut [f32], m: usize, n: usize, k: usize) {
+//!     let tiles_n = n / 128;
+//!     let (row0, col0) = ((block_idx_x() as usize / tiles_n) * 128, (block_idx_x() as usize % tiles_n) * 128);
+//!     let tile = a.gemm_block(row0, k, b, col0, n, k);
+//!     for i in 0..tile.len() {
+//!         let (r, c) = (row0 + tile.row(i), col0 + tile.col(i));
+//!         out[r * n + c] = tile.value(i) + bias[c];
+//!     }
+//! }
+//! ```
+//!
+//! Preconditions, checked on the device at every call (a failed one stops the kernel with its line, like an
+//! out-of-bounds index): blocks of exactly 256 threads, every thread of the block calls it together, `k` a positive
+//! multiple of 32, `lda`, `ldb` and `col0` multiples of 8 and both operands on 16-byte boundaries (16-byte copies),
+//! and both tiles inside their buffers. The operands may be slices or window views (a peer's rows read over LSA:
+//! the all-gather + GEMM of a column-parallel linear layer). It uses 48 KB of shared memory, the static limit of a
+//! block: a kernel that calls it has no room for other shared arrays.
+
+use core::marker::PhantomData;
+
+use crate::device_only;
+use crate::mma::MmaElement;
+use crate::window::WindowView;
+
+/// This thread's share of a block's 128 × 128 `f32` product tile (64 values). C++ `weft::GemmTile`.
+#[derive(Debug, Clone, Copy)]
+pub struct GemmTile {
+    _device_only: PhantomData<f32>,
+}
+
+impl GemmTile {
+    /// Rows of the block's tile. C++ `GemmTile::ROWS`.
+    pub const ROWS: usize = 128;
+    /// Columns of the block's tile. C++ `GemmTile::COLS`.
+    pub const COLS: usize = 128;
+
+    /// How many of the tile's values this thread holds (64). C++ `tile.len()`.
+    pub fn len(&self) -> usize {
+        device_only("GemmTile::len")
+    }
+
+    /// Always false: every thread holds a share. C++ `tile.is_empty()`.
+    pub fn is_empty(&self) -> bool {
+        device_only("GemmTile::is_empty")
+    }
+
+    /// The tile row (`0..128`) of this thread's value `i`. C++ `tile.row(i)`.
+    pub fn row(&self, i: usize) -> usize {
+        device_only("GemmTile::row")
+    }
+
+    /// The tile column (`0..128`) of this thread's value `i`. C++ `tile.col(i)`.
+    pub fn col(&self, i: usize) -> usize {
+        device_only("GemmTile::col")
+    }
+
+    /// This thread's value `i`. C++ `tile.value(i)`.
+    pub fn value(&self, i: usize) -> f32 {
+        device_only("GemmTile::value")
+    }
+}
+
+/// The operands of [`GemmOperand::gemm_block`]: slices and window views of f16 or bf16.
+pub trait GemmOperand<T: MmaElement> {
+    /// The block's 128 × 128 tile `self[row0 .., 0 .. k] × b[0 .. k, col0 ..]` (row-major, `lda` and `ldb`
+    /// elements per row), every thread of the block calling it together (module docs). C++
+    /// `weft::detail::gemm_block_at(a, row0, lda, b, col0, ldb, k, line)`.
+    fn gemm_block(
+        &self,
+        row0: usize,
+        lda: usize,
+        b: &(impl GemmOperand<T> + ?Sized),
+        col0: usize,
+        ldb: usize,
+        k: usize,
+    ) -> GemmTile;
+}
+
+impl<T: MmaElement> GemmOperand<T> for [T] {
+    fn gemm_block(
+        &self,
+        row0: usize,
+        lda: usize,
+        b: &(impl GemmOperand<T> + ?Sized),
+        col0: usize,
+        ldb: usize,
+        k: usize,
+    ) -> GemmTile {
+        device_only("gemm_block")
+    }
+}
+
+impl<T: MmaElement> GemmOperand<T> for WindowView<'_, T> {
+    fn gemm_block(
+        &self,
+        row0: usize,
+        lda: usize,
+        b: &(impl GemmOperand<T> + ?Sized),
+        col0: usize,
+        ldb: usize,
+        k: usize,
+    ) -> GemmTile {
+        device_only("gemm_block")
+    }
+}
