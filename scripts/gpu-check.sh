@@ -31,7 +31,8 @@
 #   launchers (not in the default) one process per rank under torchrun (python3 -m torch.distributed.run): one
 #             process on 2.28.9 and 2.30.7, then 2 and 4 processes sharing the one GPU on 2.30.7 (quickstart and
 #             example 03; whether NCCL's multi-rank mode works across processes, which time-slice without MPS)
-#   gemm      (not in the default) 1 rank on 2.28.9: the tensor-core tests, then the block GEMM against cuBLAS
+#   gemm      (not in the default) 1 rank on 2.28.9: the tensor-core tests, the block GEMM against cuBLAS and
+#             example 08 (all-gather + GEMM); example 08 at 2, 4 and 8 ranks on 2.30.7
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s). WEFT_GPU_CHECK_DEADLINE=s skips the
 # runs that would start after s seconds (each is listed as skipped), so that the summary and the logs still come back
@@ -120,7 +121,7 @@ ranks() {
       local t=${multi_rank_tests[i]} filter=${multi_rank_tests[i + 1]}
       [ -x ".gpu/bin/$t" ] && run "2.30.7 x$n $t" 300 ".gpu/bin/$t" --include-ignored --test-threads=1 $filter
     done
-    for e in quickstart lifecycle allreduce_bias_residual rmsnorm zero_optimizer moe_dispatch; do
+    for e in quickstart lifecycle allreduce_bias_residual rmsnorm zero_optimizer moe_dispatch allgather_gemm; do
       [ -x ".gpu/bin/example-$e" ] && run "2.30.7 x$n example-$e" 300 ".gpu/bin/example-$e"
     done
   done
@@ -183,10 +184,19 @@ launchers() { # release, process counts...: examples under torchrun, one process
   done
 }
 
-gemm() { # the tensor-core tests and the GEMM benchmark, one rank
-  run "2.28.9 test-gpu_mma" 120 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
-  [ -x .gpu/bin/test-gemm ] && LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}" WEFT_BENCH_OUT="$out/bench-gemm" \
-    run "2.28.9 x1 bench-gemm" 300 .gpu/bin/test-gemm
+gemm() { # release: the tensor-core tests, the GEMM benchmark and example 08 at one rank; on 2.30.7 also 2, 4, 8
+  local release=$1
+  export LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}"
+  if [ "$release" = 2.28.9 ]; then
+    run "2.28.9 test-gpu_mma" 120 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
+    [ -x .gpu/bin/test-gemm ] && WEFT_BENCH_OUT="$out/bench-gemm" run "2.28.9 x1 bench-gemm" 300 .gpu/bin/test-gemm
+    run "2.28.9 x1 example-allgather_gemm" 180 .gpu/bin/example-allgather_gemm
+  else
+    local n
+    for n in 2 4 8; do
+      WEFT_RANKS=$n run "2.30.7 x$n example-allgather_gemm" 180 .gpu/bin/example-allgather_gemm
+    done
+  fi
 }
 
 hangs() { # the runs that hung last time, once each, for their stacks (scripts/symbolize.py)
@@ -242,7 +252,7 @@ case $parts in *,smoke,*) with_nccl 2.30.7 smoke ;; esac
 case $parts in *,bounds,*) with_nccl 2.30.7 bounds 2.30.7; with_nccl 2.28.9 bounds 2.28.9 ;; esac
 case $parts in *,recheck,*) with_nccl 2.30.7 recheck 2.30.7; with_nccl 2.28.9 recheck 2.28.9 ;; esac
 case $parts in *,hangs,*) with_nccl 2.30.7 hangs ;; esac
-case $parts in *,gemm,*) with_nccl 2.28.9 gemm ;; esac
+case $parts in *,gemm,*) with_nccl 2.28.9 gemm 2.28.9; with_nccl 2.30.7 gemm 2.30.7 ;; esac
 case $parts in *,launchers,*) with_nccl 2.28.9 launchers 2.28.9 1; with_nccl 2.30.7 launchers 2.30.7 1 2 4 ;; esac
 case $parts in *,graphs,*) with_nccl 2.28.9 graphs 2.28.9 1; with_nccl 2.30.7 graphs 2.30.7 1 2 4 8 ;; esac
 case $parts in *,variants,*) with_nccl 2.30.7 variants ;; esac

@@ -5,6 +5,7 @@ pub mod allreduce;
 pub mod allreduce_epilogue;
 pub mod allreduce_lamport;
 pub mod allreduce_multimem;
+pub mod gemm_tp;
 pub mod gin_ring;
 pub mod moe;
 pub mod rmsnorm;
@@ -29,6 +30,7 @@ pub const ALL: &[(&str, &str)] = &[
         allreduce_multimem::allreduce_bias_residual_multimem::NAME,
         allreduce_multimem::allreduce_bias_residual_multimem::SOURCE,
     ),
+    (gemm_tp::allgather_gemm::NAME, gemm_tp::allgather_gemm::SOURCE),
     (rmsnorm::rmsnorm_residual_tp::NAME, rmsnorm::rmsnorm_residual_tp::SOURCE),
     (zero_adam::zero_adam_step::NAME, zero_adam::zero_adam_step::SOURCE),
     (moe::moe_route::NAME, moe::moe_route::SOURCE),

@@ -1,0 +1,257 @@
+//! The column-parallel linear layer of tensor parallelism — all-gather the activations, then multiply by this
+//! rank's slice of the weights — as one weft kernel that reads the other ranks' rows over LSA tile by tile as its
+//! GEMM consumes them, against `ncclAllGather` + a separate GEMM, on every visible GPU.
+//!
+//! ```sh
+//! cargo run --release --example allgather_gemm
+//! ```
+//!
+//! `out (m × n) = all_gather(x) (m × k) × w (k × n)` in bf16 with f32 accumulation, `x` sharded by rows (rank `r`
+//! holds rows `r·m/R ..`), `w` this rank's own `k × n` column slice. The variants, timed with CUDA events (median of
+//! 10 after 2 warm-up rounds, interleaved):
+//!
+//! - fused (`kernels/gemm_tp.rs`, `allgather_gemm`): one kernel; each block's 128 × 128 output tile streams its rows of
+//!   `x` from the owner's window (`x.lsa(owner).gemm_block(…)`, device/src/gemm.rs) — no gathered copy is written;
+//! - unfused, same GEMM: `ncclAllGather(x -> gathered)`, then the same mainloop as a plain kernel (kit's
+//!   `gemm_tiles`): what fusing the all-gather saves, with nothing else changed;
+//! - unfused, cuBLAS: `ncclAllGather`, then `cublasGemmEx` (where libcublas is on the library path).
+//!
+//! Checks: at the small shapes every rank's fused result against an f64 host reference; at every shape the fused
+//! result against the unfused one (outputs poisoned with NaN first). Sizes need `m / R` and `n` multiples of 128
+//! and `k` of 32 (the mainloop's tile). Ranks sharing one GPU (`WEFT_RANKS=n`) are a proxy: they share its SMs and
+//! memory, so the figures show what the all-gather's copy and the launches cost, not NVLink overlap.
+//!
+//! On a machine without a GPU it compiles the kernels with nvcc against every NCCL release's headers it finds, says
+//! so, and exits 0.
+
+use weft_kit::common;
+use weft_kit::kernels::gemm_tp::allgather_gemm as fused;
+use weft_kit::test_kernels::gemm_tiles;
+
+use common::{Real, Result};
+use cudarc::cublas::sys::cublasOperation_t;
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
+use cudarc::driver::CudaSlice;
+use half::bf16;
+use weft::host::caps::Lsa;
+use weft::host::{Config, DevComm, Error, LaunchConfig, WindowFlags};
+
+/// `(rows per rank, n, k)`; the first two are checked against the f64 host reference on every rank.
+const SHAPES: &[(usize, usize, usize)] = &[(128, 256, 256), (256, 128, 512), (1024, 1024, 4096), (2048, 2048, 8192)];
+const CHECKED: usize = 2;
+const BLOCK: u32 = 256;
+const WARMUP: usize = 2;
+const ITERATIONS: usize = 10;
+
+fn main() -> Result<()> {
+    println!("weft example 08 — all-gather + GEMM (column-parallel linear), fused over LSA vs ncclAllGather + GEMM\n");
+    match common::gpus() {
+        Ok(_) => run(),
+        Err(why) => common::without_gpu(
+            &why,
+            &[fused::compile_check, gemm_tiles::compile_check],
+            &[],
+            &format!(
+                "runs one rank per GPU (WEFT_RANKS=n runs n) and, for (rows per rank, n, k) in {SHAPES:?}, computes \
+                 all_gather(x) x w in bf16 with the fused kernel, with ncclAllGather + the same GEMM kernel and with \
+                 ncclAllGather + cuBLAS, checks them against an f64 host reference and each other, and prints their \
+                 median times and TFLOP/s."
+            ),
+        ),
+    }
+}
+
+fn x_seed(rank: usize) -> u64 {
+    3000 + rank as u64
+}
+fn w_seed(rank: usize) -> u64 {
+    4000 + rank as u64
+}
+
+/// Rank `rank`'s f64 reference: every rank's rows of `x`, in rank order, times its own `w`.
+fn reference(nranks: usize, rank: usize, shard: usize, n: usize, k: usize) -> Vec<f64> {
+    let w: Vec<f64> = common::random_as::<bf16>(k * n, w_seed(rank)).iter().map(|v| v.value()).collect();
+    let mut out = Vec::with_capacity(nranks * shard * n);
+    for owner in 0..nranks {
+        let x: Vec<f64> = common::random_as::<bf16>(shard * k, x_seed(owner)).iter().map(|v| v.value()).collect();
+        for row in 0..shard {
+            let mut acc = vec![0.0f64; n];
+            for p in 0..k {
+                let a = x[row * k + p];
+                for (o, b) in acc.iter_mut().zip(&w[p * n..(p + 1) * n]) {
+                    *o += a * b;
+                }
+            }
+            out.extend(acc);
+        }
+    }
+    out
+}
+
+struct Case {
+    shape: (usize, usize, usize),
+    /// Median µs: fused, unfused with the same GEMM, unfused with cuBLAS (NaN without it).
+    times: [f64; 3],
+    /// Fused against the f64 reference (NaN where not checked), fused against the unfused same-GEMM result.
+    errors: [f64; 2],
+}
+
+fn run() -> Result<()> {
+    let ranks = common::Ranks::from_env()?;
+    let nranks = ranks.nranks();
+    // SAFETY: only probes whether the library can be opened (no symbol is called).
+    let cublas = unsafe { cudarc::cublas::sys::is_culib_present() };
+    if !cublas {
+        println!("libcublas not found on the library path: the cuBLAS baseline is skipped (the others run)");
+    }
+    println!("{nranks} rank(s); computing the host references for the first {CHECKED} shapes...");
+    let references: Vec<Vec<Vec<f64>>> = SHAPES[..CHECKED]
+        .iter()
+        .map(|&(shard, n, k)| (0..nranks).map(|rank| reference(nranks, rank, shard, n, k)).collect())
+        .collect();
+    let reports = ranks.run(&Config::new(), |comm| {
+        let s = comm.context().new_stream()?;
+        let cfg = fused::one_wave::<bf16>(comm, &s, BLOCK)?;
+        let dev: DevComm<'_, Lsa> = comm.dev_comm(&fused::requirements(&cfg))?;
+        let blas = if cublas { Some(CudaBlas::new(s.clone()).map_err(blas_error)?) } else { None };
+        if comm.rank() == 0 {
+            println!(
+                "launch geometry: fused {} blocks of {BLOCK} (one wave), unfused one block per 128 x 128 tile",
+                cfg.grid_dim.0
+            );
+        }
+        let stopwatch = common::Stopwatch::new(comm.context())?;
+        let mut cases = Vec::new();
+        for (index, &(shard, n, k)) in SHAPES.iter().enumerate() {
+            let (rank, m) = (comm.rank(), shard * nranks);
+            let mut x = comm.alloc_window::<bf16>(&s, shard * k, WindowFlags::COLL_SYMMETRIC)?;
+            x.buffer_mut().copy_from_host(&common::random_as::<bf16>(shard * k, x_seed(rank)))?;
+            let w = s.clone_htod(&common::random_as::<bf16>(k * n, w_seed(rank)))?;
+            let poison = vec![bf16::NAN; m * n];
+            let mut out = s.clone_htod(&poison)?;
+            let mut out_unfused = s.clone_htod(&poison)?;
+            let mut gathered = s.alloc_zeros::<bf16>(m * k)?;
+            let tiles_cfg = LaunchConfig::linear(u32::try_from((m / 128) * (n / 128)).unwrap_or(u32::MAX), BLOCK);
+
+            fused::launch(&s, cfg, &dev, &x, &w, &mut out, m, n, k)?;
+            let got = weft::host::cuda::download(&s, &out)?;
+            comm.all_gather(x.buffer(), &mut gathered, &s)?;
+            gemm_tiles::launch(&s, tiles_cfg, &gathered, &w, &mut out_unfused, m, n, k)?;
+            let unfused = weft::host::cuda::download(&s, &out_unfused)?;
+            let against_reference =
+                if index < CHECKED { common::relative_error(&got, &references[index][rank]) } else { f64::NAN };
+            let unfused_f64: Vec<f64> = unfused.iter().map(|v| v.value()).collect();
+            let against_unfused = common::relative_error(&got, &unfused_f64);
+
+            let times = common::time_variants(&stopwatch, &s, WARMUP, ITERATIONS, 3, |variant| match variant {
+                0 => fused::launch(&s, cfg, &dev, &x, &w, &mut out, m, n, k),
+                1 => {
+                    comm.all_gather(x.buffer(), &mut gathered, &s)?;
+                    gemm_tiles::launch(&s, tiles_cfg, &gathered, &w, &mut out_unfused, m, n, k)
+                }
+                _ => match &blas {
+                    Some(blas) => {
+                        comm.all_gather(x.buffer(), &mut gathered, &s)?;
+                        cublas_gemm(blas, &gathered, &w, &mut out_unfused, (m, n, k))
+                    }
+                    None => Ok(()),
+                },
+            })?;
+            let times = [times[0], times[1], if cublas { times[2] } else { f64::NAN }];
+            cases.push(Case { shape: (shard, n, k), times, errors: [against_reference, against_unfused] });
+        }
+        weft::host::cuda::settle(&s)?;
+        Ok(cases)
+    })?;
+
+    let first = ranks.first_rank();
+    println!(
+        "\n{nranks} rank(s); rank {first}'s median times in µs (every rank's result is checked); TFLOP/s of the GEMM\n"
+    );
+    println!(
+        "{:>22} | {:>9} {:>9} {:>9} | {:>8} {:>8} | {:>13} {:>13} | {:>9} {:>9}",
+        "rows/rank x n x k",
+        "fused",
+        "AG+GEMM",
+        "AG+cuBLAS",
+        "TFLOP/s",
+        "cuBLAS",
+        "fused/AG+GEMM",
+        "fused/cuBLAS",
+        "err ref",
+        "err unf"
+    );
+    for (c, case) in reports[0].iter().enumerate() {
+        let (shard, n, k) = case.shape;
+        let flops = 2.0 * (shard * nranks) as f64 * n as f64 * k as f64;
+        let worst = |e: usize| {
+            let errors: Vec<f64> = reports.iter().map(|r| r[c].errors[e]).collect();
+            if errors.iter().all(|e| e.is_nan()) {
+                f64::NAN
+            } else {
+                common::worst(errors)
+            }
+        };
+        println!(
+            "{:>22} | {:>9.1} {:>9.1} {:>9.1} | {:>8.1} {:>8.1} | {:>12.2}x {:>12.2}x | {:>9.1e} {:>9.1e}",
+            format!("{shard}x{n}x{k}"),
+            case.times[0],
+            case.times[1],
+            case.times[2],
+            flops / case.times[0] / 1e6,
+            flops / case.times[2] / 1e6,
+            case.times[1] / case.times[0],
+            case.times[2] / case.times[0],
+            worst(0),
+            worst(1),
+        );
+    }
+    let failed: Vec<String> = reports
+        .iter()
+        .enumerate()
+        .flat_map(|(index, cases)| {
+            let rank = first + index;
+            cases
+                .iter()
+                .filter(|c| {
+                    !((c.errors[0].is_nan() || common::passes::<bf16>(c.errors[0]))
+                        && common::passes::<bf16>(c.errors[1]))
+                })
+                .map(move |c| format!("rank {rank} {:?}: errors {:?} (limit {})", c.shape, c.errors, bf16::TOLERANCE))
+        })
+        .collect();
+    common::verdict(&failed, "bf16 < 1e-2 against the f64 reference and against the unfused result")
+}
+
+/// `C = A * B` (row-major) through cuBLAS, which is column-major: `C^T = B^T * A^T`, so B goes first.
+fn cublas_gemm(
+    blas: &CudaBlas,
+    a: &CudaSlice<bf16>,
+    b: &CudaSlice<bf16>,
+    c: &mut CudaSlice<bf16>,
+    (m, n, k): (usize, usize, usize),
+) -> std::result::Result<(), Error> {
+    let dim = |v: usize| {
+        i32::try_from(v)
+            .map_err(|_| Error::InvalidArgument { argument: "shape", problem: format!("{v} exceeds cuBLAS's int") })
+    };
+    let cfg = GemmConfig {
+        transa: cublasOperation_t::CUBLAS_OP_N,
+        transb: cublasOperation_t::CUBLAS_OP_N,
+        m: dim(n)?,
+        n: dim(m)?,
+        k: dim(k)?,
+        alpha: bf16::ONE,
+        lda: dim(n)?,
+        ldb: dim(k)?,
+        beta: bf16::ZERO,
+        ldc: dim(n)?,
+    };
+    // SAFETY: `b` holds k x n, `a` m x k and `c` m x n elements (allocated so by the caller), matching the
+    // dimensions and leading dimensions of `cfg`; all three live on the handle's stream's device.
+    unsafe { blas.gemm(cfg, b, a, c) }.map_err(blas_error)
+}
+
+fn blas_error(error: cudarc::cublas::result::CublasError) -> Error {
+    Error::InvalidArgument { argument: "cublas", problem: format!("cuBLAS failed: {error}") }
+}

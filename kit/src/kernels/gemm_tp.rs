@@ -1,0 +1,52 @@
+//! Tensor-parallel linear layers with their communication fused into the GEMM (issue 15's examples).
+//!
+//! [`allgather_gemm`], the column-parallel linear: the activations `x` are sharded by rows over the LSA team (rank
+//! `r` holds rows `r·m/R ..` in its window), and every rank computes `out = all_gather(x) × w` for its own column
+//! slice `w` of the weights. Instead of gathering `x` into a local buffer first (`ncclAllGather`), each block's
+//! 128 × 128 output tile reads its 128 rows of `x` straight from the owner's window over LSA, tile by tile as the
+//! mainloop (`gemm_block`, device/src/gemm.rs) consumes them: no gathered copy is written or read back, and the
+//! first tiles start as soon as the barrier says every shard is in place. Each rank walks the tiles starting with
+//! the rows of its own shard, so that at any moment the ranks read different peers.
+
+use weft::prelude::*;
+
+/// `out (m × n) = all_gather(x) (m × k) × w (k × n)`, row-major, f16 or bf16, accumulated in f32 and rounded once.
+///
+/// `x`: this rank's `m / R` rows (a symmetric window of `(m / R) × k` elements); `w`: this rank's `k × n` weights;
+/// `out`: `m × n`. `m / R` and `n` multiples of 128, `k` of 32 (the mainloop's tile); 256 threads per block, the
+/// same grid on every rank (LSA barrier `b` pairs block `b` of every rank). The first barrier makes every shard
+/// readable; the second keeps each shard alive until no peer reads it.
+#[weft::kernel(types(f16, bf16), len(w >= k * n, out >= m * n))]
+pub fn allgather_gemm<T: MmaElement>(
+    dev: &DevComm<Lsa>,
+    x: &Window<T>,
+    w: &[T],
+    out: &mut [T],
+    m: usize,
+    n: usize,
+    k: usize,
+) {
+    let bar = dev.lsa_barrier(Cta, block_idx_x());
+    bar.sync(Cta, Order::Acquire);
+    let ranks = dev.lsa_size() as usize;
+    let shard = m / ranks;
+    let tiles_n = n / 128;
+    let tiles = (m / 128) * tiles_n;
+    // Start at this rank's own rows: tile t of the walk is tile (t + first) of the matrix.
+    let first = (dev.lsa_rank() as usize) * (shard / 128) * tiles_n;
+    let mut t = block_idx_x() as usize;
+    while t < tiles {
+        let tile_index = (t + first) % tiles;
+        let row0 = (tile_index / tiles_n) * 128;
+        let col0 = (tile_index % tiles_n) * 128;
+        let owner = row0 / shard;
+        let tile = x.lsa(owner as u32).gemm_block(row0 - owner * shard, k, w, col0, n, k);
+        let mut i = 0;
+        while i < tile.len() {
+            out[(row0 + tile.row(i)) * n + col0 + tile.col(i)] = T::from_f32(tile.value(i));
+            i += 1;
+        }
+        t += grid_dim_x() as usize;
+    }
+    bar.sync(Cta, Order::Release);
+}
