@@ -197,7 +197,7 @@ pub fn mma_gemm_shared<T: MmaElement>(a: &[T], b: &[T], out: &mut [f32], m: usiz
 /// `out = a × b` (`m × k` by `k × n`, row-major, f16 or bf16, `out` in the same type, accumulated in f32), one
 /// 128 × 128 tile per block and grid-stride over the tiles, through the block GEMM mainloop (`gemm_block`) and an
 /// epilogue written here. `m` and `n` multiples of 128, `k` of 32; launch 256 threads per block.
-#[weft::kernel(types(f16, bf16))]
+#[weft::kernel(types(f16, bf16), launch_bounds(256, 2))]
 pub fn gemm_tiles<T: MmaElement>(a: &[T], b: &[T], out: &mut [T], m: usize, n: usize, k: usize) {
     let tiles_n = n / 128;
     let tiles = (m / 128) * tiles_n;

@@ -16,7 +16,7 @@ use weft::prelude::*;
 /// `out`: `m × n`. `m / R` and `n` multiples of 128, `k` of 32 (the mainloop's tile); 256 threads per block, the
 /// same grid on every rank (LSA barrier `b` pairs block `b` of every rank). The first barrier makes every shard
 /// readable; the second keeps each shard alive until no peer reads it.
-#[weft::kernel(types(f16, bf16), len(w >= k * n, out >= m * n))]
+#[weft::kernel(types(f16, bf16), len(w >= k * n, out >= m * n), launch_bounds(256, 2))]
 pub fn allgather_gemm<T: MmaElement>(
     dev: &DevComm<Lsa>,
     x: &Window<T>,
