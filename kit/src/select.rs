@@ -216,11 +216,12 @@ mod tests {
         // Two ranks: one-shot up to 4 MB, two-shot above.
         assert_eq!(table.pick(4 << 20, 2), Protocol::OneShot);
         assert_eq!(table.pick((4 << 20) + 1, 2), Protocol::TwoShot);
-        // Four ranks: one-shot up to 1 MB; eight: up to 64 KB.
+        // Four ranks: one-shot up to 1 MB; eight: up to 256 KB (example 03 at 8 ranks).
         assert_eq!(table.pick(1 << 20, 4), Protocol::OneShot);
         assert_eq!(table.pick(4 << 20, 4), Protocol::TwoShot);
-        assert_eq!(table.pick(64 << 10, 8), Protocol::OneShot);
-        assert_eq!(table.pick(256 << 10, 8), Protocol::TwoShot);
+        assert_eq!(table.pick(256 << 10, 8), Protocol::OneShot);
+        assert_eq!(table.pick((256 << 10) + 1, 8), Protocol::TwoShot);
+        assert_eq!(table.pick(2 << 20, 8), Protocol::TwoShot);
     }
 
     #[test]
