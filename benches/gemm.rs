@@ -14,9 +14,8 @@ use weft_kit::test_kernels::gemm_tiles;
 
 use std::sync::Arc;
 
-use cudarc::cublas::sys::cublasOperation_t;
-use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::CudaStream;
 use half::bf16;
 use weft::host::LaunchConfig;
 
@@ -32,32 +31,6 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn random(len: usize, seed: u64) -> Vec<bf16> {
     weft_kit::common::random(len, seed).into_iter().map(bf16::from_f32).collect()
-}
-
-/// `C = A * B` (row-major) through cuBLAS, which is column-major: `C^T = B^T * A^T`, so B goes first.
-fn cublas_gemm(
-    blas: &CudaBlas,
-    a: &CudaSlice<bf16>,
-    b: &CudaSlice<bf16>,
-    c: &mut CudaSlice<bf16>,
-    (m, n, k): (usize, usize, usize),
-) -> Result<()> {
-    let cfg = GemmConfig {
-        transa: cublasOperation_t::CUBLAS_OP_N,
-        transb: cublasOperation_t::CUBLAS_OP_N,
-        m: i32::try_from(n)?,
-        n: i32::try_from(m)?,
-        k: i32::try_from(k)?,
-        alpha: bf16::ONE,
-        lda: i32::try_from(n)?,
-        ldb: i32::try_from(k)?,
-        beta: bf16::ZERO,
-        ldc: i32::try_from(n)?,
-    };
-    // SAFETY: `b` holds k x n, `a` m x k and `c` m x n elements (allocated so by the caller), matching the
-    // dimensions and leading dimensions of `cfg`; all three live on the handle's stream's device.
-    unsafe { blas.gemm(cfg, b, a, c) }?;
-    Ok(())
 }
 
 fn relative_error(got: &[bf16], want: &[bf16]) -> f64 {
@@ -82,12 +55,8 @@ fn main() -> Result<()> {
         eprintln!("gemm bench: no CUDA GPU visible; this benchmark needs one (nothing measured)");
         return Ok(());
     }
-    // SAFETY: only probes whether the library can be opened (no symbol is called).
-    if !unsafe { cudarc::cublas::sys::is_culib_present() } {
-        eprintln!(
-            "gemm bench: libcublas not found; add the directory holding libcublas.so (a CUDA toolkit's lib64, or \
-             PyTorch's site-packages/nvidia/cublas/lib) to LD_LIBRARY_PATH (nothing measured)"
-        );
+    if !weft_kit::blas::available() {
+        eprintln!("gemm bench: {} (nothing measured)", weft_kit::blas::MISSING);
         return Ok(());
     }
     let quick = std::env::var("WEFT_BENCH_QUICK").is_ok_and(|v| v == "1");
@@ -108,7 +77,7 @@ fn main() -> Result<()> {
         let mut c_blas = stream.alloc_zeros::<bf16>(m * n)?;
         let cfg = LaunchConfig::linear(u32::try_from((m / 128) * (n / 128))?, 256);
         gemm_tiles::launch(&stream, cfg, &a, &b, &mut c_weft, m, n, k)?;
-        cublas_gemm(&blas, &a, &b, &mut c_blas, (m, n, k))?;
+        weft_kit::blas::gemm(&blas, &a, &b, &mut c_blas, (m, n, k))?;
         let error = relative_error(
             &weft::host::cuda::download(&stream, &c_weft)?,
             &weft::host::cuda::download(&stream, &c_blas)?,
@@ -122,7 +91,7 @@ fn main() -> Result<()> {
                     if weft_side {
                         gemm_tiles::launch(&stream, cfg, &a, &b, &mut c_weft, m, n, k)?;
                     } else {
-                        cublas_gemm(&blas, &a, &b, &mut c_blas, (m, n, k))?;
+                        weft_kit::blas::gemm(&blas, &a, &b, &mut c_blas, (m, n, k))?;
                     }
                 }
                 stop.record(&stream)?;

@@ -29,12 +29,9 @@ use weft_kit::kernels::gemm_tp::allgather_gemm as fused;
 use weft_kit::test_kernels::gemm_tiles;
 
 use common::{Real, Result};
-use cudarc::cublas::sys::cublasOperation_t;
-use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
-use cudarc::driver::CudaSlice;
 use half::bf16;
 use weft::host::caps::Lsa;
-use weft::host::{Config, DevComm, Error, LaunchConfig, WindowFlags};
+use weft::host::{Config, DevComm, LaunchConfig, WindowFlags};
 
 /// `(rows per rank, n, k)`; the first two are checked against the f64 host reference on every rank.
 const SHAPES: &[(usize, usize, usize)] = &[(128, 256, 256), (256, 128, 512), (1024, 1024, 4096), (2048, 2048, 8192)];
@@ -99,10 +96,9 @@ struct Case {
 fn run() -> Result<()> {
     let ranks = common::Ranks::from_env()?;
     let nranks = ranks.nranks();
-    // SAFETY: only probes whether the library can be opened (no symbol is called).
-    let cublas = unsafe { cudarc::cublas::sys::is_culib_present() };
+    let cublas = weft_kit::blas::available();
     if !cublas {
-        println!("libcublas not found on the library path: the cuBLAS baseline is skipped (the others run)");
+        println!("{}: the cuBLAS baseline is skipped (the others run)", weft_kit::blas::MISSING);
     }
     println!("{nranks} rank(s); computing the host references for the first {CHECKED} shapes...");
     let references: Vec<Vec<Vec<f64>>> = SHAPES[..CHECKED]
@@ -113,7 +109,7 @@ fn run() -> Result<()> {
         let s = comm.context().new_stream()?;
         let cfg = fused::one_wave::<bf16>(comm, &s, BLOCK)?;
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&fused::requirements(&cfg))?;
-        let blas = if cublas { Some(CudaBlas::new(s.clone()).map_err(blas_error)?) } else { None };
+        let blas = weft_kit::blas::handle(&s)?;
         if comm.rank() == 0 {
             println!(
                 "launch geometry: fused {} blocks of {BLOCK} (one wave), unfused one block per 128 x 128 tile",
@@ -152,7 +148,7 @@ fn run() -> Result<()> {
                 _ => match &blas {
                     Some(blas) => {
                         comm.all_gather(x.buffer(), &mut gathered, &s)?;
-                        cublas_gemm(blas, &gathered, &w, &mut out_unfused, (m, n, k))
+                        weft_kit::blas::gemm(blas, &gathered, &w, &mut out_unfused, (m, n, k))
                     }
                     None => Ok(()),
                 },
@@ -221,37 +217,4 @@ fn run() -> Result<()> {
         })
         .collect();
     common::verdict(&failed, "bf16 < 1e-2 against the f64 reference and against the unfused result")
-}
-
-/// `C = A * B` (row-major) through cuBLAS, which is column-major: `C^T = B^T * A^T`, so B goes first.
-fn cublas_gemm(
-    blas: &CudaBlas,
-    a: &CudaSlice<bf16>,
-    b: &CudaSlice<bf16>,
-    c: &mut CudaSlice<bf16>,
-    (m, n, k): (usize, usize, usize),
-) -> std::result::Result<(), Error> {
-    let dim = |v: usize| {
-        i32::try_from(v)
-            .map_err(|_| Error::InvalidArgument { argument: "shape", problem: format!("{v} exceeds cuBLAS's int") })
-    };
-    let cfg = GemmConfig {
-        transa: cublasOperation_t::CUBLAS_OP_N,
-        transb: cublasOperation_t::CUBLAS_OP_N,
-        m: dim(n)?,
-        n: dim(m)?,
-        k: dim(k)?,
-        alpha: bf16::ONE,
-        lda: dim(n)?,
-        ldb: dim(k)?,
-        beta: bf16::ZERO,
-        ldc: dim(n)?,
-    };
-    // SAFETY: `b` holds k x n, `a` m x k and `c` m x n elements (allocated so by the caller), matching the
-    // dimensions and leading dimensions of `cfg`; all three live on the handle's stream's device.
-    unsafe { blas.gemm(cfg, b, a, c) }.map_err(blas_error)
-}
-
-fn blas_error(error: cudarc::cublas::result::CublasError) -> Error {
-    Error::InvalidArgument { argument: "cublas", problem: format!("cuBLAS failed: {error}") }
 }

@@ -10,6 +10,7 @@
 
 pub mod baselines;
 pub mod bench;
+pub mod blas;
 pub mod common;
 pub mod kernels;
 pub mod lamport;
