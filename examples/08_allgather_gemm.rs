@@ -25,6 +25,7 @@
 //! so, and exits 0.
 
 use weft_kit::common;
+use weft_kit::gemm_report::{self, GemmCase};
 use weft_kit::kernels::gemm_tp::allgather_gemm as fused;
 use weft_kit::test_kernels::gemm_tiles;
 
@@ -85,14 +86,6 @@ fn reference(nranks: usize, rank: usize, shard: usize, n: usize, k: usize) -> Ve
     out
 }
 
-struct Case {
-    shape: (usize, usize, usize),
-    /// Median µs: fused, unfused with the same GEMM, unfused with cuBLAS (NaN without it).
-    times: [f64; 3],
-    /// Fused against the f64 reference (NaN where not checked), fused against the unfused same-GEMM result.
-    errors: [f64; 2],
-}
-
 fn run() -> Result<()> {
     let ranks = common::Ranks::from_env()?;
     let nranks = ranks.nranks();
@@ -134,8 +127,7 @@ fn run() -> Result<()> {
             comm.all_gather(x.buffer(), &mut gathered, &s)?;
             gemm_tiles::launch(&s, tiles_cfg, &gathered, &w, &mut out_unfused, m, n, k)?;
             let unfused = weft::host::cuda::download(&s, &out_unfused)?;
-            let against_reference =
-                if index < CHECKED { common::relative_error(&got, &references[index][rank]) } else { f64::NAN };
+            let against_reference = (index < CHECKED).then(|| common::relative_error(&got, &references[index][rank]));
             let unfused_f64: Vec<f64> = unfused.iter().map(|v| v.value()).collect();
             let against_unfused = common::relative_error(&got, &unfused_f64);
 
@@ -154,67 +146,11 @@ fn run() -> Result<()> {
                 },
             })?;
             let times = [times[0], times[1], if cublas { times[2] } else { f64::NAN }];
-            cases.push(Case { shape: (shard, n, k), times, errors: [against_reference, against_unfused] });
+            cases.push(GemmCase { shape: (shard, n, k), times, errors: (against_reference, against_unfused) });
         }
         weft::host::cuda::settle(&s)?;
         Ok(cases)
     })?;
 
-    let first = ranks.first_rank();
-    println!(
-        "\n{nranks} rank(s); rank {first}'s median times in µs (every rank's result is checked); TFLOP/s of the GEMM\n"
-    );
-    println!(
-        "{:>22} | {:>9} {:>9} {:>9} | {:>8} {:>8} | {:>13} {:>13} | {:>9} {:>9}",
-        "rows/rank x n x k",
-        "fused",
-        "AG+GEMM",
-        "AG+cuBLAS",
-        "TFLOP/s",
-        "cuBLAS",
-        "fused/AG+GEMM",
-        "fused/cuBLAS",
-        "err ref",
-        "err unf"
-    );
-    for (c, case) in reports[0].iter().enumerate() {
-        let (shard, n, k) = case.shape;
-        let flops = 2.0 * (shard * nranks) as f64 * n as f64 * k as f64;
-        let worst = |e: usize| {
-            let errors: Vec<f64> = reports.iter().map(|r| r[c].errors[e]).collect();
-            if errors.iter().all(|e| e.is_nan()) {
-                f64::NAN
-            } else {
-                common::worst(errors)
-            }
-        };
-        println!(
-            "{:>22} | {:>9.1} {:>9.1} {:>9.1} | {:>8.1} {:>8.1} | {:>12.2}x {:>12.2}x | {:>9.1e} {:>9.1e}",
-            format!("{shard}x{n}x{k}"),
-            case.times[0],
-            case.times[1],
-            case.times[2],
-            flops / case.times[0] / 1e6,
-            flops / case.times[2] / 1e6,
-            case.times[1] / case.times[0],
-            case.times[2] / case.times[0],
-            worst(0),
-            worst(1),
-        );
-    }
-    let failed: Vec<String> = reports
-        .iter()
-        .enumerate()
-        .flat_map(|(index, cases)| {
-            let rank = first + index;
-            cases
-                .iter()
-                .filter(|c| {
-                    !((c.errors[0].is_nan() || common::passes::<bf16>(c.errors[0]))
-                        && common::passes::<bf16>(c.errors[1]))
-                })
-                .map(move |c| format!("rank {rank} {:?}: errors {:?} (limit {})", c.shape, c.errors, bf16::TOLERANCE))
-        })
-        .collect();
-    common::verdict(&failed, "bf16 < 1e-2 against the f64 reference and against the unfused result")
+    gemm_report::print(&reports, ranks.first_rank(), "AG", |(shard, n, k)| 2.0 * (shard * nranks * n * k) as f64)
 }

@@ -32,7 +32,7 @@
 #             process on 2.28.9 and 2.30.7, then 2 and 4 processes sharing the one GPU on 2.30.7 (quickstart and
 #             example 03; whether NCCL's multi-rank mode works across processes, which time-slice without MPS)
 #   gemm      (not in the default) 1 rank on 2.28.9: the tensor-core tests, the block GEMM against cuBLAS and
-#             example 08 (all-gather + GEMM); example 08 at 2, 4 and 8 ranks on 2.30.7
+#             examples 08 (all-gather + GEMM) and 09 (GEMM + reduce-scatter); both at 2, 4 and 8 ranks on 2.30.7
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s). WEFT_GPU_CHECK_DEADLINE=s skips the
 # runs that would start after s seconds (each is listed as skipped), so that the summary and the logs still come back
@@ -121,7 +121,7 @@ ranks() {
       local t=${multi_rank_tests[i]} filter=${multi_rank_tests[i + 1]}
       [ -x ".gpu/bin/$t" ] && run "2.30.7 x$n $t" 300 ".gpu/bin/$t" --include-ignored --test-threads=1 $filter
     done
-    for e in quickstart lifecycle allreduce_bias_residual rmsnorm zero_optimizer moe_dispatch allgather_gemm; do
+    for e in quickstart lifecycle allreduce_bias_residual rmsnorm zero_optimizer moe_dispatch allgather_gemm gemm_reduce_scatter; do
       [ -x ".gpu/bin/example-$e" ] && run "2.30.7 x$n example-$e" 300 ".gpu/bin/example-$e"
     done
   done
@@ -191,10 +191,12 @@ gemm() { # release: the tensor-core tests, the GEMM benchmark and example 08 at 
     run "2.28.9 test-gpu_mma" 120 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
     [ -x .gpu/bin/test-gemm ] && WEFT_BENCH_OUT="$out/bench-gemm" run "2.28.9 x1 bench-gemm" 300 .gpu/bin/test-gemm
     run "2.28.9 x1 example-allgather_gemm" 180 .gpu/bin/example-allgather_gemm
+    run "2.28.9 x1 example-gemm_reduce_scatter" 180 .gpu/bin/example-gemm_reduce_scatter
   else
     local n
     for n in 2 4 8; do
       WEFT_RANKS=$n run "2.30.7 x$n example-allgather_gemm" 180 .gpu/bin/example-allgather_gemm
+      WEFT_RANKS=$n run "2.30.7 x$n example-gemm_reduce_scatter" 180 .gpu/bin/example-gemm_reduce_scatter
     done
   fi
 }

@@ -12,6 +12,7 @@ pub mod baselines;
 pub mod bench;
 pub mod blas;
 pub mod common;
+pub mod gemm_report;
 pub mod kernels;
 pub mod lamport;
 pub mod moe_unfused;

@@ -7,6 +7,11 @@
 //! mainloop (`gemm_block`, device/src/gemm.rs) consumes them: no gathered copy is written or read back, and the
 //! first tiles start as soon as the barrier says every shard is in place. Each rank walks the tiles starting with
 //! the rows of its own shard, so that at any moment the ranks read different peers.
+//!
+//! [`gemm_reduce_scatter`], the row-parallel linear: every rank multiplies its own `k` slice, and the sum over
+//! ranks is scattered by rows. Instead of writing the whole partial product and reduce-scattering it
+//! (`ncclReduceScatter`), each output tile goes straight from the registers into its owner's window, and each
+//! owner sums what arrived.
 
 use weft::prelude::*;
 
@@ -49,4 +54,72 @@ pub fn allgather_gemm<T: MmaElement>(
         t += grid_dim_x() as usize;
     }
     bar.sync(Cta, Order::Release);
+}
+
+/// The row-parallel linear with its reduce-scatter fused: `out = rows r·m/R .. (r+1)·m/R of Σ_ranks x × w`, each
+/// rank holding its own `k` slice (`x`: `m × k`, `w`: `k × n`), f16 or bf16, accumulated in f32 and rounded once.
+///
+/// Each block computes output tiles of its rank's partial product and stores each straight into the window of the
+/// rank that owns those rows, in this rank's slot (`scratch`: a symmetric f32 window of `m × n` elements per rank,
+/// `R` slots of `m/R × n`), walking the tiles from the next rank's rows on so that the ranks write to different
+/// peers at once. After an LSA barrier every partial of this rank's rows has arrived, and the blocks sum the `R`
+/// slots in rank order (the same order on every rank) into `out` (`m/R × n`). A second barrier keeps the slots
+/// until their owner has read them, so the next call's stores cannot overwrite them early. `m / R` and `n`
+/// multiples of 128, `k` of 32; 256 threads per block, the same grid on every rank.
+#[weft::kernel(
+    types(f16, bf16),
+    len(x >= m * k, w >= k * n, scratch >= m * n),
+    launch_bounds(256, 2)
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_reduce_scatter<T: MmaElement>(
+    dev: &DevComm<Lsa>,
+    x: &[T],
+    w: &[T],
+    scratch: &Window<f32>,
+    out: &mut [T],
+    m: usize,
+    n: usize,
+    k: usize,
+) {
+    let bar = dev.lsa_barrier(Cta, block_idx_x());
+    let ranks = dev.lsa_size() as usize;
+    let me = dev.lsa_rank() as usize;
+    let shard = m / ranks;
+    let tiles_n = n / 128;
+    let tiles = (m / 128) * tiles_n;
+    let first = ((me + 1) % ranks) * (shard / 128) * tiles_n;
+    let slot = me * shard * n;
+    let mut t = block_idx_x() as usize;
+    while t < tiles {
+        let tile_index = (t + first) % tiles;
+        let row0 = (tile_index / tiles_n) * 128;
+        let col0 = (tile_index % tiles_n) * 128;
+        let owner = row0 / shard;
+        let tile = x.gemm_block(row0, k, w, col0, n, k);
+        let mut dst = scratch.lsa(owner as u32);
+        let base = slot + (row0 - owner * shard) * n + col0;
+        let mut i = 0;
+        while i < tile.len() {
+            dst[base + tile.row(i) * n + tile.col(i)] = tile.value(i);
+            i += 1;
+        }
+        t += grid_dim_x() as usize;
+    }
+    // Every rank's partial of this rank's rows is in place.
+    bar.sync(Cta, Order::AcqRel);
+    let mine = scratch.local();
+    let count = shard * n;
+    let stride = grid_size_1d();
+    let mut e = index_1d();
+    while e < count {
+        let mut acc = 0.0f32;
+        for s in 0..ranks {
+            acc += mine[s * count + e];
+        }
+        out[e] = T::from_f32(acc);
+        e += stride;
+    }
+    // This rank has read its slots: the peers' next call may overwrite them.
+    bar.sync(Cta, Order::AcqRel);
 }

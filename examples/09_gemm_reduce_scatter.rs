@@ -1,0 +1,158 @@
+//! The row-parallel linear layer of tensor parallelism — multiply this rank's slice of the inner dimension, then
+//! reduce-scatter the partial products by rows — as one weft kernel that sends each output tile from its registers
+//! into the owner's window, against a GEMM + `ncclReduceScatter`, on every visible GPU.
+//!
+//! ```sh
+//! cargo run --release --example gemm_reduce_scatter
+//! ```
+//!
+//! Rank `r` holds `x_r (m × k)` and `w_r (k × n)` (its slice of the inner dimension) and gets rows
+//! `r·m/R .. (r+1)·m/R` of `Σ_r x_r × w_r`, in bf16 with f32 accumulation. The variants, timed with CUDA events
+//! (median of 10 after 2 warm-up rounds, interleaved):
+//!
+//! - fused (`kernels/gemm_tp.rs`, `gemm_reduce_scatter`): one kernel; each block's 128 × 128 partial tile goes straight
+//!   into the owning rank's f32 scratch window (this rank's slot), then, after an LSA barrier, every rank sums the
+//!   slots of its rows in rank order — the partial product is never written whole, and the sum is taken in f32;
+//! - unfused, same GEMM: kit's `gemm_tiles` (the same mainloop as a plain kernel) into a bf16 partial product, then
+//!   `ncclReduceScatter` of it: what fusing the reduce-scatter saves, with nothing else changed;
+//! - unfused, cuBLAS: `cublasGemmEx`, then `ncclReduceScatter` (where libcublas is on the library path).
+//!
+//! Checks: at the small shapes every rank's fused result against an f64 host reference; at every shape against the
+//! unfused one (outputs poisoned with NaN first; the unfused path rounds the partial products to bf16 before
+//! summing, so the two differ by that rounding). `m / R` and `n` multiples of 128, `k` of 32. Ranks sharing one GPU
+//! (`WEFT_RANKS=n`) are a proxy: they share its SMs and memory, so the figures show what the reduce-scatter's extra
+//! pass and the launches cost, not NVLink overlap.
+//!
+//! On a machine without a GPU it compiles the kernels with nvcc against every NCCL release's headers it finds, says
+//! so, and exits 0.
+
+use weft_kit::common;
+use weft_kit::gemm_report::{self, GemmCase};
+use weft_kit::kernels::gemm_tp::gemm_reduce_scatter as fused;
+use weft_kit::test_kernels::gemm_tiles;
+
+use common::{Real, Result};
+use half::bf16;
+use weft::host::caps::Lsa;
+use weft::host::{Config, DevComm, LaunchConfig, ReduceOp, WindowFlags};
+
+/// `(rows per rank, n, k)`: `m = rows per rank × R`; the first two are checked against the f64 host reference.
+const SHAPES: &[(usize, usize, usize)] = &[(128, 256, 256), (256, 128, 512), (1024, 4096, 1024), (2048, 8192, 1024)];
+const CHECKED: usize = 2;
+const BLOCK: u32 = 256;
+const WARMUP: usize = 2;
+const ITERATIONS: usize = 10;
+
+fn main() -> Result<()> {
+    println!(
+        "weft example 09 — GEMM + reduce-scatter (row-parallel linear), fused over LSA vs GEMM + ncclReduceScatter\n"
+    );
+    match common::gpus() {
+        Ok(_) => run(),
+        Err(why) => common::without_gpu(
+            &why,
+            &[fused::compile_check, gemm_tiles::compile_check],
+            &[],
+            &format!(
+                "runs one rank per GPU (WEFT_RANKS=n runs n) and, for (rows per rank, n, k) in {SHAPES:?}, computes this \
+                 rank's rows of the sum over ranks of x x w in bf16 with the fused kernel, with the same GEMM kernel + \
+                 ncclReduceScatter and with cuBLAS + ncclReduceScatter, checks them against an f64 host reference \
+                 and each other, and prints their median times and TFLOP/s."
+            ),
+        ),
+    }
+}
+
+fn x_seed(rank: usize) -> u64 {
+    5000 + rank as u64
+}
+fn w_seed(rank: usize) -> u64 {
+    6000 + rank as u64
+}
+
+/// Rank `rank`'s f64 reference: its `m/R` rows of `Σ_s x_s × w_s`.
+fn reference(nranks: usize, rank: usize, shard: usize, n: usize, k: usize) -> Vec<f64> {
+    let m = shard * nranks;
+    let mut out = vec![0.0f64; shard * n];
+    for s in 0..nranks {
+        let x: Vec<f64> = common::random_as::<bf16>(m * k, x_seed(s)).iter().map(|v| v.value()).collect();
+        let w: Vec<f64> = common::random_as::<bf16>(k * n, w_seed(s)).iter().map(|v| v.value()).collect();
+        for row in 0..shard {
+            let acc = &mut out[row * n..(row + 1) * n];
+            for p in 0..k {
+                let a = x[(rank * shard + row) * k + p];
+                for (o, b) in acc.iter_mut().zip(&w[p * n..(p + 1) * n]) {
+                    *o += a * b;
+                }
+            }
+        }
+    }
+    out
+}
+
+fn run() -> Result<()> {
+    let ranks = common::Ranks::from_env()?;
+    let nranks = ranks.nranks();
+    let cublas = weft_kit::blas::available();
+    if !cublas {
+        println!("{}: the cuBLAS baseline is skipped (the others run)", weft_kit::blas::MISSING);
+    }
+    println!("{nranks} rank(s); computing the host references for the first {CHECKED} shapes...");
+    let references: Vec<Vec<Vec<f64>>> = SHAPES[..CHECKED]
+        .iter()
+        .map(|&(shard, n, k)| (0..nranks).map(|rank| reference(nranks, rank, shard, n, k)).collect())
+        .collect();
+    let reports = ranks.run(&Config::new(), |comm| {
+        let s = comm.context().new_stream()?;
+        let cfg = fused::one_wave::<bf16>(comm, &s, BLOCK)?;
+        let dev: DevComm<'_, Lsa> = comm.dev_comm(&fused::requirements(&cfg))?;
+        let blas = weft_kit::blas::handle(&s)?;
+        if comm.rank() == 0 {
+            println!(
+                "launch geometry: fused {} blocks of {BLOCK} (one wave), unfused GEMM one block per 128 x 128 tile",
+                cfg.grid_dim.0
+            );
+        }
+        let stopwatch = common::Stopwatch::new(comm.context())?;
+        let mut cases = Vec::new();
+        for (index, &(shard, n, k)) in SHAPES.iter().enumerate() {
+            let (rank, m) = (comm.rank(), shard * nranks);
+            let x = s.clone_htod(&common::random_as::<bf16>(m * k, x_seed(rank)))?;
+            let w = s.clone_htod(&common::random_as::<bf16>(k * n, w_seed(rank)))?;
+            let scratch = comm.alloc_window::<f32>(&s, m * n, WindowFlags::COLL_SYMMETRIC)?;
+            let poison = vec![bf16::NAN; shard * n];
+            let mut out = s.clone_htod(&poison)?;
+            let mut out_unfused = s.clone_htod(&poison)?;
+            let mut partial = s.alloc_zeros::<bf16>(m * n)?;
+            let tiles_cfg = LaunchConfig::linear(u32::try_from((m / 128) * (n / 128)).unwrap_or(u32::MAX), BLOCK);
+
+            fused::launch(&s, cfg, &dev, &x, &w, &scratch, &mut out, m, n, k)?;
+            let got = weft::host::cuda::download(&s, &out)?;
+            gemm_tiles::launch(&s, tiles_cfg, &x, &w, &mut partial, m, n, k)?;
+            comm.reduce_scatter(&partial, &mut out_unfused, ReduceOp::Sum, &s)?;
+            let unfused: Vec<f64> = weft::host::cuda::download(&s, &out_unfused)?.iter().map(|v| v.value()).collect();
+            let against_reference = (index < CHECKED).then(|| common::relative_error(&got, &references[index][rank]));
+            let against_unfused = common::relative_error(&got, &unfused);
+
+            let times = common::time_variants(&stopwatch, &s, WARMUP, ITERATIONS, 3, |variant| match variant {
+                0 => fused::launch(&s, cfg, &dev, &x, &w, &scratch, &mut out, m, n, k),
+                1 => {
+                    gemm_tiles::launch(&s, tiles_cfg, &x, &w, &mut partial, m, n, k)?;
+                    comm.reduce_scatter(&partial, &mut out_unfused, ReduceOp::Sum, &s)
+                }
+                _ => match &blas {
+                    Some(blas) => {
+                        weft_kit::blas::gemm(blas, &x, &w, &mut partial, (m, n, k))?;
+                        comm.reduce_scatter(&partial, &mut out_unfused, ReduceOp::Sum, &s)
+                    }
+                    None => Ok(()),
+                },
+            })?;
+            let times = [times[0], times[1], if cublas { times[2] } else { f64::NAN }];
+            cases.push(GemmCase { shape: (shard, n, k), times, errors: (against_reference, against_unfused) });
+        }
+        weft::host::cuda::settle(&s)?;
+        Ok(cases)
+    })?;
+    gemm_report::print(&reports, ranks.first_rank(), "RS", |(shard, n, k)| 2.0 * (shard * nranks * n * k) as f64)
+}
