@@ -113,6 +113,7 @@ fn run() -> Result<()> {
         let mut cases = Vec::new();
         for (index, &(shard, n, k)) in SHAPES.iter().enumerate() {
             let (rank, m) = (comm.rank(), shard * nranks);
+            weft_kit::kernels::gemm_tp::check_shape(m, n, k, nranks)?;
             let mut x = comm.alloc_window::<bf16>(&s, shard * k, WindowFlags::COLL_SYMMETRIC)?;
             x.buffer_mut().copy_from_host(&common::random_as::<bf16>(shard * k, x_seed(rank)))?;
             let w = s.clone_htod(&common::random_as::<bf16>(k * n, w_seed(rank)))?;

@@ -117,6 +117,7 @@ fn run() -> Result<()> {
         let mut cases = Vec::new();
         for (index, &(shard, n, k)) in SHAPES.iter().enumerate() {
             let (rank, m) = (comm.rank(), shard * nranks);
+            weft_kit::kernels::gemm_tp::check_shape(m, n, k, nranks)?;
             let x = s.clone_htod(&common::random_as::<bf16>(m * k, x_seed(rank)))?;
             let w = s.clone_htod(&common::random_as::<bf16>(k * n, w_seed(rank)))?;
             let scratch = comm.alloc_window::<f32>(&s, m * n, WindowFlags::COLL_SYMMETRIC)?;

@@ -123,3 +123,49 @@ pub fn gemm_reduce_scatter<T: MmaElement>(
     // This rank has read its slots: the peers' next call may overwrite them.
     bar.sync(Cta, Order::AcqRel);
 }
+
+/// Whether `m × n × k` on `ranks` ranks suits [`allgather_gemm`] and [`gemm_reduce_scatter`] (`m / ranks` and `n`
+/// multiples of 128, `k` a positive multiple of 32): an error naming the dimension and the fix, before a launch whose
+/// device-side check would stop the kernel (and with it the CUDA context).
+pub fn check_shape(m: usize, n: usize, k: usize, ranks: usize) -> Result<(), weft::host::Error> {
+    let problem = if ranks == 0 || m % ranks != 0 {
+        Some(format!("m = {m} rows do not split evenly over {ranks} ranks"))
+    } else if m / ranks == 0 || (m / ranks) % 128 != 0 {
+        Some(format!("each rank's {} rows are not a positive multiple of 128 (the GEMM's tile)", m / ranks))
+    } else if n == 0 || n % 128 != 0 {
+        Some(format!("n = {n} is not a positive multiple of 128 (the GEMM's tile)"))
+    } else if k == 0 || k % 32 != 0 {
+        Some(format!("k = {k} is not a positive multiple of 32 (the GEMM's k step)"))
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(weft::host::Error::InvalidArgument {
+            argument: "shape",
+            problem: format!("{problem}: pad the matrices to whole tiles, or use NCCL + cuBLAS for this shape"),
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_shape;
+
+    #[test]
+    fn shapes_are_checked_before_a_launch() {
+        assert!(check_shape(1024, 256, 64, 8).is_ok());
+        assert!(check_shape(128, 128, 32, 1).is_ok());
+        for (m, n, k, ranks, names) in [
+            (1004, 256, 64, 8, "split evenly"),
+            (512, 256, 64, 8, "multiple of 128"),
+            (1024, 200, 64, 8, "n = 200"),
+            (1024, 256, 48, 8, "k = 48"),
+            (1024, 256, 0, 8, "k = 0"),
+            (1024, 256, 64, 0, "0 ranks"),
+        ] {
+            let error = check_shape(m, n, k, ranks).unwrap_err().to_string();
+            assert!(error.contains(names) && error.contains("pad the matrices"), "{m}x{n}x{k}@{ranks}: {error}");
+        }
+    }
+}
