@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""A CPU model of the block GEMM mainloop's data movement (weft.cuh, `detail::gemm_block_at`), to check its index
+math without a GPU: the cp.async stage fill with its XOR swizzle, the ldmatrix.x4 / x4.trans addresses, the
+mma.sync m16n8k16 register layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16") and the epilogue's
+`GemmTile::row/col` mapping. It rebuilds each fragment from the lanes' registers, multiplies, scatters the result
+through the epilogue mapping and compares with A @ B. It does not model timing, bank conflicts or the pipeline's
+waits (the code comments argue those). Needs numpy: `python3 -m venv v && v/bin/pip install numpy && v/bin/python
+scripts/gemm_layout_model.py`. Keep its constants in step with weft.cuh."""
+import numpy as np
+rng=np.random.default_rng(0)
+BK=32; STAGES=3
+def simulate(M,N,K,lda,ldb,row0,col0):
+    A=rng.standard_normal((M*lda,)).astype(np.float64)
+    B=rng.standard_normal((K*ldb,)).astype(np.float64)
+    # tile
+    a=A[row0*lda:]; b=B[col0:]
+    acc=np.zeros((8,32,4,4,4))  # warp, lane, mi, ni, e
+    ktiles=K//BK
+    sa=np.zeros((STAGES,128*32)); sb=np.zeros((STAGES,32*128))
+    def load(stage,kt):
+        for tid in range(256):
+            for i in range(2):
+                id_=tid+i*256
+                ar,ac=id_//4,id_%4
+                dst=ar*32+((ac^((ar>>1)&3))*8)
+                src=ar*lda+kt*BK+ac*8
+                sa[stage,dst:dst+8]=a[src:src+8]
+                br,bc=id_//16,id_%16
+                dst=br*128+((bc^(br&7))*8)
+                src=(kt*BK+br)*ldb+bc*8
+                sb[stage,dst:dst+8]=b[src:src+8]
+    def ldmatrix(smem, addrs, trans):
+        # addrs: 32 element offsets (row starts of 8 elements); returns regs[lane][4][2]
+        out=np.zeros((32,4,2))
+        for mat in range(4):
+            rows=[smem[addrs[mat*8+r]:addrs[mat*8+r]+8] for r in range(8)]
+            m=np.array(rows)  # 8x8
+            for t in range(32):
+                if not trans:
+                    out[t,mat]=m[t//4, (t%4)*2:(t%4)*2+2]
+                else:
+                    out[t,mat]=[m[(t%4)*2, t//4], m[(t%4)*2+1, t//4]]
+        return out
+    for kt in range(ktiles):
+        s=kt%STAGES
+        load(s,kt)  # pipeline order doesn't change the math
+        for warp in range(8):
+            wm=(warp//4)*64; wn=(warp%4)*32
+            for kk in range(BK//16):
+                fa=[]
+                for mi in range(4):
+                    addrs=[]
+                    for lane in range(32):
+                        r=wm+mi*16+lane%16; c=kk*2+lane//16
+                        addrs.append(r*32+((c^((r>>1)&3))*8))
+                    fa.append(ldmatrix(sa[s],addrs,False))
+                fb=[None]*4
+                for nj in range(2):
+                    addrs=[]
+                    for lane in range(32):
+                        r=kk*16+lane%16; c=wn//8+nj*2+lane//16
+                        addrs.append(r*128+((c^(r&7))*8))
+                    regs=ldmatrix(sb[s],addrs,True)
+                    fb[2*nj]=regs[:,0:2]; fb[2*nj+1]=regs[:,2:4]
+                # mma per fragment: reconstruct A (16x16), B (16x8) from lanes then multiply
+                for mi in range(4):
+                    Af=np.zeros((16,16))
+                    for lane in range(32):
+                        g,t=lane//4,lane%4
+                        r=fa[mi][lane]
+                        Af[g,2*t:2*t+2]=r[0]; Af[g+8,2*t:2*t+2]=r[1]; Af[g,2*t+8:2*t+10]=r[2]; Af[g+8,2*t+8:2*t+10]=r[3]
+                    for ni in range(4):
+                        Bf=np.zeros((16,8))
+                        for lane in range(32):
+                            g,t=lane//4,lane%4
+                            r=fb[ni][lane]
+                            Bf[2*t:2*t+2,g]=r[0]; Bf[2*t+8:2*t+10,g]=r[1]
+                        C=Af@Bf
+                        for lane in range(32):
+                            g,t=lane//4,lane%4
+                            acc[warp,lane,mi,ni]+=[C[g,2*t],C[g,2*t+1],C[g+8,2*t],C[g+8,2*t+1]]
+    # epilogue mapping
+    out=np.full((128,128),np.nan)
+    for warp in range(8):
+        for lane in range(32):
+            for i in range(64):
+                f,e=i//4,i%4
+                row=(warp//4)*64+(f//4)*16+lane//4+(8 if e>=2 else 0)
+                col=(warp%4)*32+(f%4)*8+(lane%4)*2+(e&1)
+                out[row,col]=acc[warp,lane,f//4,f%4,e]
+    Am=np.array([[a[r*lda+p] for p in range(K)] for r in range(128)])
+    Bm=np.array([[b[p*ldb+c] for c in range(128)] for p in range(K)])
+    want=Am@Bm
+    print(M,N,K,lda,ldb,row0,col0,"max err",np.nanmax(np.abs(out-want)),"nans",np.isnan(out).sum())
+simulate(128,128,32,32,128,0,0)
+simulate(256,256,64,72,264,128,8)
