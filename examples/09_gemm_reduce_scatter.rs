@@ -95,15 +95,7 @@ fn reference(nranks: usize, rank: usize, shard: usize, n: usize, k: usize) -> Ve
 fn run() -> Result<()> {
     let ranks = common::Ranks::from_env()?;
     let nranks = ranks.nranks();
-    let cublas = weft_kit::blas::available();
-    if !cublas {
-        println!("{}: the cuBLAS baseline is skipped (the others run)", weft_kit::blas::MISSING);
-    }
-    println!("{nranks} rank(s); computing the host references for the first {CHECKED} shapes...");
-    let references: Vec<Vec<Vec<f64>>> = SHAPES[..CHECKED]
-        .iter()
-        .map(|&(m, n, k)| (0..nranks).map(|rank| reference(nranks, rank, m / nranks, n, k)).collect())
-        .collect();
+    let (cublas, references) = gemm_report::start(SHAPES, CHECKED, nranks, reference);
     let reports = ranks.run(&Config::new(), |comm| {
         let s = comm.context().new_stream()?;
         let cfg = fused::one_wave::<bf16>(comm, &s, BLOCK)?;
@@ -119,10 +111,7 @@ fn run() -> Result<()> {
         let mut cases = Vec::new();
         for (index, &(m, n, k)) in SHAPES.iter().enumerate() {
             let (rank, shard) = (comm.rank(), m / nranks);
-            if let Err(why) = weft_kit::kernels::gemm_tp::check_shape(m, n, k, nranks) {
-                if rank == 0 {
-                    println!("skipped {m} x {n} x {k} on {nranks} ranks: {why}");
-                }
+            if !gemm_report::runs(rank, (m, n, k), nranks) {
                 continue;
             }
             let x = s.clone_htod(&common::random_as::<bf16>(m * k, x_seed(rank)))?;

@@ -90,30 +90,21 @@ pub trait GemmOperand<T: MmaElement> {
     ) -> GemmTile;
 }
 
-impl<T: MmaElement> GemmOperand<T> for [T] {
-    fn gemm_block(
-        &self,
-        row0: usize,
-        lda: usize,
-        b: &(impl GemmOperand<T> + ?Sized),
-        col0: usize,
-        ldb: usize,
-        k: usize,
-    ) -> GemmTile {
-        device_only("gemm_block")
-    }
+macro_rules! gemm_operands {
+    ($($ty:ty),*) => {$(
+        impl<T: MmaElement> GemmOperand<T> for $ty {
+            fn gemm_block(
+                &self,
+                row0: usize,
+                lda: usize,
+                b: &(impl GemmOperand<T> + ?Sized),
+                col0: usize,
+                ldb: usize,
+                k: usize,
+            ) -> GemmTile {
+                device_only("gemm_block")
+            }
+        }
+    )*};
 }
-
-impl<T: MmaElement> GemmOperand<T> for WindowView<'_, T> {
-    fn gemm_block(
-        &self,
-        row0: usize,
-        lda: usize,
-        b: &(impl GemmOperand<T> + ?Sized),
-        col0: usize,
-        ldb: usize,
-        k: usize,
-    ) -> GemmTile {
-        device_only("gemm_block")
-    }
-}
+gemm_operands!([T], WindowView<'_, T>);

@@ -79,3 +79,38 @@ pub fn print(
     println!("({nranks} rank(s) reported)");
     common::verdict(&failed, "bf16 < 1e-2 against the f64 reference and against the unfused result")
 }
+
+/// The examples' start: says whether cuBLAS is there (its baseline is skipped otherwise), and computes every rank's
+/// f64 reference for the first `checked` shapes `(m, n, k)` with `reference(nranks, rank, m / nranks, n, k)`;
+/// returns whether cuBLAS is there and `references[shape][rank]`.
+pub fn start(
+    shapes: &[(usize, usize, usize)],
+    checked: usize,
+    nranks: usize,
+    reference: impl Fn(usize, usize, usize, usize, usize) -> Vec<f64>,
+) -> (bool, Vec<Vec<Vec<f64>>>) {
+    let cublas = crate::blas::available();
+    if !cublas {
+        println!("{}: the cuBLAS baseline is skipped (the others run)", crate::blas::MISSING);
+    }
+    println!("{nranks} rank(s); computing the host references for the first {checked} shapes...");
+    let references = shapes[..checked]
+        .iter()
+        .map(|&(m, n, k)| (0..nranks).map(|rank| reference(nranks, rank, m / nranks, n, k)).collect())
+        .collect();
+    (cublas, references)
+}
+
+/// Whether `m × n × k` splits over `nranks` as the fused kernels need (`gemm_tp::check_shape`); rank 0 says why
+/// not, and the shape is skipped on every rank.
+pub fn runs(rank: usize, (m, n, k): (usize, usize, usize), nranks: usize) -> bool {
+    match crate::kernels::gemm_tp::check_shape(m, n, k, nranks) {
+        Ok(()) => true,
+        Err(why) => {
+            if rank == 0 {
+                println!("skipped {m} x {n} x {k} on {nranks} ranks: {why}");
+            }
+            false
+        }
+    }
+}
