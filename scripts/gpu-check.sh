@@ -39,12 +39,28 @@
 # from a machine that limits a call's time. WEFT_GPU_CHECK_RANKS="4 8" limits the ranks part to those rank counts.
 # Full logs and the benchmarks' CSV/SVG go to one archive, $OUT/gpu-logs.tgz (the device tool brings back few files),
 # and a summary (one line per run: name, exit status, last result line) is printed last.
+#
+# One check over several calls: with WEFT_GPU_CHECK_STATE=DIR (a directory that outlives the call, on the same
+# machine: a device tool that keeps the machine warm between calls keeps /tmp), the logs and the summary live in DIR,
+# and a run already in its summary with exit status 0 is not run again. So a check longer than one call's time
+# limit is the same command repeated (with WEFT_GPU_CHECK_DEADLINE under the limit) until nothing is skipped; the
+# last call's summary is the whole check's. A run that failed or was skipped runs again.
 set -uo pipefail
 parts=",${WEFT_GPU_CHECK_PARTS:-suite,suite30,ranks,bench},"
 root=$(pwd)
-out=$(mktemp -d /tmp/weft-gpu-logs.XXXX)
-summary="$out/summary.txt"
-: > "$summary"
+if [ -n "${WEFT_GPU_CHECK_STATE:-}" ]; then
+  out=$WEFT_GPU_CHECK_STATE
+  mkdir -p "$out"
+  summary="$out/summary.txt"
+  touch "$summary"
+  # Keep the passed runs; the others run again.
+  grep -E ' rc=0 ' "$summary" > "$summary.kept" 2>/dev/null; mv "$summary.kept" "$summary"
+  echo "gpu-check: continuing the check in $out ($(wc -l < "$summary") runs passed before)"
+else
+  out=$(mktemp -d /tmp/weft-gpu-logs.XXXX)
+  summary="$out/summary.txt"
+  : > "$summary"
+fi
 # WEFT_STACKS=1: a run killed at its deadline prints every thread's stack first (scripts/symbolize.py names them).
 export NCCL_DEBUG=WARN WEFT_CACHE_DIR=/tmp/weft-cache WEFT_STACKS=1
 [ "${WEFT_GPU_CHECK_QUICK:-0}" = 1 ] && export WEFT_BENCH_QUICK=1
@@ -54,6 +70,10 @@ multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_g
 run() { # name, timeout (s), command...
   local name=$1 limit=${WEFT_GPU_CHECK_TIMEOUT:-$2}; shift 2
   local started=$SECONDS
+  if grep -qF -- "$(printf '%-44s rc=0 ' "$name")" "$summary"; then
+    echo "$name: passed in an earlier call of this check (WEFT_GPU_CHECK_STATE)"
+    return
+  fi
   if [ -n "${WEFT_GPU_CHECK_DEADLINE:-}" ] && [ "$SECONDS" -ge "$WEFT_GPU_CHECK_DEADLINE" ]; then
     printf '%-44s skipped: past WEFT_GPU_CHECK_DEADLINE (%ss)\n' "$name" "$WEFT_GPU_CHECK_DEADLINE" | tee -a "$summary"
     return
