@@ -14,7 +14,11 @@
 //!   `x` from the owner's window (`x.lsa(owner).gemm_block(…)`, device/src/gemm.rs) — no gathered copy is written;
 //! - unfused, same GEMM: `ncclAllGather(x -> gathered)`, then the same mainloop as a plain kernel (kit's
 //!   `gemm_tiles`): what fusing the all-gather saves, with nothing else changed;
-//! - unfused, cuBLAS: `ncclAllGather`, then `cublasGemmEx` (where libcublas is on the library path).
+//! - unfused, cuBLAS: `ncclAllGather`, then `cublasGemmEx` (where libcublas is on the library path);
+//! - decoupled (PyTorch's async-TP shape; where libcublas is): a weft kernel on a second stream copies the shards
+//!   into a local buffer 128 rows at a time and raises a flag per chunk (`allgather_signal`), and each shard's cuBLAS
+//!   GEMM on the main stream waits only for its own chunks' flags (`DeviceBuffer::stream_wait_at_least`), this
+//!   rank's shard first: communication and GEMMs overlap, with cuBLAS doing the math.
 //!
 //! Checks: at the small shapes every rank's fused result against an f64 host reference; at every shape the fused
 //! result against the unfused one (outputs poisoned with NaN first). Sizes need `m / R` and `n` multiples of 128
@@ -24,15 +28,17 @@
 //! On a machine without a GPU it compiles the kernels with nvcc against every NCCL release's headers it finds, says
 //! so, and exits 0.
 
+use weft_kit::blas::Part;
 use weft_kit::common;
 use weft_kit::gemm_report::{self, GemmCase};
-use weft_kit::kernels::gemm_tp::allgather_gemm as fused;
+use weft_kit::kernels::gemm_tp::{allgather_gemm as fused, allgather_signal as signal};
 use weft_kit::test_kernels::gemm_tiles;
 
 use common::{Real, Result};
+use cudarc::driver::CudaSlice;
 use half::bf16;
 use weft::host::caps::Lsa;
-use weft::host::{Config, DevComm, LaunchConfig, WindowFlags};
+use weft::host::{Config, DevComm, DeviceBuffer, Error, LaunchConfig, WindowFlags};
 
 /// `(m, n, k)`, `m` over all ranks (each holds `m / R` rows: a multiple of 128 up to 8 ranks; the work per rank
 /// stays the same as ranks are added, so ranks sharing one GPU multiply the total); the first two are checked
@@ -40,6 +46,11 @@ use weft::host::{Config, DevComm, LaunchConfig, WindowFlags};
 const SHAPES: &[(usize, usize, usize)] = &[(1024, 256, 256), (2048, 128, 512), (4096, 1024, 4096), (8192, 2048, 4096)];
 const CHECKED: usize = 2;
 const BLOCK: u32 = 256;
+/// The decoupled variant: rows per chunk of the all-gather (one flag each), and its copy kernel's block size.
+const CHUNK_ROWS: usize = 128;
+const SIGNAL_BLOCK: u32 = 512;
+/// How long the decoupled variant's first, checked run may take before it is an error (a flag never raised).
+const DECOUPLED_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
 const WARMUP: usize = 2;
 const ITERATIONS: usize = 10;
 
@@ -49,12 +60,12 @@ fn main() -> Result<()> {
         Ok(_) => run(),
         Err(why) => common::without_gpu(
             &why,
-            &[fused::compile_check, gemm_tiles::compile_check],
+            &[fused::compile_check, signal::compile_check, gemm_tiles::compile_check],
             &[],
             &format!(
                 "runs one rank per GPU (WEFT_RANKS=n runs n) and, for (m, n, k) in {SHAPES:?}, computes \
-                 all_gather(x) x w in bf16 with the fused kernel, with ncclAllGather + the same GEMM kernel and with \
-                 ncclAllGather + cuBLAS, checks them against an f64 host reference and each other, and prints their \
+                 all_gather(x) x w in bf16 with the fused kernel, with ncclAllGather + the same GEMM kernel, with \
+                 ncclAllGather + cuBLAS and with the decoupled all-gather gating cuBLAS per chunk, checks them against an f64 host reference and each other, and prints their \
                  median times and TFLOP/s."
             ),
         ),
@@ -96,13 +107,18 @@ fn run() -> Result<()> {
         // The fused kernel reaches every rank through LSA: across nodes it cannot.
         common::require_one_lsa_team(comm)?;
         let s = comm.context().new_stream()?;
+        // The decoupled variant's all-gather runs on a stream of its own, next to the GEMMs on `s`.
+        let side = comm.context().new_stream()?;
         let cfg = fused::one_wave::<bf16>(comm, &s, BLOCK)?;
-        let dev: DevComm<'_, Lsa> = comm.dev_comm(&fused::requirements(&cfg))?;
+        let signal_cfg = signal::one_wave::<bf16>(comm, &side, SIGNAL_BLOCK)?;
+        let needs = fused::requirements(&cfg).merge(&signal::requirements(&signal_cfg));
+        let dev: DevComm<'_, Lsa> = comm.dev_comm(&needs)?;
         let blas = weft_kit::blas::handle(&s)?;
         if comm.rank() == 0 {
             println!(
-                "launch geometry: fused {} blocks of {BLOCK} (one wave), unfused one block per 128 x 128 tile",
-                cfg.grid_dim.0
+                "launch geometry: fused {} blocks of {BLOCK} (one wave), unfused one block per 128 x 128 tile, \
+                 decoupled all-gather {} blocks of {SIGNAL_BLOCK}",
+                cfg.grid_dim.0, signal_cfg.grid_dim.0
             );
         }
         let stopwatch = common::Stopwatch::new(comm.context())?;
@@ -118,38 +134,87 @@ fn run() -> Result<()> {
             let poison = vec![bf16::NAN; m * n];
             let mut out = s.clone_htod(&poison)?;
             let mut out_unfused = s.clone_htod(&poison)?;
+            let mut out_decoupled = s.clone_htod(&poison)?;
             let mut gathered = s.alloc_zeros::<bf16>(m * k)?;
             let tiles_cfg = LaunchConfig::linear(u32::try_from((m / 128) * (n / 128)).unwrap_or(u32::MAX), BLOCK);
+            // The decoupled variant: weft buffers (which order nothing across streams by themselves: the flags do).
+            let mut staged = DeviceBuffer::<bf16>::new(&side, m * k)?;
+            let mut ready = DeviceBuffer::from_host(&side, &vec![0u32; m / CHUNK_ROWS])?;
+            let mut epoch = 0u32;
+            let mut decoupled = |epoch: u32, out: &mut CudaSlice<bf16>| -> std::result::Result<(), Error> {
+                let Some(blas) = &blas else { return Ok(()) };
+                // The all-gather may overwrite `staged` once the GEMMs enqueued before it are done.
+                side.wait(&s.record_event(None)?)?;
+                signal::launch(&side, signal_cfg, &dev, &x, &mut staged, &mut ready, shard * k, CHUNK_ROWS * k, epoch)?;
+                // Each rank's rows as soon as they are in place, this rank's own first.
+                for step in 0..nranks {
+                    let owner = (rank + step) % nranks;
+                    let chunks = shard / CHUNK_ROWS;
+                    for c in owner * chunks..(owner + 1) * chunks {
+                        ready.stream_wait_at_least(&s, c, epoch)?;
+                    }
+                    let rows = Part::of(&staged, owner * shard * k, shard * k)?;
+                    let mut part = out.slice_mut(owner * shard * n..(owner + 1) * shard * n);
+                    weft_kit::blas::gemm(blas, &rows, &w, &mut part, (shard, n, k))?;
+                }
+                // The round ends when the all-gather has too (its last barrier: peers may then change `x`). On a
+                // shared GPU this also keeps each rank to one waiting kernel at a time: the next variant's fused
+                // kernel cannot start next to a signal kernel still waiting for a peer (docs/multi-rank.md).
+                s.wait(&side.record_event(None)?)?;
+                Ok(())
+            };
 
             fused::launch(&s, cfg, &dev, &x, &w, &mut out, m, n, k)?;
             let got = weft::host::cuda::download(&s, &out)?;
             comm.all_gather(x.buffer(), &mut gathered, &s)?;
             gemm_tiles::launch(&s, tiles_cfg, &gathered, &w, &mut out_unfused, m, n, k)?;
-            let unfused = weft::host::cuda::download(&s, &out_unfused)?;
-            let against_reference = (index < CHECKED).then(|| common::relative_error(&got, &references[index][rank]));
-            let unfused_f64: Vec<f64> = unfused.iter().map(|v| v.value()).collect();
-            let against_unfused = common::relative_error(&got, &unfused_f64);
+            let unfused: Vec<f64> = weft::host::cuda::download(&s, &out_unfused)?.iter().map(|v| v.value()).collect();
+            let mut errors = Vec::new();
+            if index < CHECKED {
+                errors.push(("fused vs f64", common::relative_error(&got, &references[index][rank])));
+            }
+            errors.push(("fused vs unfused", common::relative_error(&got, &unfused)));
+            if cublas {
+                epoch += 1;
+                decoupled(epoch, &mut out_decoupled)?;
+                // A flag that never rises must end in an error here, not in a hang.
+                weft::host::cuda::settle_within(&s, DECOUPLED_DEADLINE)?;
+                let got = weft::host::cuda::download(&s, &out_decoupled)?;
+                errors.push(("decoupled vs unfused", common::relative_error(&got, &unfused)));
+            }
 
-            let times = common::time_variants(&stopwatch, &s, WARMUP, ITERATIONS, 3, |variant| match variant {
+            let times = common::time_variants(&stopwatch, &s, WARMUP, ITERATIONS, 4, |variant| match variant {
                 0 => fused::launch(&s, cfg, &dev, &x, &w, &mut out, m, n, k),
                 1 => {
                     comm.all_gather(x.buffer(), &mut gathered, &s)?;
                     gemm_tiles::launch(&s, tiles_cfg, &gathered, &w, &mut out_unfused, m, n, k)
                 }
-                _ => match &blas {
+                2 => match &blas {
                     Some(blas) => {
                         comm.all_gather(x.buffer(), &mut gathered, &s)?;
                         weft_kit::blas::gemm(blas, &gathered, &w, &mut out_unfused, (m, n, k))
                     }
                     None => Ok(()),
                 },
+                _ => {
+                    epoch += 1;
+                    decoupled(epoch, &mut out_decoupled)
+                }
             })?;
-            let times = [times[0], times[1], if cublas { times[2] } else { f64::NAN }];
-            cases.push(GemmCase { shape: (shard, n, k), times, errors: (against_reference, against_unfused) });
+            let skipped = |t: f64| if cublas { t } else { f64::NAN };
+            let times = vec![times[0], times[1], skipped(times[2]), skipped(times[3])];
+            cases.push(GemmCase { shape: (shard, n, k), times, errors });
+            // Nothing may still wait on flags or read `staged` when they go.
+            weft::host::cuda::settle(&side)?;
         }
         weft::host::cuda::settle(&s)?;
         Ok(cases)
     })?;
 
-    gemm_report::print(&reports, ranks.first_rank(), "AG", |(shard, n, k)| 2.0 * (shard * nranks * n * k) as f64)
+    gemm_report::print(
+        &reports,
+        ranks.first_rank(),
+        &["fused", "AG+GEMM", "AG+cuBLAS", "AG|cuBLAS"],
+        |(shard, n, k)| 2.0 * (shard * nranks * n * k) as f64,
+    )
 }

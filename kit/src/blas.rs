@@ -3,10 +3,11 @@
 
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
 use half::bf16;
 use std::sync::Arc;
-use weft::host::Error;
+use weft::host::{DeviceBuffer, Error};
 
 /// Whether libcublas can be loaded (cudarc looks for it on the library path).
 pub fn available() -> bool {
@@ -30,9 +31,9 @@ pub fn handle(stream: &Arc<CudaStream>) -> Result<Option<CudaBlas>, Error> {
 /// `C^T = B^T × A^T`, so `b` goes first.
 pub fn gemm(
     blas: &CudaBlas,
-    a: &CudaSlice<bf16>,
-    b: &CudaSlice<bf16>,
-    c: &mut CudaSlice<bf16>,
+    a: &impl DevicePtr<bf16>,
+    b: &impl DevicePtr<bf16>,
+    c: &mut impl DevicePtrMut<bf16>,
     (m, n, k): (usize, usize, usize),
 ) -> Result<(), Error> {
     if a.len() < m * k || b.len() < k * n || c.len() < m * n {
@@ -72,4 +73,41 @@ pub fn gemm(
 
 fn blas_error(error: cudarc::cublas::result::CublasError) -> Error {
     Error::InvalidArgument { argument: "cublas", problem: format!("cuBLAS failed: {error}") }
+}
+
+/// Elements `offset .. offset + len` of a weft buffer as a cuBLAS operand (a block of rows of a row-major matrix).
+/// Like the buffer itself, it orders nothing across streams: the caller does (stream waits on flags, events).
+pub struct Part<'a> {
+    buffer: &'a DeviceBuffer<bf16>,
+    offset: usize,
+    len: usize,
+}
+
+impl<'a> Part<'a> {
+    /// `buffer[offset .. offset + len]`, or an error if that is not inside it.
+    pub fn of(buffer: &'a DeviceBuffer<bf16>, offset: usize, len: usize) -> Result<Part<'a>, Error> {
+        if offset.checked_add(len).is_none_or(|end| end > buffer.len()) {
+            return Err(Error::InvalidArgument {
+                argument: "offset",
+                problem: format!("{len} elements at {offset} are not inside a buffer of {}", buffer.len()),
+            });
+        }
+        Ok(Part { buffer, offset, len })
+    }
+}
+
+impl DeviceSlice<bf16> for Part<'_> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn stream(&self) -> &Arc<CudaStream> {
+        DeviceSlice::stream(self.buffer)
+    }
+}
+
+impl DevicePtr<bf16> for Part<'_> {
+    fn device_ptr<'b>(&'b self, stream: &'b CudaStream) -> (CUdeviceptr, SyncOnDrop<'b>) {
+        let (base, guard) = self.buffer.device_ptr(stream);
+        (base + (self.offset * std::mem::size_of::<bf16>()) as CUdeviceptr, guard)
+    }
 }

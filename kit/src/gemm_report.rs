@@ -1,6 +1,7 @@
 //! What the tensor-parallel GEMM examples (08 all-gather + GEMM, 09 GEMM + reduce-scatter) measure and print: per
-//! shape, the fused kernel's time against the unfused collective + the same GEMM kernel and + cuBLAS, and its
-//! errors against the f64 host reference and the unfused result.
+//! shape, the fused kernel's time against the unfused variants (the collective + the same GEMM kernel, + cuBLAS,
+//! and in 08 the decoupled all-gather whose chunks gate cuBLAS), and the errors against the f64 host reference and
+//! between the variants.
 
 use half::bf16;
 
@@ -11,61 +12,59 @@ use crate::common::{self, Real, Result};
 pub struct GemmCase {
     /// `(rows per rank, n, k)`.
     pub shape: (usize, usize, usize),
-    /// Median µs: fused, unfused with the same GEMM kernel, unfused with cuBLAS (NaN without it).
-    pub times: [f64; 3],
-    /// Relative error against the f64 reference (`None` where not checked), and against the unfused result.
-    pub errors: (Option<f64>, f64),
+    /// Median µs per variant, the fused kernel first (NaN for a variant that did not run: cuBLAS missing).
+    pub times: Vec<f64>,
+    /// Relative errors: `(what, error)`, e.g. the fused result against the f64 reference, against the unfused one.
+    pub errors: Vec<(&'static str, f64)>,
 }
 
 impl GemmCase {
-    /// Whether both errors pass for bf16 (an unchecked reference passes).
+    /// Whether every error passes for bf16.
     pub fn passed(&self) -> bool {
-        self.errors.0.is_none_or(common::passes::<bf16>) && common::passes::<bf16>(self.errors.1)
+        self.errors.iter().all(|(_, e)| common::passes::<bf16>(*e))
     }
 }
 
-/// Prints rank `first`'s times with TFLOP/s (`flops(shape)` per call) and the worst errors over `reports` (one per
-/// rank, in rank order), then the verdict; `unfused` names the collective (`AG`, `RS`).
+/// Prints rank `first`'s times (`variants` names them, the fused kernel first) with the fused kernel's TFLOP/s
+/// (`flops(shape)` per call) and each variant's time over the fused one, the worst errors over `reports` (one per
+/// rank, in rank order), then the verdict.
 pub fn print(
     reports: &[Vec<GemmCase>],
     first: usize,
-    unfused: &str,
+    variants: &[&str],
     flops: impl Fn((usize, usize, usize)) -> f64,
 ) -> Result<()> {
     let nranks = reports.len();
-    println!("\nrank {first}'s median times in µs (every rank's result is checked); TFLOP/s of its GEMM\n");
     println!(
-        "{:>20} | {:>9} {:>10} {:>11} | {:>8} {:>8} | {:>14} {:>14} | {:>8} {:>8}",
-        "rows/rank x n x k",
-        "fused",
-        format!("{unfused}+GEMM"),
-        format!("{unfused}+cuBLAS"),
-        "TFLOP/s",
-        "cuBLAS",
-        "(unf. GEMM)/fused",
-        "(cuBLAS)/fused",
-        "err ref",
-        "err unf"
+        "\nrank {first}'s median times in µs (every rank's result is checked); TFLOP/s of the fused kernel; x = a \
+         variant's time over the fused kernel's (above 1: fusing wins)\n"
     );
+    let mut header = format!("{:>20} |", "rows/rank x n x k");
+    for v in variants {
+        header += &format!(" {v:>12}");
+    }
+    header += &format!(" | {:>8} |", "TFLOP/s");
+    for v in &variants[1..] {
+        header += &format!(" {:>12}", format!("{v} x"));
+    }
+    println!("{header} | worst errors");
     for (c, case) in reports[0].iter().enumerate() {
         let (shard, n, k) = case.shape;
-        let flops = flops(case.shape);
-        let reference: Vec<f64> = reports.iter().filter_map(|r| r[c].errors.0).collect();
-        let reference = if reference.is_empty() { f64::NAN } else { common::worst(reference) };
-        let unfused_error = common::worst(reports.iter().map(|r| r[c].errors.1));
-        println!(
-            "{:>20} | {:>9.1} {:>10.1} {:>11.1} | {:>8.1} {:>8.1} | {:>13.2}x {:>13.2}x | {:>8.1e} {:>8.1e}",
-            format!("{shard}x{n}x{k}"),
-            case.times[0],
-            case.times[1],
-            case.times[2],
-            flops / case.times[0] / 1e6,
-            flops / case.times[2] / 1e6,
-            case.times[1] / case.times[0],
-            case.times[2] / case.times[0],
-            reference,
-            unfused_error,
-        );
+        let mut line = format!("{:>20} |", format!("{shard}x{n}x{k}"));
+        for t in &case.times {
+            line += &format!(" {t:>12.1}");
+        }
+        line += &format!(" | {:>8.1} |", flops(case.shape) / case.times[0] / 1e6);
+        for t in &case.times[1..] {
+            line += &format!(" {:>11.2}x", t / case.times[0]);
+        }
+        let errors: Vec<String> = case
+            .errors
+            .iter()
+            .enumerate()
+            .map(|(e, (what, _))| format!("{what} {:.1e}", common::worst(reports.iter().map(|r| r[c].errors[e].1))))
+            .collect();
+        println!("{line} | {}", errors.join(", "));
     }
     let failed: Vec<String> = reports
         .iter()
@@ -77,11 +76,11 @@ pub fn print(
         })
         .collect();
     println!("({nranks} rank(s) reported)");
-    common::verdict(&failed, "bf16 < 1e-2 against the f64 reference and against the unfused result")
+    common::verdict(&failed, "bf16 < 1e-2 against the f64 reference and between the variants")
 }
 
-/// The examples' start: says whether cuBLAS is there (its baseline is skipped otherwise), and computes every rank's
-/// f64 reference for the first `checked` shapes `(m, n, k)` with `reference(nranks, rank, m / nranks, n, k)`;
+/// The examples' start: says whether cuBLAS is there (its baselines are skipped otherwise), and computes every
+/// rank's f64 reference for the first `checked` shapes `(m, n, k)` with `reference(nranks, rank, m / nranks, n, k)`;
 /// returns whether cuBLAS is there and `references[shape][rank]`.
 pub fn start(
     shapes: &[(usize, usize, usize)],
@@ -91,7 +90,7 @@ pub fn start(
 ) -> (bool, Vec<Vec<Vec<f64>>>) {
     let cublas = crate::blas::available();
     if !cublas {
-        println!("{}: the cuBLAS baseline is skipped (the others run)", crate::blas::MISSING);
+        println!("{}: the cuBLAS baselines are skipped (the others run)", crate::blas::MISSING);
     }
     println!("{nranks} rank(s); computing the host references for the first {checked} shapes...");
     let references = shapes[..checked]

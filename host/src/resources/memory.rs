@@ -164,6 +164,54 @@ impl<T> DeviceBuffer<T> {
     }
 }
 
+impl DeviceBuffer<u32> {
+    /// Makes `stream` wait, on the device, until flag `index` of this buffer is at least `value`
+    /// (`cuStreamWaitValue32`, `CU_STREAM_WAIT_VALUE_GEQ`): what is enqueued on `stream` afterwards starts only once
+    /// a kernel running on another stream has raised the flag. The host does not wait. This is how a GEMM on one
+    /// stream starts on a chunk as soon as a communication kernel on another says the chunk is in place (kit's
+    /// `allgather_signal`). Use increasing values (an epoch per round) so that the flags never need resetting.
+    ///
+    /// A flag that is never raised leaves `stream` waiting: wait for it with a deadline (`cuda::settle_within`), and
+    /// the buffer's drop, which waits for `stream`, reports `Error::Stalled` after `cuda::SETTLE_TIMEOUT` and leaks
+    /// the memory rather than free it under the waiting stream.
+    pub fn stream_wait_at_least(&self, stream: &Arc<CudaStream>, index: usize, value: u32) -> Result<(), Error> {
+        if index >= self.len {
+            return Err(Error::invalid(
+                "index",
+                format!("flag {index} of a buffer of {} flags: use an index below its length", self.len),
+            ));
+        }
+        if stream.context().ordinal() != self.stream.context().ordinal() {
+            return Err(Error::invalid(
+                "stream",
+                format!(
+                    "the flags live on CUDA device {}, the stream is of device {}: wait on a stream of the flags' \
+                     device",
+                    self.stream.context().ordinal(),
+                    stream.context().ordinal()
+                ),
+            ));
+        }
+        // The drop waits for `stream` from now on: the wait reads the flag until it is satisfied.
+        self.note_launch(stream);
+        stream.context().bind_to_thread()?;
+        let address = self.ptr + (index * std::mem::size_of::<u32>()) as CUdeviceptr;
+        // SAFETY: `address` is flag `index` of this live allocation (checked above), 4-byte aligned; the buffer
+        // outlives the wait because its drop waits for `stream` (noted above); `stream` is a live stream of the same
+        // device.
+        let status = unsafe {
+            cudarc::driver::sys::cuStreamWaitValue32_v2(
+                stream.cu_stream(),
+                address,
+                value,
+                cudarc::driver::sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as core::ffi::c_uint,
+            )
+        };
+        status.result()?;
+        Ok(())
+    }
+}
+
 impl<T> DeviceSlice<T> for DeviceBuffer<T> {
     fn len(&self) -> usize {
         self.len

@@ -124,6 +124,58 @@ pub fn gemm_reduce_scatter<T: MmaElement>(
     bar.sync(Cta, Order::AcqRel);
 }
 
+/// The communication half of the decoupled all-gather + GEMM (example 08's fourth variant, PyTorch's async-TP
+/// shape): copies every rank's shard of `x` into `gathered` (`R × shard` elements, rank order) over LSA, in chunks of
+/// `chunk` elements, one chunk per block at a time, and raises `ready[c] = epoch` once chunk `c` is complete — so a
+/// GEMM on another stream, gated by `DeviceBuffer::stream_wait_at_least(stream, c, epoch)`, starts on a chunk as
+/// soon as it is in place while the copies of the others go on. Chunk `c` holds elements `c·chunk ..` of
+/// `gathered`; each rank copies its own shard first. `shard` a multiple of `chunk`, `chunk` of the 16-byte pack;
+/// the same grid on every rank (the first barrier makes every shard readable, the last keeps it until copied).
+#[weft::kernel(
+    types(f16, bf16),
+    len(x >= shard, gathered >= shard * lsa_size, ready >= shard / chunk * lsa_size)
+)]
+pub fn allgather_signal<T: Float>(
+    dev: &DevComm<Lsa>,
+    x: &Window<T>,
+    gathered: &mut [T],
+    ready: &mut [u32],
+    shard: usize,
+    chunk: usize,
+    epoch: u32,
+) {
+    let bar = dev.lsa_barrier(Cta, block_idx_x());
+    bar.sync(Cta, Order::Acquire);
+    let ranks = dev.lsa_size() as usize;
+    let per_shard = shard / chunk;
+    let chunks = per_shard * ranks;
+    let lanes = pack_lanes::<T>();
+    let packs = chunk / lanes;
+    let first = dev.lsa_rank() as usize * per_shard;
+    let mut i = block_idx_x() as usize;
+    while i < chunks {
+        let c = (i + first) % chunks;
+        let owner = c / per_shard;
+        let from = (c % per_shard) * packs;
+        let to = c * packs;
+        let source = x.lsa(owner as u32);
+        let mut p = thread_idx_x() as usize;
+        while p < packs {
+            gathered.store_pack(to + p, source.load_pack(from + p));
+            p += block_dim_x() as usize;
+        }
+        // Every thread's copy of the chunk is done (the block barrier) and visible GPU-wide (the fence) before
+        // its flag is raised.
+        sync_threads();
+        if thread_idx_x() == 0 {
+            threadfence();
+            atomic_store(&mut ready[c], epoch, Order::Release, Scope::Device);
+        }
+        i += grid_dim_x() as usize;
+    }
+    bar.sync(Cta, Order::Release);
+}
+
 /// Whether `m × n × k` on `ranks` ranks suits [`allgather_gemm`] and [`gemm_reduce_scatter`] (`m / ranks` and `n`
 /// multiples of 128, `k` a positive multiple of 32): an error naming the dimension and the fix, before a launch whose
 /// device-side check would stop the kernel (and with it the CUDA context).
