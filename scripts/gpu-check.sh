@@ -123,7 +123,7 @@ suite() { # tag
   # weft_macros is a proc-macro crate: its unit tests link libstd as a dylib and run on the CPU machine only. The
   # codegen test (nvcc compiles every kernel against each NCCL's headers, ~50 s here) needs no GPU: CI runs it, and
   # WEFT_GPU_CHECK_CODEGEN=1 runs it here too.
-  local tests="weft_host weft_device gpu gpu_kernels gpu_graphs gpu_lamport gpu_multimem gpu_pdl gpu_mma gpu_bounds"
+  local tests="weft_host weft_device gpu gpu_kernels gpu_graphs gpu_lamport gpu_multimem gpu_pdl gpu_mma gpu_flags gpu_bounds"
   tests="$tests gpu_group_outputs"
   tests="$tests gpu_timeout gpu_waits gpu_faults"
   [ "${WEFT_GPU_CHECK_CODEGEN:-0}" = 1 ] && tests="$tests codegen"
@@ -209,6 +209,7 @@ gemm() { # release: the tensor-core tests, the GEMM benchmark and example 08 at 
   export LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}"
   if [ "$release" = 2.28.9 ]; then
     run "2.28.9 test-gpu_mma" 120 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
+    run "2.28.9 test-gpu_flags" 120 .gpu/bin/test-gpu_flags --include-ignored --test-threads=1 --nocapture
     [ -x .gpu/bin/test-gemm ] && WEFT_BENCH_OUT="$out/bench-gemm" run "2.28.9 x1 bench-gemm" 300 .gpu/bin/test-gemm
     run "2.28.9 x1 example-allgather_gemm" 180 .gpu/bin/example-allgather_gemm
     run "2.28.9 x1 example-gemm_reduce_scatter" 180 .gpu/bin/example-gemm_reduce_scatter
