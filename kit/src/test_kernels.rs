@@ -197,14 +197,23 @@ pub fn mma_gemm_shared<T: MmaElement>(a: &[T], b: &[T], out: &mut [f32], m: usiz
 /// `out = a × b` (`m × k` by `k × n`, row-major, f16 or bf16, `out` in the same type, accumulated in f32), one
 /// 128 × 128 tile per block and grid-stride over the tiles, through the block GEMM mainloop (`gemm_block`) and an
 /// epilogue written here. `m` and `n` multiples of 128, `k` of 32; launch 256 threads per block.
+///
+/// Tiles are visited in groups of `GROUP` tile rows, column by column within a group, so that the blocks running at
+/// once share both their rows of `a` and their columns of `b` in L2 (row by row, every wave would stream all of `b`
+/// from memory once `b` outgrows L2).
 #[weft::kernel(types(f16, bf16), launch_bounds(256, 2))]
 pub fn gemm_tiles<T: MmaElement>(a: &[T], b: &[T], out: &mut [T], m: usize, n: usize, k: usize) {
+    let group = 8;
+    let tiles_m = m / 128;
     let tiles_n = n / 128;
-    let tiles = (m / 128) * tiles_n;
+    let tiles = tiles_m * tiles_n;
     let mut t = block_idx_x() as usize;
     while t < tiles {
-        let row0 = (t / tiles_n) * 128;
-        let col0 = (t % tiles_n) * 128;
+        let first_row = (t / (group * tiles_n)) * group;
+        let rows = min(group, tiles_m - first_row);
+        let within = t % (group * tiles_n);
+        let row0 = (first_row + within % rows) * 128;
+        let col0 = (within / rows) * 128;
         let tile = a.gemm_block(row0, k, b, col0, n, k);
         let mut i = 0;
         while i < tile.len() {
