@@ -320,7 +320,9 @@ impl LocalGroup {
     }
 
     /// Waits until every rank of the group has called this for the same round; [`Error::Stalled`] after `timeout`
-    /// (the rank then withdraws from the round, so the others keep waiting for it, and time out too).
+    /// (the rank then withdraws from the round, so the others keep waiting for it, and time out too), or
+    /// [`Error::PeerFailed`] as soon as another rank of this thread's [`spmd`](crate::spmd()) job has failed (it
+    /// will never arrive).
     pub(crate) fn line_up(&self, after: &'static str, timeout: std::time::Duration) -> Result<(), Error> {
         use std::sync::PoisonError;
         if self.size <= 1 {
@@ -335,13 +337,19 @@ impl LocalGroup {
             self.turn.notify_all();
             return Ok(());
         }
+        // Woken by the last arrival, or every few milliseconds to look for a failed peer.
+        const LOOK: std::time::Duration = std::time::Duration::from_millis(20);
         loop {
             let now = std::time::Instant::now();
             if now >= deadline {
                 state.1 -= 1;
                 return Err(Error::Stalled { operation: after, after: timeout });
             }
-            state = self.turn.wait_timeout(state, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
+            if let Err(failed) = crate::spmd::peer_failure() {
+                state.1 -= 1;
+                return Err(failed);
+            }
+            state = self.turn.wait_timeout(state, (deadline - now).min(LOOK)).unwrap_or_else(PoisonError::into_inner).0;
             if state.0 != round {
                 return Ok(());
             }

@@ -208,3 +208,45 @@ pub(crate) fn peer_failure() -> Result<(), Error> {
 pub fn local_devices() -> Result<Vec<usize>, Error> {
     Ok((0..crate::cuda::device_count()?).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_failed_peer_ends_a_line_up_at_once_and_names_itself() {
+        let job = Arc::new(Job { in_body: Mutex::new(2), ..Job::default() });
+        let group = crate::placement::LocalGroup::new(2);
+        let outcome = std::thread::scope(|scope| {
+            let waiting = scope.spawn(|| {
+                let _member = Member::join(&job, 0);
+                let started = Instant::now();
+                let outcome = group.line_up("a test round", Duration::from_secs(60));
+                (outcome, started.elapsed())
+            });
+            // Rank 1 fails instead of lining up.
+            std::thread::sleep(Duration::from_millis(50));
+            job.fail(1, &Error::invalid("body", "rank 1 fails on purpose"));
+            waiting.join().unwrap()
+        });
+        let (outcome, waited) = outcome;
+        assert!(
+            matches!(&outcome, Err(Error::PeerFailed { rank: 1, error }) if error.contains("on purpose")),
+            "{outcome:?}"
+        );
+        assert!(waited < Duration::from_secs(5), "the line-up waited {waited:?}");
+        // Outside a job nothing changes.
+        assert!(peer_failure().is_ok());
+    }
+
+    #[test]
+    fn a_rank_never_sees_its_own_failure_and_a_peer_failed_error_is_no_cause() {
+        let job = Arc::new(Job { in_body: Mutex::new(2), ..Job::default() });
+        let _member = Member::join(&job, 1);
+        job.fail(0, &Error::PeerFailed { rank: 5, error: "elsewhere".into() });
+        assert!(peer_failure().is_ok(), "a PeerFailed is an effect, not a cause");
+        job.fail(1, &Error::invalid("body", "this rank"));
+        assert!(peer_failure().is_ok(), "a rank's own failure is not a peer's");
+    }
+}
