@@ -244,9 +244,20 @@ bench() { # release, rank counts...
   local release=$1; shift
   for n in "$@"; do
     export WEFT_RANKS=$n WEFT_BENCH_OUT="$out/bench-$release-x$n"
-    for b in fused allreduce_overhead; do
-      [ -x ".gpu/bin/test-$b" ] && run "$release x$n bench-$b" 600 ".gpu/bin/test-$b"
-    done
+    if [ "$n" -ge 4 ]; then
+      # At 4 and 8 ranks the whole fused suite can outlast one call: one run per case (each resumable with
+      # WEFT_GPU_CHECK_STATE).
+      local c
+      for c in allreduce allreduce_bias_residual_1shot allreduce_bias_residual_2shot allreduce_bias_residual_lamport \
+        rmsnorm zero_adam moe_dispatch_combine; do
+        [ -x .gpu/bin/test-fused ] && WEFT_BENCH_CASES=$c WEFT_BENCH_OUT="$out/bench-$release-x$n-$c" \
+          run "$release x$n bench-fused-$c" 600 .gpu/bin/test-fused
+      done
+    else
+      [ -x .gpu/bin/test-fused ] && run "$release x$n bench-fused" 600 .gpu/bin/test-fused
+    fi
+    [ -x .gpu/bin/test-allreduce_overhead ] && run "$release x$n bench-allreduce_overhead" 600 \
+      .gpu/bin/test-allreduce_overhead
     # Small sizes, 4 KB to 1 MB: the plain all-reduce (weft's one-shot LSA kernel against ncclAllReduce), and
     # all-reduce + bias + residual with barriers (one-shot) and without (Lamport) against ncclAllReduce + epilogue.
     WEFT_BENCH_OUT="$out/bench-$release-x$n-small" WEFT_BENCH_SIZES=4K,16K,64K,256K,1M \
