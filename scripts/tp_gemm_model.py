@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""A CPU model of the tensor-parallel GEMM kernels' distribution logic (kit/src/kernels/gemm_tp.rs), to check their
+indexing without GPUs: which tiles each block of each rank computes, whose window each tile's rows come from or go
+to, the reduce-scatter slots, and the decoupled all-gather's chunks and flags. Each kernel's loops are transcribed
+(grid-stride over blocks, the walk order, owners and offsets); a tile's product is `a_rows @ b_cols` (the mainloop
+itself is scripts/gemm_layout_model.py's). Every rank's result is compared with the reference, for 1, 2, 4 and 8
+ranks and grids smaller and larger than the tile count. Needs numpy (see gemm_layout_model.py). Keep it in step
+with gemm_tp.rs."""
+import numpy as np
+
+rng = np.random.default_rng(1)
+
+
+def allgather_gemm(ranks, m, n, k, grid):
+    shard = m // ranks
+    xs = [rng.standard_normal((shard, k)) for _ in range(ranks)]  # each rank's window
+    ws = [rng.standard_normal((k, n)) for _ in range(ranks)]
+    tiles_n, tiles = n // 128, (m // 128) * (n // 128)
+    for me in range(ranks):
+        out = np.full((m, n), np.nan)
+        first = me * (shard // 128) * tiles_n
+        for block in range(grid):
+            t = block
+            while t < tiles:
+                tile_index = (t + first) % tiles
+                row0, col0 = (tile_index // tiles_n) * 128, (tile_index % tiles_n) * 128
+                owner = row0 // shard
+                local = row0 - owner * shard
+                a = xs[owner][local:local + 128, :]
+                out[row0:row0 + 128, col0:col0 + 128] = a @ ws[me][:, col0:col0 + 128]
+                t += grid
+        want = np.vstack(xs) @ ws[me]
+        assert np.allclose(out, want), ("allgather_gemm", ranks, m, n, k, grid, me)
+
+
+def gemm_reduce_scatter(ranks, m, n, k, grid):
+    shard = m // ranks
+    xs = [rng.standard_normal((m, k)) for _ in range(ranks)]
+    ws = [rng.standard_normal((k, n)) for _ in range(ranks)]
+    scratch = [np.full(m * n, np.nan) for _ in range(ranks)]  # each rank's f32 window, R slots of shard x n
+    tiles_n, tiles = n // 128, (m // 128) * (n // 128)
+    for me in range(ranks):
+        first = ((me + 1) % ranks) * (shard // 128) * tiles_n
+        slot = me * shard * n
+        for block in range(grid):
+            t = block
+            while t < tiles:
+                tile_index = (t + first) % tiles
+                row0, col0 = (tile_index // tiles_n) * 128, (tile_index % tiles_n) * 128
+                owner = row0 // shard
+                tile = xs[me][row0:row0 + 128, :] @ ws[me][:, col0:col0 + 128]
+                base = slot + (row0 - owner * shard) * n + col0
+                for r in range(128):
+                    scratch[owner][base + r * n: base + r * n + 128] = tile[r]
+                t += grid
+    total = sum(x @ w for x, w in zip(xs, ws))
+    for me in range(ranks):
+        count = shard * n
+        out = sum(scratch[me][s * count:(s + 1) * count] for s in range(ranks))
+        want = total[me * shard:(me + 1) * shard].reshape(-1)
+        assert np.allclose(out, want), ("gemm_reduce_scatter", ranks, m, n, k, grid, me)
+
+
+def allgather_signal(ranks, m, k, grid, chunk_rows=128, lanes=8):
+    shard = (m // ranks) * k
+    chunk = chunk_rows * k
+    xs = [rng.standard_normal(shard) for _ in range(ranks)]
+    for me in range(ranks):
+        gathered = np.full(shard * ranks, np.nan)
+        ready = [0] * (m // chunk_rows)
+        per_shard = shard // chunk
+        chunks = per_shard * ranks
+        packs = chunk // lanes
+        first = me * per_shard
+        order = []
+        for block in range(grid):
+            i = block
+            while i < chunks:
+                c = (i + first) % chunks
+                owner = c // per_shard
+                frm, to = (c % per_shard) * packs, c * packs
+                gathered[to * lanes:(to + packs) * lanes] = xs[owner][frm * lanes:(frm + packs) * lanes]
+                ready[c] = 1
+                order.append(c)
+                i += grid
+        assert np.array_equal(gathered, np.concatenate(xs)), ("allgather_signal", ranks, m, k, grid, me)
+        assert all(ready) and len(order) == chunks == len(ready), ("flags", ranks, m, k, grid, me)
+        # The host waits on flags owner*chunks_per_shard.. for each owner's GEMM: the chunks of owner's rows.
+        for owner in range(ranks):
+            rows = range(owner * (m // ranks), (owner + 1) * (m // ranks))
+            flagged = [c for c in range(chunks) if c // per_shard == owner]
+            assert [r // chunk_rows for r in rows][::chunk_rows] == flagged, ("owner chunks", owner)
+
+
+for ranks in (1, 2, 4, 8):
+    for (m, n, k) in ((1024, 256, 64), (2048, 384, 32)):
+        for grid in (1, 3, 64):
+            allgather_gemm(ranks, m, n, k, grid)
+            gemm_reduce_scatter(ranks, m, n, k, grid)
+            allgather_signal(ranks, m, k, grid)
+print("allgather_gemm, gemm_reduce_scatter and allgather_signal: every rank's result matches at 1, 2, 4, 8 ranks")
