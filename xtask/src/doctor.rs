@@ -53,6 +53,7 @@ pub fn report(env: &Environment, probes: Probes, out: &mut dyn Write) -> usize {
     check_nvcc(&mut report, env, probes.gcc.as_deref());
     check_gpus(&mut report, probes.driver);
     check_cache(&mut report, env);
+    report_cublas(&mut report);
     report_environment(&mut report, env);
     report_toolchain(&mut report, env);
 
@@ -272,6 +273,24 @@ fn check_cache(report: &mut Report<'_>, env: &Environment) {
             report.ok(&format!("{dir} (from {origin}): not there yet; the first compile creates it, mode 0700"))
         }
         Err(error) => report.error(&error),
+    }
+}
+
+/// libcublas: information only, since weft itself never needs it (the examples' and the GEMM benchmark's cuBLAS
+/// baselines do, and skip themselves without it).
+fn report_cublas(report: &mut Report<'_>) {
+    report.section("libcublas (optional: only the cuBLAS baselines of examples 08 and 09 and of `benches/gemm.rs`)");
+    let names = ["libcublas.so", "libcublas.so.13", "libcublas.so.12"];
+    // SAFETY: opening a shared library runs its initialisers; libcublas's only set up its own state (the same
+    // load a program using cudarc's cuBLAS makes). Nothing is called, and the handle is closed at once.
+    let found = names.iter().find(|name| unsafe { libloading::Library::new(name) }.is_ok());
+    match found {
+        Some(name) => report.ok(&format!("{name} loads: the cuBLAS baselines run")),
+        None => report.info(&format!(
+            "none of {} loads: the cuBLAS baselines are skipped (add the directory holding libcublas.so, from a CUDA \
+             toolkit's lib64 or the nvidia-cublas pip wheel, to LD_LIBRARY_PATH to run them)",
+            names.join(", ")
+        )),
     }
 }
 
