@@ -2038,6 +2038,21 @@ WEFT_FN auto mma_load_b_at(C const& c, size_t k0, size_t n0, size_t ld, unsigned
   b.r[1] = pair_bits(c[(k + 8) * ld + n], c[(k + 9) * ld + n]);
   return b;
 }
+// One `ldmatrix.x4` (optionally `.trans`) from the shared-memory row `row` this lane names: four 8 x 8 matrices, one
+// register each (the fragment loads below and the GEMM mainloop).
+template <bool TRANS, class T>
+WEFT_FN void ldmatrix_x4(const T* row, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  if constexpr (TRANS) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(address));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(address));
+  }
+}
 // `ldmatrix`: the same fragments from a shared array, four (A) or two (B, transposed) 8 x 8 matrices per
 // instruction, each lane giving one row's address. Rows start on 16-byte boundaries: `ld` and the tile's column
 // must be multiples of 8 elements (checked with the tile).
@@ -2046,12 +2061,8 @@ WEFT_FN MmaA<T> mma_ldmatrix_a_at(SharedArray<T, N> const& s, size_t row0, size_
   check_tile(N, ld, row0, col0, 16, 16, line);
   check_below(ld % 8 + col0 % 8, 1, line);  // 16-byte rows
   uint32_t l = lane_id();
-  const T* row = &s.data[(row0 + l % 16) * ld + col0 + (l / 16) * 8];
-  uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
   MmaA<T> a;
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(a.r[0]), "=r"(a.r[1]), "=r"(a.r[2]), "=r"(a.r[3])
-               : "r"(address));
+  ldmatrix_x4<false>(&s.data[(row0 + l % 16) * ld + col0 + (l / 16) * 8], a.r[0], a.r[1], a.r[2], a.r[3]);
   return a;
 }
 template <class T, size_t N>
@@ -2303,19 +2314,15 @@ WEFT_FN GemmTile gemm_block_at(CA const& ca, size_t row0, size_t lda, CB const& 
 #pragma unroll
       for (int mi = 0; mi < 4; ++mi) {
         uint32_t r = wm + mi * 16 + lane % 16, c = kk * 2 + lane / 16;
-        uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(ta + r * 32 + ((c ^ ((r >> 1) & 3)) * 8)));
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(fa[mi].r[0]), "=r"(fa[mi].r[1]), "=r"(fa[mi].r[2]), "=r"(fa[mi].r[3])
-                     : "r"(address));
+        ldmatrix_x4<false>(ta + r * 32 + ((c ^ ((r >> 1) & 3)) * 8), fa[mi].r[0], fa[mi].r[1], fa[mi].r[2],
+                           fa[mi].r[3]);
       }
 #pragma unroll
       for (int nj = 0; nj < 2; ++nj) {
         // One x4.trans: the B fragments of two adjacent 8-column tiles.
         uint32_t r = kk * 16 + lane % 16, c = wn / 8 + nj * 2 + lane / 16;
-        uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(tb + r * 128 + ((c ^ (r & 7)) * 8)));
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(fb[2 * nj].r[0]), "=r"(fb[2 * nj].r[1]), "=r"(fb[2 * nj + 1].r[0]), "=r"(fb[2 * nj + 1].r[1])
-                     : "r"(address));
+        ldmatrix_x4<true>(tb + r * 128 + ((c ^ (r & 7)) * 8), fb[2 * nj].r[0], fb[2 * nj].r[1], fb[2 * nj + 1].r[0],
+                          fb[2 * nj + 1].r[1]);
       }
 #pragma unroll
       for (int mi = 0; mi < 4; ++mi)
