@@ -230,7 +230,7 @@ struct Ranks<'comm> {
 impl<'comm> Ranks<'comm> {
     fn new(comm: &'comm Communicator) -> std::result::Result<Self, Error> {
         // The fused kernels reduce over the LSA team: across nodes they would sum one node's ranks only.
-        common::require_one_lsa_team(comm)?;
+        common::require_one_lsa_team(comm, "this example")?;
         let stream = comm.context().new_stream()?;
         let baseline = common::Baseline::load(comm.context(), "allreduce_epilogue", BASELINE)?;
         let (epilogues, epilogue_cfg) = baseline.per_type(comm, "allreduce_epilogue", &stream, BLOCK)?;

@@ -220,7 +220,7 @@ struct Rank<'comm> {
 
 impl<'comm> Rank<'comm> {
     fn new(comm: &'comm Communicator) -> std::result::Result<Self, Error> {
-        common::require_one_lsa_team(comm)?;
+        common::require_one_lsa_team(comm, "this example")?;
         let stream = comm.context().new_stream()?;
         let baseline = common::Baseline::load(comm.context(), "rmsnorm_epilogue", BASELINE)?;
         let (epilogues, epilogue_waves) = baseline.per_type(comm, "rmsnorm_epilogue", &stream, BLOCK)?;

@@ -274,7 +274,7 @@ impl DeviceState {
 
 impl<'comm> Rank<'comm> {
     fn new(comm: &'comm Communicator) -> std::result::Result<Self, Error> {
-        common::require_one_lsa_team(comm)?;
+        common::require_one_lsa_team(comm, "this example")?;
         let stream = comm.context().new_stream()?;
         let baseline = common::Baseline::load(comm.context(), "zero_adam_epilogue", BASELINE)?;
         let (epilogues, epilogue_waves) = baseline.per_type(comm, "zero_adam_epilogue", &stream, BLOCK)?;

@@ -230,7 +230,7 @@ fn waves<T: Real>(comm: &Communicator, stream: &Arc<CudaStream>) -> std::result:
 
 impl<'comm> Rank<'comm> {
     fn new(comm: &'comm Communicator) -> std::result::Result<Self, Error> {
-        common::require_one_lsa_team(comm)?;
+        common::require_one_lsa_team(comm, "this example")?;
         let stream = comm.context().new_stream()?;
         let baseline = BaselineKernels::load(comm.context())?;
         let waves = [waves::<f32>(comm, &stream)?, waves::<half::bf16>(comm, &stream)?];

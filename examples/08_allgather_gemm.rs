@@ -105,7 +105,7 @@ fn run() -> Result<()> {
     let (cublas, references) = gemm_report::start(SHAPES, CHECKED, nranks, reference);
     let reports = ranks.run(&Config::new(), |comm| {
         // The fused kernel reaches every rank through LSA: across nodes it cannot.
-        common::require_one_lsa_team(comm)?;
+        common::require_one_lsa_team(comm, "this example")?;
         let s = comm.context().new_stream()?;
         // The decoupled variant's all-gather runs on a stream of its own, next to the GEMMs on `s`.
         let side = comm.context().new_stream()?;

@@ -98,7 +98,7 @@ fn run() -> Result<()> {
     let (cublas, references) = gemm_report::start(SHAPES, CHECKED, nranks, reference);
     let reports = ranks.run(&Config::new(), |comm| {
         // The fused kernel reaches every rank through LSA: across nodes it cannot.
-        common::require_one_lsa_team(comm)?;
+        common::require_one_lsa_team(comm, "this example")?;
         let s = comm.context().new_stream()?;
         let cfg = fused::one_wave::<bf16>(comm, &s, BLOCK)?;
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&fused::requirements(&cfg))?;

@@ -240,19 +240,19 @@ impl Baseline {
     }
 }
 
-/// Refuses communicators whose ranks are not all in one LSA team (NVLink-connected GPUs of one host): the
-/// tensor-parallel examples address every rank through LSA.
-pub fn require_one_lsa_team(comm: &weft::host::Communicator) -> std::result::Result<(), Error> {
-    let properties = comm.properties()?;
-    if properties.lsa_size == comm.nranks() {
-        return Ok(());
+/// Refuses communicators whose ranks are not all in one LSA team (NVLink-connected GPUs of one host), for `user`
+/// (what addresses every rank through LSA: "this example", a kernel's helper); returns the team's size otherwise.
+pub fn require_one_lsa_team(comm: &weft::host::Communicator, user: &str) -> std::result::Result<usize, Error> {
+    let lsa_size = comm.properties()?.lsa_size;
+    if lsa_size == comm.nranks() {
+        return Ok(lsa_size);
     }
     Err(Error::MissingCapability {
         capability: "LSA",
         reason: format!(
-            "this example needs all {} ranks in one LSA team (NVLink-connected GPUs), but the LSA team has {}",
-            comm.nranks(),
-            properties.lsa_size
+            "{user} needs all {} ranks in one LSA team (NVLink-connected GPUs), but the LSA team has {lsa_size}: \
+             across nodes use NCCL's collectives",
+            comm.nranks()
         ),
     })
 }

@@ -74,19 +74,8 @@ impl<'comm, T: LamportElement> LamportAllReduce<'comm, T> {
                 ),
             });
         }
-        let peers = comm.properties()?.lsa_size;
-        if peers != comm.nranks() {
-            return Err(Error::MissingCapability {
-                capability: "LSA",
-                reason: format!(
-                    "the Lamport all-reduce pushes to every rank through LSA, but only {peers} of the {} ranks share \
-                     this rank's LSA team (NVLink domain): across nodes use NCCL's all-reduce",
-                    comm.nranks()
-                ),
-            });
-        }
-        let blocks = u32::try_from((n / lanes).div_ceil(cfg.block_dim.0 as usize).max(1)).unwrap_or(u32::MAX);
-        let cfg = LaunchConfig::linear(cfg.grid_dim.0.min(blocks), cfg.block_dim.0);
+        let peers =
+            crate::common::require_one_lsa_team(comm, "the Lamport all-reduce (it pushes to every rank through LSA)")?;
         let lamport = comm.alloc_window::<T>(stream, 3 * peers * n, WindowFlags::COLL_SYMMETRIC)?;
         let rounds = DeviceBuffer::new(stream, cfg.grid_dim.0 as usize)?;
         let status = DeviceBuffer::new(stream, 1)?;
