@@ -102,7 +102,7 @@ fn reference(nranks: usize, rank: usize, shard: usize, n: usize, k: usize) -> Ve
 fn run() -> Result<()> {
     let ranks = common::Ranks::from_env()?;
     let nranks = ranks.nranks();
-    let (cublas, references) = gemm_report::start(SHAPES, CHECKED, nranks, reference);
+    let references = gemm_report::start(SHAPES, CHECKED, nranks, reference);
     let reports = ranks.run(&Config::new(), |comm| {
         // The fused kernel reaches every rank through LSA: across nodes it cannot.
         common::require_one_lsa_team(comm, "this example")?;
@@ -174,7 +174,7 @@ fn run() -> Result<()> {
                 errors.push(("fused vs f64", common::relative_error(&got, &references[index][rank])));
             }
             errors.push(("fused vs unfused", common::relative_error(&got, &unfused)));
-            if cublas {
+            if blas.is_some() {
                 epoch += 1;
                 decoupled(epoch, &mut out_decoupled)?;
                 // A flag that never rises must end in an error here, not in a hang.
@@ -201,7 +201,7 @@ fn run() -> Result<()> {
                     decoupled(epoch, &mut out_decoupled)
                 }
             })?;
-            let skipped = |t: f64| if cublas { t } else { f64::NAN };
+            let skipped = |t: f64| if blas.is_some() { t } else { f64::NAN };
             let times = vec![times[0], times[1], skipped(times[2]), skipped(times[3])];
             cases.push(GemmCase { shape: (shard, n, k), times, errors });
             // Nothing may still wait on flags or read `staged` when they go.

@@ -95,7 +95,7 @@ fn reference(nranks: usize, rank: usize, shard: usize, n: usize, k: usize) -> Ve
 fn run() -> Result<()> {
     let ranks = common::Ranks::from_env()?;
     let nranks = ranks.nranks();
-    let (cublas, references) = gemm_report::start(SHAPES, CHECKED, nranks, reference);
+    let references = gemm_report::start(SHAPES, CHECKED, nranks, reference);
     let reports = ranks.run(&Config::new(), |comm| {
         // The fused kernel reaches every rank through LSA: across nodes it cannot.
         common::require_one_lsa_team(comm, "this example")?;
@@ -150,7 +150,7 @@ fn run() -> Result<()> {
                     None => Ok(()),
                 },
             })?;
-            let times = vec![times[0], times[1], if cublas { times[2] } else { f64::NAN }];
+            let times = vec![times[0], times[1], if blas.is_some() { times[2] } else { f64::NAN }];
             cases.push(GemmCase { shape: (shard, n, k), times, errors });
         }
         weft::host::cuda::settle(&s)?;

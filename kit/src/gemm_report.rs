@@ -79,25 +79,23 @@ pub fn print(
     common::verdict(&failed, "bf16 < 1e-2 against the f64 reference and between the variants")
 }
 
-/// The examples' start: says whether cuBLAS is there (its baselines are skipped otherwise), and computes every
-/// rank's f64 reference for the first `checked` shapes `(m, n, k)` with `reference(nranks, rank, m / nranks, n, k)`;
-/// returns whether cuBLAS is there and `references[shape][rank]`.
+/// The examples' start: says when cuBLAS is missing (its baselines are skipped; each rank's `blas::handle` is then
+/// `None`), and computes every rank's f64 reference for the first `checked` shapes `(m, n, k)` with
+/// `reference(nranks, rank, m / nranks, n, k)`: `references[shape][rank]`.
 pub fn start(
     shapes: &[(usize, usize, usize)],
     checked: usize,
     nranks: usize,
     reference: impl Fn(usize, usize, usize, usize, usize) -> Vec<f64>,
-) -> (bool, Vec<Vec<Vec<f64>>>) {
-    let cublas = crate::blas::available();
-    if !cublas {
+) -> Vec<Vec<Vec<f64>>> {
+    if !crate::blas::available() {
         println!("{}: the cuBLAS baselines are skipped (the others run)", crate::blas::MISSING);
     }
     println!("{nranks} rank(s); computing the host references for the first {checked} shapes...");
-    let references = shapes[..checked]
+    shapes[..checked]
         .iter()
         .map(|&(m, n, k)| (0..nranks).map(|rank| reference(nranks, rank, m / nranks, n, k)).collect())
-        .collect();
-    (cublas, references)
+        .collect()
 }
 
 /// Whether `m × n × k` splits over `nranks` as the fused kernels need (`gemm_tp::check_shape`); rank 0 says why
