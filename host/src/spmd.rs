@@ -123,9 +123,10 @@ struct Job {
 }
 
 impl Job {
+    /// Records `rank`'s failure unless an earlier one is recorded (the message is formatted only then).
     fn fail(&self, rank: usize, error: &Error) {
         if !matches!(error, Error::PeerFailed { .. }) {
-            let _ = self.failed.set((rank, error.to_string()));
+            self.failed.get_or_init(|| (rank, error.to_string()));
         }
     }
 
