@@ -24,6 +24,17 @@ fn reference(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
     out
 }
 
+/// ‖got − want‖ / ‖want‖; every output must have been written (a NaN poison left over fails).
+fn frobenius_error(got: impl Iterator<Item = f64>, want: &[f64], (m, n, k): (usize, usize, usize)) -> f64 {
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    for (g, w) in got.zip(want) {
+        assert!(g.is_finite(), "{m}x{n}x{k}: an output element was not written");
+        diff += (g - w).powi(2);
+        norm += w * w;
+    }
+    (diff / norm).sqrt()
+}
+
 fn check<T: weft::device::MmaElement + DeviceRepr + weft::host::Element>(to: fn(f32) -> T, from: fn(T) -> f64) {
     let comm = one_rank();
     let s = comm.context().new_stream().unwrap();
@@ -47,13 +58,7 @@ fn check<T: weft::device::MmaElement + DeviceRepr + weft::host::Element>(to: fn(
                 mma_gemm::launch(&s, LaunchConfig::linear(4, 128), &ad, &bd, &mut out, m, n, k).unwrap();
             }
             let got = out.copy_to_host().unwrap();
-            let (mut diff, mut norm) = (0.0f64, 0.0f64);
-            for (g, w) in got.iter().zip(&want) {
-                assert!(g.is_finite(), "{m}x{n}x{k}: an output tile was not written");
-                diff += (f64::from(*g) - w).powi(2);
-                norm += w * w;
-            }
-            let error = (diff / norm).sqrt();
+            let error = frobenius_error(got.iter().map(|&g| f64::from(g)), &want, (m, n, k));
             let which = if shared { "mma_gemm_shared (ldmatrix)" } else { "mma_gemm" };
             println!("{which} {} {m}x{n}x{k}: relative error {error:.2e}", <T as weft::device::Element>::NAME);
             // Products of 16-bit inputs are exact in f32; the tensor cores accumulate in (at least nearly) f32. A wrong
@@ -133,14 +138,7 @@ fn check_block_gemm<T: weft::device::MmaElement + DeviceRepr + weft::host::Eleme
         let mut out = DeviceBuffer::from_host(&s, &vec![to(f32::NAN); m * n]).unwrap();
         gemm_tiles::launch(&s, LaunchConfig::linear(blocks, 256), &ad, &bd, &mut out, m, n, k).unwrap();
         let got = out.copy_to_host().unwrap();
-        let (mut diff, mut norm) = (0.0f64, 0.0f64);
-        for (g, w) in got.iter().zip(&want) {
-            let g = from(*g);
-            assert!(g.is_finite(), "{m}x{n}x{k}: an output element was not written");
-            diff += (g - w).powi(2);
-            norm += w * w;
-        }
-        let error = (diff / norm).sqrt();
+        let error = frobenius_error(got.iter().map(|&g| from(g)), &want, (m, n, k));
         println!(
             "gemm_tiles {} {m}x{n}x{k} on {blocks} blocks: relative error {error:.2e}",
             <T as weft::device::Element>::NAME
