@@ -82,7 +82,9 @@ fn main() -> Result<()> {
             &weft::host::cuda::download(&stream, &c_weft)?,
             &weft::host::cuda::download(&stream, &c_blas)?,
         );
-        let (start, stop) = (ctx.new_event(None)?, ctx.new_event(None)?);
+        // cudarc's default event flags disable timing (`elapsed_ms` is then CUDA_ERROR_INVALID_HANDLE).
+        let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let (start, stop) = (ctx.new_event(timed)?, ctx.new_event(timed)?);
         let (mut weft_ms, mut blas_ms) = (Vec::new(), Vec::new());
         for round in 0..rounds + 1 {
             for weft_side in [round % 2 == 0, round % 2 != 0] {

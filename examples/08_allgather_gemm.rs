@@ -111,6 +111,9 @@ fn run() -> Result<()> {
         let side = comm.context().new_stream()?;
         let cfg = fused::one_wave::<bf16>(comm, &s, BLOCK)?;
         let signal_cfg = signal::one_wave::<bf16>(comm, &side, SIGNAL_BLOCK)?;
+        // Every kernel this rank launches is loaded before the first collective setup call (docs/multi-rank.md,
+        // "Load before launch"): `one_wave` loaded the other two.
+        gemm_tiles::function::<bf16>(comm.context())?;
         let needs = fused::requirements(&cfg).merge(&signal::requirements(&signal_cfg));
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&needs)?;
         let blas = weft_kit::blas::handle(&s)?;
@@ -140,6 +143,15 @@ fn run() -> Result<()> {
             // The decoupled variant: weft buffers (which order nothing across streams by themselves: the flags do).
             let mut staged = DeviceBuffer::<bf16>::new(&side, m * k)?;
             let mut ready = DeviceBuffer::from_host(&side, &vec![0u32; m / CHUNK_ROWS])?;
+            if let Some(blas) = &blas {
+                // cuBLAS loads a shape's kernels at its first call: while no peer communicates (docs/multi-rank.md).
+                comm.with_gpu_peers_idle(|| {
+                    weft_kit::blas::gemm(blas, &gathered, &w, &mut out_unfused, (m, n, k))?;
+                    let rows = Part::of(&staged, 0, shard * k)?;
+                    weft_kit::blas::gemm(blas, &rows, &w, &mut out_decoupled.slice_mut(0..shard * n), (shard, n, k))?;
+                    weft::host::cuda::settle(&s)
+                })?;
+            }
             let mut epoch = 0u32;
             let mut decoupled = |epoch: u32, out: &mut CudaSlice<bf16>| -> std::result::Result<(), Error> {
                 let Some(blas) = &blas else { return Ok(()) };
@@ -183,24 +195,25 @@ fn run() -> Result<()> {
                 errors.push(("decoupled vs unfused", common::relative_error(&got, &unfused)));
             }
 
-            let times = common::time_variants(&stopwatch, &s, WARMUP, ITERATIONS, 4, |variant| match variant {
-                0 => fused::launch(&s, cfg, &dev, &x, &w, &mut out, m, n, k),
-                1 => {
-                    comm.all_gather(x.buffer(), &mut gathered, &s)?;
-                    gemm_tiles::launch(&s, tiles_cfg, &gathered, &w, &mut out_unfused, m, n, k)
-                }
-                2 => match &blas {
-                    Some(blas) => {
+            let times =
+                common::time_variants_apart(comm, &stopwatch, &s, WARMUP, ITERATIONS, 4, |variant| match variant {
+                    0 => fused::launch(&s, cfg, &dev, &x, &w, &mut out, m, n, k),
+                    1 => {
                         comm.all_gather(x.buffer(), &mut gathered, &s)?;
-                        weft_kit::blas::gemm(blas, &gathered, &w, &mut out_unfused, (m, n, k))
+                        gemm_tiles::launch(&s, tiles_cfg, &gathered, &w, &mut out_unfused, m, n, k)
                     }
-                    None => Ok(()),
-                },
-                _ => {
-                    epoch += 1;
-                    decoupled(epoch, &mut out_decoupled)
-                }
-            })?;
+                    2 => match &blas {
+                        Some(blas) => {
+                            comm.all_gather(x.buffer(), &mut gathered, &s)?;
+                            weft_kit::blas::gemm(blas, &gathered, &w, &mut out_unfused, (m, n, k))
+                        }
+                        None => Ok(()),
+                    },
+                    _ => {
+                        epoch += 1;
+                        decoupled(epoch, &mut out_decoupled)
+                    }
+                })?;
             let skipped = |t: f64| if blas.is_some() { t } else { f64::NAN };
             let times = vec![times[0], times[1], skipped(times[2]), skipped(times[3])];
             cases.push(GemmCase { shape: (shard, n, k), times, errors });

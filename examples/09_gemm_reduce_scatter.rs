@@ -101,6 +101,9 @@ fn run() -> Result<()> {
         common::require_one_lsa_team(comm, "this example")?;
         let s = comm.context().new_stream()?;
         let cfg = fused::one_wave::<bf16>(comm, &s, BLOCK)?;
+        // Every kernel this rank launches is loaded before the first collective setup call (docs/multi-rank.md,
+        // "Load before launch").
+        gemm_tiles::function::<bf16>(comm.context())?;
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&fused::requirements(&cfg))?;
         let blas = weft_kit::blas::handle(&s)?;
         if comm.rank() == 0 {
@@ -124,6 +127,13 @@ fn run() -> Result<()> {
             let mut out_unfused = s.clone_htod(&poison)?;
             let mut partial = s.alloc_zeros::<bf16>(m * n)?;
             let tiles_cfg = LaunchConfig::linear(u32::try_from((m / 128) * (n / 128)).unwrap_or(u32::MAX), BLOCK);
+            if let Some(blas) = &blas {
+                // cuBLAS loads a shape's kernels at its first call: while no peer communicates (docs/multi-rank.md).
+                comm.with_gpu_peers_idle(|| {
+                    weft_kit::blas::gemm(blas, &x, &w, &mut partial, (m, n, k))?;
+                    weft::host::cuda::settle(&s)
+                })?;
+            }
 
             fused::launch(&s, cfg, &dev, &x, &w, &scratch, &mut out, m, n, k)?;
             let got = weft::host::cuda::download(&s, &out)?;
@@ -136,20 +146,21 @@ fn run() -> Result<()> {
             }
             errors.push(("fused vs unfused", common::relative_error(&got, &unfused)));
 
-            let times = common::time_variants(&stopwatch, &s, WARMUP, ITERATIONS, 3, |variant| match variant {
-                0 => fused::launch(&s, cfg, &dev, &x, &w, &scratch, &mut out, m, n, k),
-                1 => {
-                    gemm_tiles::launch(&s, tiles_cfg, &x, &w, &mut partial, m, n, k)?;
-                    comm.reduce_scatter(&partial, &mut out_unfused, ReduceOp::Sum, &s)
-                }
-                _ => match &blas {
-                    Some(blas) => {
-                        weft_kit::blas::gemm(blas, &x, &w, &mut partial, (m, n, k))?;
+            let times =
+                common::time_variants_apart(comm, &stopwatch, &s, WARMUP, ITERATIONS, 3, |variant| match variant {
+                    0 => fused::launch(&s, cfg, &dev, &x, &w, &scratch, &mut out, m, n, k),
+                    1 => {
+                        gemm_tiles::launch(&s, tiles_cfg, &x, &w, &mut partial, m, n, k)?;
                         comm.reduce_scatter(&partial, &mut out_unfused, ReduceOp::Sum, &s)
                     }
-                    None => Ok(()),
-                },
-            })?;
+                    _ => match &blas {
+                        Some(blas) => {
+                            weft_kit::blas::gemm(blas, &x, &w, &mut partial, (m, n, k))?;
+                            comm.reduce_scatter(&partial, &mut out_unfused, ReduceOp::Sum, &s)
+                        }
+                        None => Ok(()),
+                    },
+                })?;
             let times = vec![times[0], times[1], if blas.is_some() { times[2] } else { f64::NAN }];
             cases.push(GemmCase { shape: (shard, n, k), times, errors });
         }

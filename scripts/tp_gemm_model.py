@@ -38,25 +38,39 @@ def gemm_reduce_scatter(ranks, m, n, k, grid):
     xs = [rng.standard_normal((m, k)) for _ in range(ranks)]
     ws = [rng.standard_normal((k, n)) for _ in range(ranks)]
     scratch = [np.full(m * n, np.nan) for _ in range(ranks)]  # each rank's f32 window, R slots of shard x n
+    writer = [np.full(m * n, -1) for _ in range(ranks)]  # which block index stored each element
     tiles_n, tiles = n // 128, (m // 128) * (n // 128)
     for me in range(ranks):
-        first = ((me + 1) % ranks) * (shard // 128) * tiles_n
         slot = me * shard * n
         for block in range(grid):
             t = block
             while t < tiles:
-                tile_index = (t + first) % tiles
-                row0, col0 = (tile_index // tiles_n) * 128, (tile_index % tiles_n) * 128
-                owner = row0 // shard
+                band = t // tiles_n
+                owner, local_row0, col0 = band % ranks, (band // ranks) * 128, (t % tiles_n) * 128
+                row0 = owner * shard + local_row0
                 tile = xs[me][row0:row0 + 128, :] @ ws[me][:, col0:col0 + 128]
-                base = slot + (row0 - owner * shard) * n + col0
+                base = slot + local_row0 * n + col0
                 for r in range(128):
                     scratch[owner][base + r * n: base + r * n + 128] = tile[r]
+                    writer[owner][base + r * n: base + r * n + 128] = block
                 t += grid
     total = sum(x @ w for x, w in zip(xs, ws))
+    count = shard * n
     for me in range(ranks):
-        count = shard * n
-        out = sum(scratch[me][s * count:(s + 1) * count] for s in range(ranks))
+        out = np.full(count, np.nan)
+        for block in range(grid):
+            t = block
+            while t < tiles:
+                band = t // tiles_n
+                if band % ranks == me:
+                    first = (band // ranks) * 128 * n + (t % tiles_n) * 128
+                    for i in range(128):
+                        e = np.arange(first + i * n, first + i * n + 128)
+                        # The per-block barrier orders only block `block` of every rank before this read.
+                        for s in range(ranks):
+                            assert (writer[me][s * count + e] == block).all(), ("read of another block's store", me)
+                        out[e] = sum(scratch[me][s * count + e] for s in range(ranks))
+                t += grid
         want = total[me * shard:(me + 1) * shard].reshape(-1)
         assert np.allclose(out, want), ("gemm_reduce_scatter", ranks, m, n, k, grid, me)
 

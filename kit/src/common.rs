@@ -177,9 +177,16 @@ impl Stopwatch {
         self.start.record(stream)?;
         work()?;
         self.end.record(stream)?;
+        // `elapsed_ms` waits for the event inside the driver, holding a lock of the context that a peer rank
+        // sharing the GPU may need to launch what this work waits for (docs/multi-rank.md, "Host copies"): poll
+        // the stream first, with a deadline, so that a stuck round is `Error::Stalled`, not a hang.
+        weft::host::cuda::settle_within(stream, ROUND_TIMEOUT)?;
         Ok(self.start.elapsed_ms(&self.end)?)
     }
 }
+
+/// How long one timed run may take before [`Stopwatch::time`] reports `Error::Stalled`.
+pub const ROUND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Times `variants` alternatives on one stream: `warmup` untimed rounds, then `iterations` rounds; in each round
 /// `run(v)` runs variant `v` once for every `v` in turn (so slow drifts of clock or temperature hit all alike).
@@ -190,12 +197,52 @@ pub fn time_variants(
     warmup: usize,
     iterations: usize,
     variants: usize,
+    run: impl FnMut(usize) -> std::result::Result<(), Error>,
+) -> std::result::Result<Vec<f64>, Error> {
+    time_variants_with(stopwatch, stream, warmup, iterations, variants, run, |_| Ok(()))
+}
+
+/// [`time_variants`] for variants that end in kernels which wait for nobody but may need a whole SM (cuBLAS's),
+/// next to variants whose kernels wait for their peers: where ranks share a GPU, a rank that starts its next
+/// variant's waiting kernel while a peer's last GEMM is still queued can fill every SM with blocks that wait for
+/// that peer, and the GEMM they wait behind never finds room (a hang seen at 2 ranks in example 08). So after each
+/// timed run, outside the timing, the ranks sharing a GPU line up (a one-element `ncclAllReduce`, whose few blocks
+/// leave the GEMM room): nobody starts a variant before every rank has finished the previous one. With one rank per
+/// GPU this is [`time_variants`].
+pub fn time_variants_apart(
+    comm: &Communicator,
+    stopwatch: &Stopwatch,
+    stream: &Arc<CudaStream>,
+    warmup: usize,
+    iterations: usize,
+    variants: usize,
+    run: impl FnMut(usize) -> std::result::Result<(), Error>,
+) -> std::result::Result<Vec<f64>, Error> {
+    if comm.ranks_on_gpu() <= 1 {
+        return time_variants(stopwatch, stream, warmup, iterations, variants, run);
+    }
+    let token = stream.alloc_zeros::<f32>(1)?;
+    let mut sum = stream.alloc_zeros::<f32>(1)?;
+    time_variants_with(stopwatch, stream, warmup, iterations, variants, run, |stream| {
+        comm.all_reduce(&token, &mut sum, weft::host::ReduceOp::Sum, stream)?;
+        weft::host::cuda::settle_within(stream, ROUND_TIMEOUT)
+    })
+}
+
+fn time_variants_with(
+    stopwatch: &Stopwatch,
+    stream: &Arc<CudaStream>,
+    warmup: usize,
+    iterations: usize,
+    variants: usize,
     mut run: impl FnMut(usize) -> std::result::Result<(), Error>,
+    mut between: impl FnMut(&Arc<CudaStream>) -> std::result::Result<(), Error>,
 ) -> std::result::Result<Vec<f64>, Error> {
     let mut samples = vec![Vec::with_capacity(iterations); variants];
     for round in 0..warmup + iterations {
         for (variant, times) in samples.iter_mut().enumerate() {
             let ms = stopwatch.time(stream, || run(variant))?;
+            between(stream)?;
             if round >= warmup {
                 times.push(ms);
             }

@@ -302,6 +302,28 @@ impl<S: State, M: Mode> Communicator<S, M> {
             _ => Ok(()),
         }
     }
+
+    /// Runs `load` — the first use of code that CUDA loads onto the GPU lazily: a kernel's `function` or
+    /// `one_wave`, a first cuBLAS call of a shape — while no rank sharing this GPU communicates. Every rank of this
+    /// communicator on this GPU calls it at the same point, each with its own work settled; they line up before
+    /// `load` and again after it.
+    ///
+    /// Why: loading a module waits for the whole CUDA context, inside the driver, holding a lock that launches
+    /// need. Where ranks share a GPU (and its context), a rank loading code while a peer's collective or barrier
+    /// kernel waits for a third rank, which now cannot launch its half, hangs all of them (seen at 4 ranks with a
+    /// GEMM kernel loaded at its first launch, docs/multi-rank.md "Loading code"). With one rank per GPU it just
+    /// runs `load`. A peer that never arrives ends the wait with `Error::Stalled` (or `Error::PeerFailed`).
+    pub fn with_gpu_peers_idle<R>(&self, load: impl FnOnce() -> Result<R, Error>) -> Result<R, Error> {
+        let line_up = |after| match &self.local_group {
+            Some(group) => group.line_up(after, crate::placement::LINE_UP_TIMEOUT),
+            None => Ok(()),
+        };
+        line_up("with_gpu_peers_idle (before loading)")?;
+        let loaded = load();
+        // The peers wait for this rank's load even when it failed: its error is returned after the line-up.
+        line_up("with_gpu_peers_idle (after loading)")?;
+        loaded
+    }
 }
 
 impl<S: Initialized, M: Mode> Communicator<S, M> {

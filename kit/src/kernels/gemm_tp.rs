@@ -61,11 +61,14 @@ pub fn allgather_gemm<T: MmaElement>(
 ///
 /// Each block computes output tiles of its rank's partial product and stores each straight into the window of the
 /// rank that owns those rows, in this rank's slot (`scratch`: a symmetric f32 window of `m × n` elements per rank,
-/// `R` slots of `m/R × n`), walking the tiles from the next rank's rows on so that the ranks write to different
-/// peers at once. After an LSA barrier every partial of this rank's rows has arrived, and the blocks sum the `R`
-/// slots in rank order (the same order on every rank) into `out` (`m/R × n`). A second barrier keeps the slots
-/// until their owner has read them, so the next call's stores cannot overwrite them early. `m / R` and `n`
-/// multiples of 128, `k` of 32; 256 threads per block, the same grid on every rank.
+/// `R` slots of `m/R × n`). Every rank walks the tiles in the same order, block `b` taking tiles `b, b + grid, …`,
+/// and the walk interleaves the owners (consecutive 128-row bands belong to consecutive ranks), so the tiles in
+/// flight at any moment are spread over every owner. After the LSA barrier of block `b` (which pairs block `b` of
+/// every rank), block `b` of each owner has every rank's partial of the tiles block `b` computed, and sums exactly
+/// those of its own rows, the `R` slots in rank order (the same on every rank), into `out` (`m/R × n`). No block
+/// reads what another block of any rank wrote: the per-block barrier is all the synchronisation the sum needs. A
+/// second barrier keeps the slots until their owner has read them, so the next call's stores cannot overwrite
+/// them early. `m / R` and `n` multiples of 128, `k` of 32; 256 threads per block, the same grid on every rank.
 #[weft::kernel(
     types(f16, bf16),
     len(x >= m * k, w >= k * n, scratch >= m * n),
@@ -88,17 +91,17 @@ pub fn gemm_reduce_scatter<T: MmaElement>(
     let shard = m / ranks;
     let tiles_n = n / 128;
     let tiles = (m / 128) * tiles_n;
-    let first = ((me + 1) % ranks) * (shard / 128) * tiles_n;
     let slot = me * shard * n;
     let mut t = block_idx_x() as usize;
     while t < tiles {
-        let tile_index = (t + first) % tiles;
-        let row0 = (tile_index / tiles_n) * 128;
-        let col0 = (tile_index % tiles_n) * 128;
-        let owner = row0 / shard;
-        let tile = x.gemm_block(row0, k, w, col0, n, k);
+        // Band `t / tiles_n` of the walk is band `band / R` of owner `band % R`.
+        let band = t / tiles_n;
+        let owner = band % ranks;
+        let local_row0 = (band / ranks) * 128;
+        let col0 = (t % tiles_n) * 128;
+        let tile = x.gemm_block(owner * shard + local_row0, k, w, col0, n, k);
         let mut dst = scratch.lsa(owner as u32);
-        let base = slot + (row0 - owner * shard) * n + col0;
+        let base = slot + local_row0 * n + col0;
         let mut i = 0;
         while i < tile.len() {
             dst[base + tile.row(i) * n + tile.col(i)] = tile.value(i);
@@ -106,19 +109,27 @@ pub fn gemm_reduce_scatter<T: MmaElement>(
         }
         t += grid_dim_x() as usize;
     }
-    // Every rank's partial of this rank's rows is in place.
+    // Block b of every rank has stored its tiles: the partials of this block's tiles of this rank's rows are in.
     bar.sync(Cta, Order::AcqRel);
     let mine = scratch.local();
     let count = shard * n;
-    let stride = grid_size_1d();
-    let mut e = index_1d();
-    while e < count {
-        let mut acc = 0.0f32;
-        for s in 0..ranks {
-            acc += mine[s * count + e];
+    let mut t = block_idx_x() as usize;
+    while t < tiles {
+        let band = t / tiles_n;
+        if band % ranks == me {
+            let first = (band / ranks) * 128 * n + (t % tiles_n) * 128;
+            let mut i = thread_idx_x() as usize;
+            while i < 128 * 128 {
+                let e = first + (i / 128) * n + i % 128;
+                let mut acc = 0.0f32;
+                for s in 0..ranks {
+                    acc += mine[s * count + e];
+                }
+                out[e] = T::from_f32(acc);
+                i += block_dim_x() as usize;
+            }
         }
-        out[e] = T::from_f32(acc);
-        e += stride;
+        t += grid_dim_x() as usize;
     }
     // This rank has read its slots: the peers' next call may overwrite them.
     bar.sync(Cta, Order::AcqRel);
