@@ -32,6 +32,7 @@ use weft_kit::blas::Part;
 use weft_kit::common;
 use weft_kit::gemm_report::{self, GemmCase};
 use weft_kit::kernels::gemm_tp::{allgather_gemm as fused, allgather_signal as signal};
+use weft_kit::select::{AgGemmTable, AllGatherGemm};
 use weft_kit::test_kernels::gemm_tiles;
 
 use common::{Real, Result};
@@ -102,6 +103,9 @@ fn reference(nranks: usize, rank: usize, shard: usize, n: usize, k: usize) -> Ve
 fn run() -> Result<()> {
     let ranks = common::Ranks::from_env()?;
     let nranks = ranks.nranks();
+    // Which path each shape would take (`WEFT_AG_GEMM_PATHS` replaces the measured rules; kit's select.rs).
+    let paths = AgGemmTable::from_env()?;
+    println!("selector: {paths} (m x n x k multiply-adds; {} replaces it)", weft_kit::select::AG_GEMM_ENV);
     let references = gemm_report::start(SHAPES, CHECKED, nranks, reference);
     let reports = ranks.run(&Config::new(), |comm| {
         // The fused kernel reaches every rank through LSA: across nodes it cannot.
@@ -216,7 +220,14 @@ fn run() -> Result<()> {
                 })?;
             let skipped = |t: f64| if blas.is_some() { t } else { f64::NAN };
             let times = vec![times[0], times[1], skipped(times[2]), skipped(times[3])];
-            cases.push(GemmCase { shape: (shard, n, k), times, errors });
+            let picked = match paths.pick(m * n * k, nranks) {
+                AllGatherGemm::Fused => 0,
+                AllGatherGemm::Decoupled if blas.is_some() => 3,
+                AllGatherGemm::Decoupled => 0,
+                AllGatherGemm::Nccl if blas.is_some() => 2,
+                AllGatherGemm::Nccl => 1,
+            };
+            cases.push(GemmCase { shape: (shard, n, k), times, errors, picked });
             // Nothing may still wait on flags or read `staged` when they go.
             weft::host::cuda::settle(&side)?;
         }
@@ -228,6 +239,7 @@ fn run() -> Result<()> {
         &reports,
         ranks.first_rank(),
         &["fused", "AG+GEMM", "AG+cuBLAS", "AG|cuBLAS"],
+        2,
         |(shard, n, k)| 2.0 * (shard * nranks * n * k) as f64,
     )
 }

@@ -29,6 +29,7 @@
 use weft_kit::common;
 use weft_kit::gemm_report::{self, GemmCase};
 use weft_kit::kernels::gemm_tp::gemm_reduce_scatter as fused;
+use weft_kit::select::{GemmReduceScatter, GemmRsTable};
 use weft_kit::test_kernels::gemm_tiles;
 
 use common::{Real, Result};
@@ -95,6 +96,9 @@ fn reference(nranks: usize, rank: usize, shard: usize, n: usize, k: usize) -> Ve
 fn run() -> Result<()> {
     let ranks = common::Ranks::from_env()?;
     let nranks = ranks.nranks();
+    // Which path each shape would take (`WEFT_GEMM_RS_PATHS` replaces the measured rules; kit's select.rs).
+    let paths = GemmRsTable::from_env()?;
+    println!("selector: {paths} (m x n x k multiply-adds; {} replaces it)", weft_kit::select::GEMM_RS_ENV);
     let references = gemm_report::start(SHAPES, CHECKED, nranks, reference);
     let reports = ranks.run(&Config::new(), |comm| {
         // The fused kernel reaches every rank through LSA: across nodes it cannot.
@@ -162,12 +166,17 @@ fn run() -> Result<()> {
                     },
                 })?;
             let times = vec![times[0], times[1], if blas.is_some() { times[2] } else { f64::NAN }];
-            cases.push(GemmCase { shape: (shard, n, k), times, errors });
+            let picked = match paths.pick(m * n * k, nranks) {
+                GemmReduceScatter::Fused => 0,
+                GemmReduceScatter::Nccl if blas.is_some() => 2,
+                GemmReduceScatter::Nccl => 1,
+            };
+            cases.push(GemmCase { shape: (shard, n, k), times, errors, picked });
         }
         weft::host::cuda::settle(&s)?;
         Ok(cases)
     })?;
-    gemm_report::print(&reports, ranks.first_rank(), &["fused", "GEMM+RS", "cuBLAS+RS"], |(shard, n, k)| {
+    gemm_report::print(&reports, ranks.first_rank(), &["fused", "GEMM+RS", "cuBLAS+RS"], 2, |(shard, n, k)| {
         2.0 * (shard * nranks * n * k) as f64
     })
 }

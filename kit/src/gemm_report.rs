@@ -16,6 +16,8 @@ pub struct GemmCase {
     pub times: Vec<f64>,
     /// Relative errors: `(what, error)`, e.g. the fused result against the f64 reference, against the unfused one.
     pub errors: Vec<(&'static str, f64)>,
+    /// The variant the selector picks for this shape (an index into `times`; `crate::select`).
+    pub picked: usize,
 }
 
 impl GemmCase {
@@ -26,12 +28,14 @@ impl GemmCase {
 }
 
 /// Prints rank `first`'s times (`variants` names them, the fused kernel first) with the fused kernel's TFLOP/s
-/// (`flops(shape)` per call) and each variant's time over the fused one, the worst errors over `reports` (one per
-/// rank, in rank order), then the verdict.
+/// (`flops(shape)` per call) and each variant's time over the fused one, the selector's pick with its speedup over
+/// variant `baseline` (NCCL + cuBLAS; variant 1, NCCL + the same GEMM, where cuBLAS did not run), the worst errors
+/// over `reports` (one per rank, in rank order), then the verdict.
 pub fn print(
     reports: &[Vec<GemmCase>],
     first: usize,
     variants: &[&str],
+    baseline: usize,
     flops: impl Fn((usize, usize, usize)) -> f64,
 ) -> Result<()> {
     let nranks = reports.len();
@@ -47,7 +51,7 @@ pub fn print(
     for v in &variants[1..] {
         header += &format!(" {:>12}", format!("{v} x"));
     }
-    println!("{header} | worst errors");
+    println!("{header} | {:>10} {:>8} | worst errors", "picked", "speedup");
     for (c, case) in reports[0].iter().enumerate() {
         let (shard, n, k) = case.shape;
         let mut line = format!("{:>20} |", format!("{shard}x{n}x{k}"));
@@ -58,6 +62,8 @@ pub fn print(
         for t in &case.times[1..] {
             line += &format!(" {:>11.2}x", t / case.times[0]);
         }
+        let base = if case.times[baseline].is_nan() { case.times[1] } else { case.times[baseline] };
+        line += &format!(" | {:>10} {:>7.2}x", variants[case.picked], base / case.times[case.picked]);
         let errors: Vec<String> = case
             .errors
             .iter()

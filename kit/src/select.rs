@@ -1,4 +1,6 @@
-//! Which all-reduce protocol to run for a message size and rank count: a table of rules the user can override.
+//! Which all-reduce protocol to run for a message size and rank count — and which path the tensor-parallel GEMMs
+//! take ([`AgGemmTable`], [`GemmRsTable`]: same rule syntax, the size being the GEMM's m·n·k, overridden by
+//! `WEFT_AG_GEMM_PATHS` and `WEFT_GEMM_RS_PATHS`) — as tables of rules the user can override.
 //!
 //! Fusing is not always faster, and which fused algorithm wins depends on the size and the rank count (the barrier
 //! cost of a one-shot, the extra pass of a two-shot, the bandwidth of reading every peer). So the examples and the
@@ -50,9 +52,23 @@ impl Protocol {
             Protocol::Nccl => "nccl",
         }
     }
+}
 
-    fn parse(name: &str) -> Option<Protocol> {
-        [Protocol::Lamport, Protocol::OneShot, Protocol::TwoShot, Protocol::Nccl].into_iter().find(|p| p.name() == name)
+/// What a [`Table`] chooses between: a closed set of named paths.
+pub trait Choice: Copy + Eq + fmt::Debug + 'static {
+    /// Every choice, in the order error messages list them.
+    const ALL: &'static [Self];
+    /// What the rules' size measures, for error messages ("bytes per rank").
+    const SIZE: &'static str;
+    /// The name rules use.
+    fn name(self) -> &'static str;
+}
+
+impl Choice for Protocol {
+    const ALL: &'static [Protocol] = &[Protocol::Lamport, Protocol::OneShot, Protocol::TwoShot, Protocol::Nccl];
+    const SIZE: &'static str = "bytes per rank";
+    fn name(self) -> &'static str {
+        Protocol::name(self)
     }
 }
 
@@ -62,18 +78,63 @@ impl fmt::Display for Protocol {
     }
 }
 
-/// One rule: `protocol` for messages up to `up_to` bytes per rank, at rank counts in `ranks`.
+/// The tensor-parallel all-gather + GEMM (example 08, kernels/gemm_tp.rs): which way to run it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AllGatherGemm {
+    /// One kernel: each GEMM tile reads its rows from the owner's window over LSA (`allgather_gemm`).
+    Fused,
+    /// A weft kernel gathers chunk by chunk and raises flags; cuBLAS GEMMs on another stream wait for their chunks
+    /// (`allgather_signal` + `stream_wait_at_least`). Needs cuBLAS: without it, [`Fused`](Self::Fused) runs.
+    Decoupled,
+    /// `ncclAllGather`, then one GEMM (cuBLAS where available, else weft's `gemm_tiles`): the fallback.
+    Nccl,
+}
+
+impl Choice for AllGatherGemm {
+    const ALL: &'static [AllGatherGemm] = &[AllGatherGemm::Fused, AllGatherGemm::Decoupled, AllGatherGemm::Nccl];
+    const SIZE: &'static str = "multiply-adds m x n x k of the whole GEMM (m: every rank's rows)";
+    fn name(self) -> &'static str {
+        match self {
+            AllGatherGemm::Fused => "fused",
+            AllGatherGemm::Decoupled => "decoupled",
+            AllGatherGemm::Nccl => "nccl",
+        }
+    }
+}
+
+/// The tensor-parallel GEMM + reduce-scatter (example 09, kernels/gemm_tp.rs): which way to run it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GemmReduceScatter {
+    /// One kernel: each partial tile goes from registers into its owner's window; owners sum (`gemm_reduce_scatter`).
+    Fused,
+    /// One GEMM (cuBLAS where available, else weft's `gemm_tiles`), then `ncclReduceScatter`: the fallback.
+    Nccl,
+}
+
+impl Choice for GemmReduceScatter {
+    const ALL: &'static [GemmReduceScatter] = &[GemmReduceScatter::Fused, GemmReduceScatter::Nccl];
+    const SIZE: &'static str = "multiply-adds m x n x k of this rank's GEMM";
+    fn name(self) -> &'static str {
+        match self {
+            GemmReduceScatter::Fused => "fused",
+            GemmReduceScatter::Nccl => "nccl",
+        }
+    }
+}
+
+/// One rule: `protocol` for sizes up to `up_to` (bytes per rank for the all-reduce, [`Choice::SIZE`]), at rank
+/// counts in `ranks`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rule {
+pub struct Rule<P = Protocol> {
     /// What to run.
-    pub protocol: Protocol,
-    /// The largest message (bytes per rank) the rule covers; `None`: any.
+    pub protocol: P,
+    /// The largest size the rule covers; `None`: any.
     pub up_to: Option<usize>,
     /// The rank counts the rule covers (inclusive); `None`: any.
     pub ranks: Option<(usize, usize)>,
 }
 
-impl Rule {
+impl<P> Rule<P> {
     fn matches(&self, bytes: usize, nranks: usize) -> bool {
         self.up_to.is_none_or(|most| bytes <= most) && self.ranks.is_none_or(|(lo, hi)| (lo..=hi).contains(&nranks))
     }
@@ -81,14 +142,23 @@ impl Rule {
 
 /// An ordered list of rules, the last one unconditional (module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Table {
-    rules: Vec<Rule>,
+pub struct Rules<P> {
+    rules: Vec<Rule<P>>,
+    /// The last rule's choice (parsing guarantees there is one, unconditional).
+    otherwise: P,
 }
+
+/// The all-reduce protocols' rules.
+pub type Table = Rules<Protocol>;
+/// The all-gather + GEMM paths' rules.
+pub type AgGemmTable = Rules<AllGatherGemm>;
+/// The GEMM + reduce-scatter paths' rules.
+pub type GemmRsTable = Rules<GemmReduceScatter>;
 
 /// The environment variable that replaces the default table.
 pub const ENV: &str = "WEFT_ALLREDUCE_PROTOCOLS";
 
-impl Table {
+impl Rules<Protocol> {
     /// The default rules (module docs say where they come from).
     pub const DEFAULT: &'static str = "one_shot@1, one_shot<=4M@2, one_shot<=1M@3-4, one_shot<=256K, two_shot";
 
@@ -99,50 +169,88 @@ impl Table {
 
     /// `WEFT_ALLREDUCE_PROTOCOLS` if set (an error naming the bad rule if it does not parse), else the default.
     pub fn from_env() -> Result<Table, Error> {
-        match std::env::var(ENV) {
-            Ok(text) => Table::parse(&text).map_err(|problem| Error::InvalidArgument { argument: ENV, problem }),
-            Err(_) => Ok(Table::measured()),
-        }
+        Rules::from_env_or(ENV, Table::DEFAULT)
+    }
+}
+
+/// The environment variable that replaces [`AgGemmTable::DEFAULT`](Rules).
+pub const AG_GEMM_ENV: &str = "WEFT_AG_GEMM_PATHS";
+/// The environment variable that replaces [`GemmRsTable::DEFAULT`](Rules).
+pub const GEMM_RS_ENV: &str = "WEFT_GEMM_RS_PATHS";
+
+impl Rules<AllGatherGemm> {
+    /// From examples 08's runs (bench/RESULTS.md, 2026-12-03, H200, 1 rank on NCCL 2.28.9, 2–8 sharing the GPU on
+    /// 2.30.7): the fused kernel wins the small shapes (m·n·k up to 128M measured: 1.1–1.5× NCCL + cuBLAS at 1–2
+    /// ranks, up to 5.9× the decoupled path at 8) and loses the large ones (16G and up) to cuBLAS, whose GEMM is
+    /// 3× weft's `mma.sync` mainloop: there the decoupled path is fastest at 2 and 4 ranks (0.52× and 0.73× the
+    /// time of NCCL + cuBLAS) and NCCL + cuBLAS at 1 rank (the all-gather is a copy) and at 8 (1679 against 2039
+    /// µs). The threshold between 128M and 16G is an interpolation.
+    pub const DEFAULT: &'static str = "fused<=256M, nccl@1, decoupled@2-4, nccl";
+
+    /// `WEFT_AG_GEMM_PATHS` if set, else [`DEFAULT`](Self::DEFAULT).
+    pub fn from_env() -> Result<AgGemmTable, Error> {
+        Rules::from_env_or(AG_GEMM_ENV, Self::DEFAULT)
+    }
+}
+
+impl Rules<GemmReduceScatter> {
+    /// From example 09's runs (bench/RESULTS.md, 2026-12-03): the fused kernel lost at every shape and rank count
+    /// (0.46–0.96× the same GEMM + `ncclReduceScatter`, 0.24–0.94× cuBLAS + it), so NCCL everywhere until it wins.
+    pub const DEFAULT: &'static str = "nccl";
+
+    /// `WEFT_GEMM_RS_PATHS` if set, else [`DEFAULT`](Self::DEFAULT).
+    pub fn from_env() -> Result<GemmRsTable, Error> {
+        Rules::from_env_or(GEMM_RS_ENV, Self::DEFAULT)
+    }
+}
+
+impl<P: Choice> Rules<P> {
+    /// The rules in environment variable `var` if set (an error naming the bad rule if they do not parse), else
+    /// `default`.
+    pub fn from_env_or(var: &'static str, default: &str) -> Result<Rules<P>, Error> {
+        let text = std::env::var(var).unwrap_or_else(|_| default.to_string());
+        Rules::parse(&text).map_err(|problem| Error::InvalidArgument { argument: var, problem })
     }
 
     /// Parses comma-separated rules (module docs); the error says which rule and how to write it.
-    pub fn parse(text: &str) -> Result<Table, String> {
+    pub fn parse(text: &str) -> Result<Rules<P>, String> {
         let rules = text
             .split(',')
             .map(str::trim)
             .filter(|r| !r.is_empty())
-            .map(parse_rule)
+            .map(parse_rule::<P>)
             .collect::<Result<Vec<_>, String>>()?;
         match rules.last() {
-            None => Err("no rules: give at least one protocol, e.g. `one_shot<=1M, two_shot`".into()),
+            None => Err(format!("no rules: give at least one of {}, e.g. `{}`", names::<P>(), P::ALL[0].name())),
             Some(last) if last.up_to.is_some() || last.ranks.is_some() => Err(format!(
-                "the last rule `{}` has a condition, so some sizes or rank counts would get no protocol: end with \
-                 an unconditional rule, e.g. `, two_shot`",
-                show(last)
+                "the last rule `{}` has a condition, so some sizes or rank counts would get no choice: end with \
+                 an unconditional rule, e.g. `, {}`",
+                show(last),
+                last.protocol.name()
             )),
-            Some(_) => Ok(Table { rules }),
+            Some(last) => Ok(Rules { otherwise: last.protocol, rules }),
         }
     }
 
-    /// The protocol for `bytes` per rank at `nranks` ranks: the first matching rule's.
-    pub fn pick(&self, bytes: usize, nranks: usize) -> Protocol {
-        self.rules.iter().find(|rule| rule.matches(bytes, nranks)).map_or(Protocol::Nccl, |rule| rule.protocol)
+    /// The choice for `size` at `nranks` ranks: the first matching rule's.
+    pub fn pick(&self, size: usize, nranks: usize) -> P {
+        self.rules.iter().find(|rule| rule.matches(size, nranks)).map_or(self.otherwise, |rule| rule.protocol)
     }
 
     /// The rules, in order.
-    pub fn rules(&self) -> &[Rule] {
+    pub fn rules(&self) -> &[Rule<P>] {
         &self.rules
     }
 }
 
-impl fmt::Display for Table {
+impl<P: Choice> fmt::Display for Rules<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let rules: Vec<String> = self.rules.iter().map(show).collect();
         f.write_str(&rules.join(", "))
     }
 }
 
-fn show(rule: &Rule) -> String {
+fn show<P: Choice>(rule: &Rule<P>) -> String {
     let mut text = rule.protocol.name().to_string();
     if let Some(most) = rule.up_to {
         text.push_str(&format!("<={}", size(most)));
@@ -164,12 +272,19 @@ fn size(bytes: usize) -> String {
     bytes.to_string()
 }
 
-const SYNTAX: &str =
-    "write `protocol[<=size][@ranks]`, protocol one of lamport, one_shot, two_shot, nccl; size in bytes \
-                      with an optional K, M or G; ranks `n` or `a-b`";
+fn names<P: Choice>() -> String {
+    P::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
+}
 
-fn parse_rule(text: &str) -> Result<Rule, String> {
-    let bad = |why: &str| format!("rule `{text}`: {why}; {SYNTAX}");
+fn parse_rule<P: Choice>(text: &str) -> Result<Rule<P>, String> {
+    let bad = |why: &str| {
+        format!(
+            "rule `{text}`: {why}; write `choice[<=size][@ranks]`, choice one of {}; size ({}) with an optional K, M \
+             or G; ranks `n` or `a-b`",
+            names::<P>(),
+            P::SIZE
+        )
+    };
     let (head, ranks) = match text.split_once('@') {
         Some((head, ranks)) => (head.trim(), Some(parse_ranks(ranks.trim()).ok_or_else(|| bad("bad rank count"))?)),
         None => (text, None),
@@ -178,7 +293,8 @@ fn parse_rule(text: &str) -> Result<Rule, String> {
         Some((name, most)) => (name.trim(), Some(parse_size(most.trim()).ok_or_else(|| bad("bad size"))?)),
         None => (head.trim(), None),
     };
-    let protocol = Protocol::parse(name).ok_or_else(|| bad(&format!("unknown protocol `{name}`")))?;
+    let protocol =
+        P::ALL.iter().copied().find(|p| p.name() == name).ok_or_else(|| bad(&format!("unknown choice `{name}`")))?;
     Ok(Rule { protocol, up_to, ranks })
 }
 
@@ -237,11 +353,30 @@ mod tests {
     }
 
     #[test]
+    fn the_gemm_tables_follow_example_08_and_09() {
+        let ag = AgGemmTable::parse(AgGemmTable::DEFAULT).unwrap();
+        assert_eq!(ag.to_string(), AgGemmTable::DEFAULT);
+        assert_eq!(ag.pick(2048 * 128 * 512, 8), AllGatherGemm::Fused);
+        assert_eq!(ag.pick(8192 * 2048 * 4096, 1), AllGatherGemm::Nccl);
+        assert_eq!(ag.pick(8192 * 2048 * 4096, 2), AllGatherGemm::Decoupled);
+        assert_eq!(ag.pick(8192 * 2048 * 4096, 4), AllGatherGemm::Decoupled);
+        assert_eq!(ag.pick(8192 * 2048 * 4096, 8), AllGatherGemm::Nccl);
+        let rs = GemmRsTable::parse(GemmRsTable::DEFAULT).unwrap();
+        assert_eq!(rs.pick(1, 1), GemmReduceScatter::Nccl);
+        let forced = GemmRsTable::parse("fused<=1G@2-8, nccl").unwrap();
+        assert_eq!(forced.pick(1 << 30, 8), GemmReduceScatter::Fused);
+        assert_eq!(forced.pick(1 << 30, 1), GemmReduceScatter::Nccl);
+        // A protocol of another table is not a choice here, and the message lists the ones that are.
+        let error = AgGemmTable::parse("one_shot, nccl").unwrap_err();
+        assert!(error.contains("unknown choice `one_shot`") && error.contains("fused, decoupled, nccl"), "{error}");
+    }
+
+    #[test]
     fn bad_tables_name_the_rule_and_the_fix() {
         for (text, says) in [
             ("", "no rules"),
             ("one_shot<=1M", "end with an unconditional rule"),
-            ("fast<=1M, two_shot", "unknown protocol `fast`"),
+            ("fast<=1M, two_shot", "unknown choice `fast`"),
             ("one_shot<=lots, two_shot", "rule `one_shot<=lots`: bad size"),
             ("one_shot@0, two_shot", "bad rank count"),
             ("one_shot@4-2, two_shot", "bad rank count"),
