@@ -64,9 +64,16 @@ fn main() -> Result<()> {
     let ctx = weft::host::cuda::context(0)?;
     let stream: Arc<CudaStream> = ctx.new_stream()?;
     let blas = CudaBlas::new(stream.clone())?;
+    let mainloop = match weft::host::jit::gemm_mainloop()? {
+        weft::host::jit::GemmMainloop::MmaSync => "mma.sync + ldmatrix",
+        weft::host::jit::GemmMainloop::Wgmma if ctx.compute_capability()? == (9, 0) => {
+            "wgmma m64n128k16, sm_90a (WEFT_GEMM_MAINLOOP=wgmma)"
+        }
+        weft::host::jit::GemmMainloop::Wgmma => "mma.sync + ldmatrix (WEFT_GEMM_MAINLOOP=wgmma, but no wgmma here)",
+    };
     println!(
-        "GEMM bf16 (f32 accumulate), row-major C = A * B: weft `gemm_block` (128 x 128 tiles, 256 threads, mma.sync + \
-         ldmatrix + 3-stage cp.async) vs cuBLAS GemmEx; median of {rounds} rounds of {repeats}{}",
+        "GEMM bf16 (f32 accumulate), row-major C = A * B: weft `gemm_block` (128 x 128 tiles, 256 threads, \
+         {mainloop}, 3-stage cp.async) vs cuBLAS GemmEx; median of {rounds} rounds of {repeats}{}",
         if quick { " (WEFT_BENCH_QUICK: a smoke run)" } else { "" }
     );
     let mut rows = Vec::new();

@@ -31,7 +31,8 @@
 #   launchers (not in the default) one process per rank under torchrun (python3 -m torch.distributed.run): one
 #             process on 2.28.9 and 2.30.7, then 2 and 4 processes sharing the one GPU on 2.30.7 (quickstart and
 #             example 03; whether NCCL's multi-rank mode works across processes, which time-slice without MPS)
-#   gemm      (not in the default) 1 rank on 2.28.9: the tensor-core tests, the block GEMM against cuBLAS and
+#   gemm      (not in the default) 1 rank on 2.28.9: the tensor-core tests and the block GEMM against cuBLAS (both
+#             with the mma.sync mainloop, then WEFT_GEMM_MAINLOOP=wgmma), and
 #             examples 08 (all-gather + GEMM) and 09 (GEMM + reduce-scatter); both at 2, 4 and 8 ranks on 2.30.7
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s). WEFT_GPU_CHECK_DEADLINE=s skips the
@@ -208,9 +209,14 @@ gemm() { # release: the tensor-core tests, the GEMM benchmark and example 08 at 
   local release=$1
   export LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}"
   if [ "$release" = 2.28.9 ]; then
+    # gemm_block's mma.sync mainloop (the default) and its wgmma one (WEFT_GEMM_MAINLOOP=wgmma: sm_90a).
     run "2.28.9 test-gpu_mma" 120 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
+    WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 test-gpu_mma wgmma" 120 .gpu/bin/test-gpu_mma --include-ignored \
+      --test-threads=1 --nocapture
     run "2.28.9 test-gpu_flags" 120 .gpu/bin/test-gpu_flags --include-ignored --test-threads=1 --nocapture
     [ -x .gpu/bin/test-gemm ] && WEFT_BENCH_OUT="$out/bench-gemm" run "2.28.9 x1 bench-gemm" 300 .gpu/bin/test-gemm
+    [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=wgmma WEFT_BENCH_OUT="$out/bench-gemm-wgmma" \
+      run "2.28.9 x1 bench-gemm wgmma" 300 .gpu/bin/test-gemm
     run "2.28.9 x1 example-allgather_gemm" 180 .gpu/bin/example-allgather_gemm
     run "2.28.9 x1 example-gemm_reduce_scatter" 180 .gpu/bin/example-gemm_reduce_scatter
   else

@@ -7,7 +7,7 @@
 use weft_kit::kernels as example_kernels;
 use weft_kit::test_kernels as kernels;
 
-use weft::host::jit::{ArgAlignment, BoundsChecks, CompileRequest, GpuArch, KernelCache, Toolchain};
+use weft::host::jit::{ArgAlignment, BoundsChecks, CompileRequest, GemmMainloop, GpuArch, KernelCache, Toolchain};
 
 /// CUDA C++ written by hand against `weft.cuh` (GPU tests that need what the Rust vocabulary does not offer).
 const HAND_WRITTEN: &[(&str, &str)] = &[("phantom_peer_wait", include_str!("cuda/phantom_peer_wait.cu"))];
@@ -58,7 +58,8 @@ fn every_kernel_compiles_for_sm90_against_each_nccl_release() {
                         };
                         for &check in checks {
                             let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90)
-                                .with_flags(form.flags_with(check));
+                                .with_flags(form.flags_with(check))
+                                .with_gemm_mainloop(GemmMainloop::MmaSync);
                             let kernel = cache.get_or_compile(toolchain, &request).unwrap_or_else(|e| {
                                 panic!("`{name}` ({form:?}, {check:?}) does not compile against NCCL {version}: {e}")
                             });
@@ -84,4 +85,31 @@ fn has_device_checks(source: &str) -> bool {
         let rest = &source[at + "weft::detail::".len()..];
         rest.split(['(', '<']).next().is_some_and(|name| name.ends_with("_at") || name == "at")
     })
+}
+
+/// The kernels built on `gemm_block` also compile with the `wgmma` mainloop (`WEFT_GEMM_MAINLOOP=wgmma`: sm_90a), in
+/// every form, against each NCCL release: opt-in until it has run on a GPU, but never allowed to rot.
+#[test]
+fn the_gemm_kernels_compile_with_the_wgmma_mainloop() {
+    let nvcc = std::env::var("WEFT_NVCC").expect("WEFT_NVCC is not set: run the tests through `cargo xtask test`");
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = KernelCache::new(cache_dir.path());
+    let gemm: Vec<&(&str, &str)> =
+        kernels::ALL.iter().chain(example_kernels::ALL).filter(|(_, source)| source.contains("gemm_block")).collect();
+    assert!(gemm.len() >= 3, "gemm_tiles, allgather_gemm and gemm_reduce_scatter use gemm_block: {}", gemm.len());
+    for (version, include) in include_sets() {
+        let toolchain = Toolchain::from_paths(&nvcc, &include, None).unwrap();
+        for (name, source) in &gemm {
+            for check in [BoundsChecks::Off, BoundsChecks::On] {
+                let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90)
+                    .with_flags(ArgAlignment::Aligned16.flags_with(check))
+                    .with_gemm_mainloop(GemmMainloop::Wgmma);
+                assert!(request.flags().iter().any(|f| f == "-arch=sm_90a"), "{:?}", request.flags());
+                let kernel = cache.get_or_compile(&toolchain, &request).unwrap_or_else(|e| {
+                    panic!("`{name}` ({check:?}) does not compile with wgmma against NCCL {version}: {e}")
+                });
+                assert!(kernel.cubin.len() > 1000, "`{name}`: a {}-byte cubin", kernel.cubin.len());
+            }
+        }
+    }
 }

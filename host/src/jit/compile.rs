@@ -29,6 +29,19 @@ impl GpuArch {
     }
 }
 
+impl GpuArch {
+    /// The architecture-specific target (`sm_90a`) on Hopper, whose `wgmma` instructions exist only there (a cubin
+    /// for `sm_90a` runs on compute capability 9.0 exactly, which is what a cubin compiled for this device needs),
+    /// else the architecture itself: what nvcc's `-arch` gets when the `wgmma` GEMM mainloop is asked for.
+    pub fn nvcc_target(&self) -> String {
+        if (self.major, self.minor) == (9, 0) {
+            format!("{self}a")
+        } else {
+            self.to_string()
+        }
+    }
+}
+
 impl fmt::Display for GpuArch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "sm_{}{}", self.major, self.minor)
@@ -49,12 +62,14 @@ pub struct CompileRequest<'a> {
     pub arch: GpuArch,
     /// Flags appended to nvcc's command line after weft's own (part of the cache key).
     pub extra_flags: &'a [&'a str],
+    /// The GEMM mainloop to compile `gemm_block` with; `None`: `WEFT_GEMM_MAINLOOP`'s ([`gemm_mainloop`]).
+    pub gemm_mainloop: Option<GemmMainloop>,
 }
 
 impl<'a> CompileRequest<'a> {
     /// A request with no extra flags.
     pub fn new(name: &'a str, source: &'a str, weft_header: &'a str, arch: GpuArch) -> CompileRequest<'a> {
-        CompileRequest { name, source, weft_header, arch, extra_flags: &[] }
+        CompileRequest { name, source, weft_header, arch, extra_flags: &[], gemm_mainloop: None }
     }
 
     /// The same request with `flags` appended to nvcc's command line.
@@ -62,19 +77,66 @@ impl<'a> CompileRequest<'a> {
         CompileRequest { extra_flags: flags, ..self }
     }
 
+    /// The same request with `gemm_block` compiled to `mainloop`, whatever `WEFT_GEMM_MAINLOOP` says.
+    pub fn with_gemm_mainloop(self, mainloop: GemmMainloop) -> CompileRequest<'a> {
+        CompileRequest { gemm_mainloop: Some(mainloop), ..self }
+    }
+
+    fn wgmma(&self) -> bool {
+        match self.gemm_mainloop {
+            Some(mainloop) => mainloop == GemmMainloop::Wgmma,
+            None => matches!(gemm_mainloop(), Ok(GemmMainloop::Wgmma)),
+        }
+    }
+
     /// The flags nvcc gets besides include directories and file names, in order; they are part of the cache
     /// key.
     pub fn flags(&self) -> Vec<String> {
         let mut flags: Vec<String> = vec![
             "-cubin".into(),
-            format!("-arch={}", self.arch),
+            // sm_90a only where the wgmma mainloop is asked for (opt-in until it has run on a GPU).
+            if self.wgmma() { format!("-arch={}", self.arch.nvcc_target()) } else { format!("-arch={}", self.arch) },
             "-std=c++17".into(),
             "--extended-lambda".into(),
             "--expt-relaxed-constexpr".into(),
             "-O3".into(),
         ];
+        if self.wgmma() {
+            flags.push("-DWEFT_GEMM_WGMMA=1".into());
+        }
         flags.extend(self.extra_flags.iter().map(|f| f.to_string()));
         flags
+    }
+}
+
+/// The GEMM mainloop behind `gemm_block` (docs/gemm.md): `mma.sync` (the default, any sm_80+ GPU), or, with
+/// `WEFT_GEMM_MAINLOOP=wgmma`, Hopper's `wgmma` where the target has it (kernels are then compiled for `sm_90a` on
+/// compute capability 9.0; elsewhere `mma.sync` stays). `wgmma` is opt-in until it has run on a GPU. Part of the
+/// compile flags, so of the cache key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmMainloop {
+    /// `mma.sync` (the default).
+    MmaSync,
+    /// `wgmma` where the GPU has it.
+    Wgmma,
+}
+
+/// The environment variable that picks the [`GemmMainloop`].
+pub const GEMM_MAINLOOP_ENV: &str = "WEFT_GEMM_MAINLOOP";
+
+/// `WEFT_GEMM_MAINLOOP` read: unset, `mma_sync` or `wgmma`; anything else is an error naming the choices.
+pub fn gemm_mainloop() -> Result<GemmMainloop, JitError> {
+    match std::env::var(GEMM_MAINLOOP_ENV) {
+        Err(_) => Ok(GemmMainloop::MmaSync),
+        Ok(value) => match value.as_str() {
+            "" | "mma_sync" => Ok(GemmMainloop::MmaSync),
+            "wgmma" => Ok(GemmMainloop::Wgmma),
+            _ => Err(JitError::BadEnvironmentValue {
+                variable: GEMM_MAINLOOP_ENV,
+                value,
+                expected: "`mma_sync` (the default) and `wgmma` (Hopper, sm_90a)",
+            }),
+        },
     }
 }
 
@@ -235,6 +297,8 @@ mod tests {
         assert_eq!(GpuArch::SM_90.to_string(), "sm_90");
         assert_eq!(GpuArch::from_compute_capability((10, 0)).to_string(), "sm_100");
         assert_eq!(GpuArch::from_compute_capability((8, 6)), GpuArch { major: 8, minor: 6 });
+        assert_eq!(GpuArch::SM_90.nvcc_target(), "sm_90a");
+        assert_eq!(GpuArch::from_compute_capability((10, 0)).nvcc_target(), "sm_100");
     }
 
     #[test]

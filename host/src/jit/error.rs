@@ -33,6 +33,17 @@ pub enum JitError {
         problem: &'static str,
     },
 
+    /// A weft-specific environment variable has a value weft does not know.
+    #[error("{variable} is set to `{value}`; use one of {expected}, or unset it")]
+    BadEnvironmentValue {
+        /// The variable (`WEFT_GEMM_MAINLOOP`).
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// The values it may take.
+        expected: &'static str,
+    },
+
     /// nvcc was found but `nvcc --version` could not be run or failed.
     #[error("could not run `{} --version`: {reason}; set WEFT_NVCC to a working nvcc (it needs gcc on PATH)", nvcc.display())]
     NvccUnusable {

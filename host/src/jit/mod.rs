@@ -30,7 +30,9 @@ pub(crate) mod test_support;
 mod tests;
 
 pub use cache::{CacheKey, KernelCache};
-pub use compile::{CacheOrigin, CompileRequest, CompiledKernel, GpuArch};
+pub use compile::{
+    gemm_mainloop, CacheOrigin, CompileRequest, CompiledKernel, GemmMainloop, GpuArch, GEMM_MAINLOOP_ENV,
+};
 pub use error::JitError;
 pub use registry::{ArgAlignment, BoundsChecks, KernelRegistry, KernelSpec};
 pub use toolchain::{
@@ -83,6 +85,7 @@ pub fn toolchain() -> Result<&'static Toolchain, JitError> {
 
 /// The cubin for `req`, through the process-wide [`KernelCache`] (memory, then disk, then nvcc).
 pub fn compile_cubin(tc: &Toolchain, req: &CompileRequest<'_>) -> Result<CompiledKernel, JitError> {
+    compile::gemm_mainloop()?;
     KernelCache::global()?.get_or_compile(tc, req)
 }
 
