@@ -33,6 +33,9 @@ impl<M: Mode> Communicator<Active, M> {
                 ),
             ));
         }
+        if self.ranks_on_gpu() > 1 {
+            crate::cuda::note_shared_gpu_traffic(device);
+        }
         Ok(stream.cu_stream().cast())
     }
 

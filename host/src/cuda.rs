@@ -75,6 +75,38 @@ struct SharedContext {
     _pinned: Arc<CudaStream>,
 }
 
+/// Devices (ordinals below 64) whose ranks sharing the GPU have started communicating in this process: a collective
+/// or a launch of a kernel taking a device communicator, by a communicator with several ranks on its GPU.
+static SHARED_GPU_TRAFFIC: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+thread_local! {
+    /// Set inside `Communicator::with_gpu_peers_idle`: loads there are lined up with the peers.
+    static LOADING_TOGETHER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Records that ranks sharing `device` communicate (weft's collectives and device-communicator launches call it).
+pub(crate) fn note_shared_gpu_traffic(device: usize) {
+    if device < 64 {
+        SHARED_GPU_TRAFFIC.fetch_or(1 << device, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether loading a module onto `device` now risks the hang of docs/multi-rank.md ("Load before launch"): ranks
+/// sharing it have communicated, and this thread is not inside `with_gpu_peers_idle`.
+pub(crate) fn late_load_on_shared_gpu(device: usize) -> bool {
+    device < 64
+        && SHARED_GPU_TRAFFIC.load(std::sync::atomic::Ordering::Relaxed) & (1 << device) != 0
+        && !LOADING_TOGETHER.with(std::cell::Cell::get)
+}
+
+/// Runs `f` with this thread marked as loading in step with its GPU peers.
+pub(crate) fn loading_together<R>(f: impl FnOnce() -> R) -> R {
+    let before = LOADING_TOGETHER.with(|flag| flag.replace(true));
+    let result = f();
+    LOADING_TOGETHER.with(|flag| flag.set(before));
+    result
+}
+
 /// Loads `function`'s code onto its device now, not at its first launch.
 ///
 /// Under CUDA's lazy loading (the default) a kernel's code reaches the device at its first launch, and that load
@@ -161,5 +193,23 @@ fn settle_event_watching(
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(std::time::Duration::from_micros(200));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_late_load_is_flagged_only_after_shared_traffic_and_outside_with_gpu_peers_idle() {
+        // Device 63: no test process has one, so no other test's traffic touches its bit.
+        assert!(!late_load_on_shared_gpu(63));
+        note_shared_gpu_traffic(63);
+        assert!(late_load_on_shared_gpu(63));
+        assert!(!loading_together(|| late_load_on_shared_gpu(63)), "loads lined up with the peers are fine");
+        assert!(late_load_on_shared_gpu(63), "the mark ends with the closure");
+        // Ordinals past the mask are never flagged (nor do they overflow the shift).
+        note_shared_gpu_traffic(64);
+        assert!(!late_load_on_shared_gpu(64));
     }
 }

@@ -319,7 +319,7 @@ impl<S: State, M: Mode> Communicator<S, M> {
             None => Ok(()),
         };
         line_up("with_gpu_peers_idle (before loading)")?;
-        let loaded = load();
+        let loaded = crate::cuda::loading_together(load);
         // The peers wait for this rank's load even when it failed: its error is returned after the line-up.
         line_up("with_gpu_peers_idle (after loading)")?;
         loaded

@@ -254,7 +254,18 @@ impl KernelRegistry {
         let request =
             CompileRequest::new(spec.name, spec.source, self.weft_header, GpuArch::from_compute_capability(capability))
                 .with_flags(alignment.flags_with(checks));
+        super::compile::gemm_mainloop()?;
         let compiled = cache.get_or_compile(toolchain, &request)?;
+        if crate::cuda::late_load_on_shared_gpu(ctx.ordinal()) {
+            tracing::warn!(
+                kernel = spec.name,
+                device = ctx.ordinal(),
+                "loading a kernel onto a GPU whose ranks already communicate: the load waits for the whole device \
+                 and can hang every rank sharing it; load it before the first collective (its `function` or \
+                 `one_wave`), or inside `Communicator::with_gpu_peers_idle` (docs/multi-rank.md, \"Load before \
+                 launch\")"
+            );
+        }
         let loaded = Arc::new(LoadedModule { module: load(ctx, &compiled)?, functions: Mutex::default() });
         *slot = Some(loaded.clone());
         Ok(loaded)

@@ -234,6 +234,7 @@ impl<'a> KernelArgs<'a> {
         let function = crate::jit::function_in(self.stream.context(), spec, self.alignment, checks)?;
         self.check_params(spec, &function)?;
         if self.ranks_on_gpu > 1 {
+            crate::cuda::note_shared_gpu_traffic(self.stream.context().ordinal());
             if cfg.programmatic {
                 return Err(Error::InvalidArgument {
                     argument: "cfg",
