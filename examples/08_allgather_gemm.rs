@@ -25,6 +25,9 @@
 //! and `k` of 32 (the mainloop's tile). Ranks sharing one GPU (`WEFT_RANKS=n`) are a proxy: they share its SMs and
 //! memory, so the figures show what the all-gather's copy and the launches cost, not NVLink overlap.
 //!
+//! A selector (kit's `select.rs`, measured defaults, `WEFT_AG_GEMM_PATHS` replaces them) says which path each shape
+//! takes in a program; the table prints its pick and the pick's speedup over NCCL + cuBLAS.
+//!
 //! On a machine without a GPU it compiles the kernels with nvcc against every NCCL release's headers it finds, says
 //! so, and exits 0.
 

@@ -218,6 +218,7 @@ gemm() { # release: the tensor-core tests, the GEMM benchmark and example 08 at 
     [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=wgmma WEFT_BENCH_OUT="$out/bench-gemm-wgmma" \
       run "2.28.9 x1 bench-gemm wgmma" 300 .gpu/bin/test-gemm
     run "2.28.9 x1 example-allgather_gemm" 180 .gpu/bin/example-allgather_gemm
+    WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 example-allgather_gemm wgmma" 180 .gpu/bin/example-allgather_gemm
     run "2.28.9 x1 example-gemm_reduce_scatter" 180 .gpu/bin/example-gemm_reduce_scatter
   else
     local n
