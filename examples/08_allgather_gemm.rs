@@ -108,7 +108,7 @@ fn run() -> Result<()> {
     let nranks = ranks.nranks();
     // Which path each shape would take (`WEFT_AG_GEMM_PATHS` replaces the measured rules; kit's select.rs).
     let paths = AgGemmTable::from_env()?;
-    println!("selector: {paths} (m x n x k multiply-adds; {} replaces it)", weft_kit::select::AG_GEMM_ENV);
+    println!("selector: {paths} (m x n x k multiply-adds; {} replaces it)", AgGemmTable::ENV);
     let references = gemm_report::start(SHAPES, CHECKED, nranks, reference);
     let reports = ranks.run(&Config::new(), |comm| {
         // The fused kernel reaches every rank through LSA: across nodes it cannot.

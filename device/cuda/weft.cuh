@@ -2251,19 +2251,32 @@ WEFT_FN void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
-// Stage `stage` <- the k-tile `kt` of both operands (a and b already at row0 and col0).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && defined(WEFT_GEMM_WGMMA)
+// The wgmma mainloop (opt-in: WEFT_GEMM_MAINLOOP=wgmma, which compiles for sm_90a with -DWEFT_GEMM_WGMMA); without
+// it, the mma.sync one. Both share the pipeline below and A's stage layout; B's stage layout and one stage's
+// MMAs (gemm_stage) differ.
+#define WEFT_GEMM_USES_WGMMA 1
+#endif
+
+// Stage `stage` <- the k-tile `kt` of both operands (a and b already at row0 and col0). A: 128 rows of 4 16-byte
+// chunks (32 elements), chunk c of row r at c ^ ((r >> 1) & 3). B, for mma.sync: 32 rows of 16 chunks (128
+// elements), chunk c of row r at c ^ (r & 7); for wgmma: four 32-column atoms of 1024 elements, k-row r of an atom
+// in 32 elements with A's chunk swizzle.
 template <class T>
 WEFT_FN void gemm_load_stage(T* sa, T* sb, const T* a, size_t lda, const T* b, size_t ldb, size_t kt) {
   uint32_t tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     uint32_t id = tid + i * 256;
-    // A: 128 rows of 4 chunks (32 elements).
     uint32_t ar = id / 4, ac = id % 4;
     cp_async_16(sa + ar * 32 + ((ac ^ ((ar >> 1) & 3)) * 8), a + ar * lda + kt * GEMM_BK + ac * 8);
-    // B: 32 rows of 16 chunks (128 elements).
     uint32_t br = id / 16, bc = id % 16;
-    cp_async_16(sb + br * 128 + ((bc ^ (br & 7)) * 8), b + (kt * GEMM_BK + br) * ldb + bc * 8);
+#if defined(WEFT_GEMM_USES_WGMMA)
+    T* to = sb + (bc / 4) * 1024 + br * 32 + (((bc % 4) ^ ((br >> 1) & 3)) * 8);
+#else
+    T* to = sb + br * 128 + ((bc ^ (br & 7)) * 8);
+#endif
+    cp_async_16(to, b + (kt * GEMM_BK + br) * ldb + bc * 8);
   }
 }
 
@@ -2287,20 +2300,101 @@ WEFT_FN void gemm_check(CA const& ca, size_t row0, size_t lda, CB const& cb, siz
                       "k rows of ldb >= col0 + 128 elements");
 }
 
-// The mma.sync mainloop (any sm_80+ GPU).
+#if defined(WEFT_GEMM_USES_WGMMA)
+// Hopper's warpgroup MMA reads both operands from shared memory through descriptors. Two warpgroups, each a 64 x 128
+// half of the tile: per k step of 16, one wgmma.mma_async.m64n128k16 per warpgroup. The stages hold the canonical
+// 64-byte-swizzle layouts the descriptors describe (A K-major, B N-major and transposed by the instruction); the
+// swizzle is applied by the hardware to address bits, so the stages are 1024-byte aligned.
+WEFT_FN uint64_t wgmma_desc(const void* smem, uint32_t leading_bytes, uint32_t stride_bytes) {
+  uint64_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  // Start address, leading and stride byte offsets in 16-byte units; layout type 2: 64-byte swizzle.
+  return ((address & 0x3FFFF) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3FFF) << 16) |
+         (uint64_t((stride_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(2) << 62);
+}
+// Keeps the compiler from moving accumulator reads or writes across the asynchronous MMA.
+WEFT_FN void wgmma_fence_operands(GemmTile& t) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(t.acc[j / 4][j % 4].c[e])::"memory");
+}
+// d (the warpgroup's 64 x 128 f32, this thread's 64 values) += A (64 x 16) x B (16 x 128), B N-major.
+#define WEFT_WGMMA_M64N128K16(TYPE)                                                                          \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 1, 1, 1, 0, 1;" \
+               : "+f"(t.acc[0][0].c[0]), "+f"(t.acc[0][0].c[1]), "+f"(t.acc[0][0].c[2]), "+f"(t.acc[0][0].c[3]), "+f"(t.acc[0][1].c[0]), "+f"(t.acc[0][1].c[1]), "+f"(t.acc[0][1].c[2]), "+f"(t.acc[0][1].c[3]), "+f"(t.acc[0][2].c[0]), "+f"(t.acc[0][2].c[1]), "+f"(t.acc[0][2].c[2]), "+f"(t.acc[0][2].c[3]), "+f"(t.acc[0][3].c[0]), "+f"(t.acc[0][3].c[1]), "+f"(t.acc[0][3].c[2]), "+f"(t.acc[0][3].c[3]), "+f"(t.acc[1][0].c[0]), "+f"(t.acc[1][0].c[1]), "+f"(t.acc[1][0].c[2]), "+f"(t.acc[1][0].c[3]), "+f"(t.acc[1][1].c[0]), "+f"(t.acc[1][1].c[1]), "+f"(t.acc[1][1].c[2]), "+f"(t.acc[1][1].c[3]), "+f"(t.acc[1][2].c[0]), "+f"(t.acc[1][2].c[1]), "+f"(t.acc[1][2].c[2]), "+f"(t.acc[1][2].c[3]), "+f"(t.acc[1][3].c[0]), "+f"(t.acc[1][3].c[1]), "+f"(t.acc[1][3].c[2]), "+f"(t.acc[1][3].c[3]), "+f"(t.acc[2][0].c[0]), "+f"(t.acc[2][0].c[1]), "+f"(t.acc[2][0].c[2]), "+f"(t.acc[2][0].c[3]), "+f"(t.acc[2][1].c[0]), "+f"(t.acc[2][1].c[1]), "+f"(t.acc[2][1].c[2]), "+f"(t.acc[2][1].c[3]), "+f"(t.acc[2][2].c[0]), "+f"(t.acc[2][2].c[1]), "+f"(t.acc[2][2].c[2]), "+f"(t.acc[2][2].c[3]), "+f"(t.acc[2][3].c[0]), "+f"(t.acc[2][3].c[1]), "+f"(t.acc[2][3].c[2]), "+f"(t.acc[2][3].c[3]), "+f"(t.acc[3][0].c[0]), "+f"(t.acc[3][0].c[1]), "+f"(t.acc[3][0].c[2]), "+f"(t.acc[3][0].c[3]), "+f"(t.acc[3][1].c[0]), "+f"(t.acc[3][1].c[1]), "+f"(t.acc[3][1].c[2]), "+f"(t.acc[3][1].c[3]), "+f"(t.acc[3][2].c[0]), "+f"(t.acc[3][2].c[1]), "+f"(t.acc[3][2].c[2]), "+f"(t.acc[3][2].c[3]), "+f"(t.acc[3][3].c[0]), "+f"(t.acc[3][3].c[1]), "+f"(t.acc[3][3].c[2]), "+f"(t.acc[3][3].c[3])                                                                                           \
+               : "l"(desc_a), "l"(desc_b))
 template <class T>
-WEFT_FN GemmTile gemm_block_sync(const T* a, size_t lda, const T* b, size_t ldb, size_t k) {
-  __shared__ alignas(128) T sa[GEMM_STAGES][128 * GEMM_BK];
-  __shared__ alignas(128) T sb[GEMM_STAGES][GEMM_BK * 128];
+WEFT_FN void wgmma_m64n128k16(GemmTile& t, uint64_t desc_a, uint64_t desc_b) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    WEFT_WGMMA_M64N128K16("bf16");
+  } else {
+    WEFT_WGMMA_M64N128K16("f16");
+  }
+}
+#undef WEFT_WGMMA_M64N128K16
 
+// One stage's MMAs: each warpgroup's two k steps, waited for before returning (the pipeline refills this stage
+// next).
+template <class T>
+WEFT_FN void gemm_stage(GemmTile& tile, const T* ta, const T* tb) {
+  ta += (threadIdx.x / 128) * 64 * GEMM_BK;
+  wgmma_fence_operands(tile);
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+  for (int kk = 0; kk < GEMM_BK / 16; ++kk) {
+    // A: 16 elements (32 bytes) further along each row; stride 512 bytes between groups of 8 rows.
+    // B: 16 k-rows (1024 bytes) further; 2048 bytes between 32-column atoms, 512 between groups of 8 k-rows.
+    wgmma_m64n128k16<T>(tile, wgmma_desc(ta + kk * 16, 16, 512), wgmma_desc(tb + kk * 16 * 32, 2048, 512));
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  wgmma_fence_operands(tile);
+}
+#else
+// One stage's MMAs with mma.sync: 8 warps in a 2 x 4 grid, each a 64 x 32 warp tile; A fragments from ldmatrix.x4,
+// B fragments two at a time from ldmatrix.x4.trans.
+template <class T>
+WEFT_FN void gemm_stage(GemmTile& tile, const T* ta, const T* tb) {
+  uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  uint32_t wm = (warp / 4) * 64, wn = (warp % 4) * 32;
+#pragma unroll
+  for (int kk = 0; kk < GEMM_BK / 16; ++kk) {
+    MmaA<T> fa[4];
+    MmaB<T> fb[4];
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+      uint32_t r = wm + mi * 16 + lane % 16, c = kk * 2 + lane / 16;
+      ldmatrix_x4<false>(ta + r * 32 + ((c ^ ((r >> 1) & 3)) * 8), fa[mi].r[0], fa[mi].r[1], fa[mi].r[2],
+                         fa[mi].r[3]);
+    }
+#pragma unroll
+    for (int nj = 0; nj < 2; ++nj) {
+      // One x4.trans: the B fragments of two adjacent 8-column tiles.
+      uint32_t r = kk * 16 + lane % 16, c = wn / 8 + nj * 2 + lane / 16;
+      ldmatrix_x4<true>(tb + r * 128 + ((c ^ (r & 7)) * 8), fb[2 * nj].r[0], fb[2 * nj].r[1], fb[2 * nj + 1].r[0],
+                        fb[2 * nj + 1].r[1]);
+    }
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) tile.acc[mi][ni] = mma(fa[mi], fb[ni], tile.acc[mi][ni]);
+  }
+}
+#endif
+
+// The pipeline: k-tiles stream through GEMM_STAGES stages, the next ones loading while this one multiplies.
+template <class T>
+WEFT_FN GemmTile gemm_block_mainloop(const T* a, size_t lda, const T* b, size_t ldb, size_t k) {
+  __shared__ alignas(1024) T sa[GEMM_STAGES][128 * GEMM_BK];
+  __shared__ alignas(1024) T sb[GEMM_STAGES][GEMM_BK * 128];
   GemmTile tile;
+#if defined(WEFT_GEMM_USES_WGMMA)
+  tile.warpgroups = true;
+#endif
 #pragma unroll
   for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) tile.acc[mi][ni] = MmaAcc::zero();
-
-  uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  uint32_t wm = (warp / 4) * 64, wn = (warp % 4) * 32;
   size_t ktiles = k / GEMM_BK;
 #pragma unroll
   for (int s = 0; s < GEMM_STAGES - 1; ++s) {
@@ -2310,145 +2404,24 @@ WEFT_FN GemmTile gemm_block_sync(const T* a, size_t lda, const T* b, size_t ldb,
 #pragma unroll 1
   for (size_t kt = 0; kt < ktiles; ++kt) {
     cp_async_wait<GEMM_STAGES - 2>();
+#if defined(WEFT_GEMM_USES_WGMMA)
+    // wgmma reads shared memory through the async proxy: this thread's copies are made visible to it before the
+    // barrier publishes the stage.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
     __syncthreads();
-    // The stage refilled now was read in the previous iteration, which every thread has finished (the barrier).
+    // The stage refilled now was read in the previous iteration, which every thread has finished (the barrier;
+    // gemm_stage returns only once its MMAs are done).
     size_t next = kt + GEMM_STAGES - 1;
     if (next < ktiles) gemm_load_stage(sa[next % GEMM_STAGES], sb[next % GEMM_STAGES], a, lda, b, ldb, next);
     cp_async_commit();
-    const T* ta = sa[kt % GEMM_STAGES];
-    const T* tb = sb[kt % GEMM_STAGES];
-#pragma unroll
-    for (int kk = 0; kk < GEMM_BK / 16; ++kk) {
-      MmaA<T> fa[4];
-      MmaB<T> fb[4];
-#pragma unroll
-      for (int mi = 0; mi < 4; ++mi) {
-        uint32_t r = wm + mi * 16 + lane % 16, c = kk * 2 + lane / 16;
-        ldmatrix_x4<false>(ta + r * 32 + ((c ^ ((r >> 1) & 3)) * 8), fa[mi].r[0], fa[mi].r[1], fa[mi].r[2],
-                           fa[mi].r[3]);
-      }
-#pragma unroll
-      for (int nj = 0; nj < 2; ++nj) {
-        // One x4.trans: the B fragments of two adjacent 8-column tiles.
-        uint32_t r = kk * 16 + lane % 16, c = wn / 8 + nj * 2 + lane / 16;
-        ldmatrix_x4<true>(tb + r * 128 + ((c ^ (r & 7)) * 8), fb[2 * nj].r[0], fb[2 * nj].r[1], fb[2 * nj + 1].r[0],
-                          fb[2 * nj + 1].r[1]);
-      }
-#pragma unroll
-      for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni) tile.acc[mi][ni] = mma(fa[mi], fb[ni], tile.acc[mi][ni]);
-    }
+    gemm_stage(tile, sa[kt % GEMM_STAGES], sb[kt % GEMM_STAGES]);
   }
   cp_async_wait<0>();
   // The next call (or anything else in shared memory) may overwrite the stages once every warp is done.
   __syncthreads();
   return tile;
 }
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && defined(WEFT_GEMM_WGMMA)
-#define WEFT_GEMM_USES_WGMMA 1
-// The wgmma mainloop (opt-in: WEFT_GEMM_MAINLOOP=wgmma, which compiles for sm_90a with -DWEFT_GEMM_WGMMA) (sm_90a: Hopper's warpgroup MMA, which reads both operands from shared memory through
-// descriptors). Two warpgroups, each a 64 x 128 half of the tile: per k step of 16, one
-// wgmma.mma_async.m64n128k16 per warpgroup. The stages hold the canonical 64-byte-swizzle layouts the descriptors
-// describe: A (128 x 32, K-major) in 64-byte rows, 16-byte chunk c of row r at chunk c ^ ((r >> 1) & 3) — the
-// mma.sync loop's layout too; B (32 x 128, N-major, transposed by the instruction) as four 32-column atoms of
-// 2 KB, k-row r of an atom in 64 bytes with the same chunk swizzle. The swizzle is applied by the hardware to
-// address bits, so the stages are 1024-byte aligned.
-WEFT_FN uint64_t wgmma_desc(const void* smem, uint32_t leading_bytes, uint32_t stride_bytes) {
-  uint64_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  // Start address, leading and stride byte offsets in 16-byte units; layout type 2: 64-byte swizzle.
-  return ((address & 0x3FFFF) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3FFF) << 16) |
-         (uint64_t((stride_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(2) << 62);
-}
-WEFT_FN void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-WEFT_FN void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-WEFT_FN void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-// Keeps the compiler from moving accumulator reads or writes across the asynchronous MMA.
-WEFT_FN void wgmma_fence_operands(GemmTile& t) {
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(t.acc[j / 4][j % 4].c[e])::"memory");
-}
-// d (the warpgroup's 64 x 128 f32, this thread's 64 values) += A (64 x 16) x B (16 x 128), B N-major.
-template <class T>
-WEFT_FN void wgmma_m64n128k16(GemmTile& t, uint64_t desc_a, uint64_t desc_b) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 1, 1, 1, 0, 1;"
-        : "+f"(t.acc[0][0].c[0]), "+f"(t.acc[0][0].c[1]), "+f"(t.acc[0][0].c[2]), "+f"(t.acc[0][0].c[3]), "+f"(t.acc[0][1].c[0]), "+f"(t.acc[0][1].c[1]), "+f"(t.acc[0][1].c[2]), "+f"(t.acc[0][1].c[3]), "+f"(t.acc[0][2].c[0]), "+f"(t.acc[0][2].c[1]), "+f"(t.acc[0][2].c[2]), "+f"(t.acc[0][2].c[3]), "+f"(t.acc[0][3].c[0]), "+f"(t.acc[0][3].c[1]), "+f"(t.acc[0][3].c[2]), "+f"(t.acc[0][3].c[3]), "+f"(t.acc[1][0].c[0]), "+f"(t.acc[1][0].c[1]), "+f"(t.acc[1][0].c[2]), "+f"(t.acc[1][0].c[3]), "+f"(t.acc[1][1].c[0]), "+f"(t.acc[1][1].c[1]), "+f"(t.acc[1][1].c[2]), "+f"(t.acc[1][1].c[3]), "+f"(t.acc[1][2].c[0]), "+f"(t.acc[1][2].c[1]), "+f"(t.acc[1][2].c[2]), "+f"(t.acc[1][2].c[3]), "+f"(t.acc[1][3].c[0]), "+f"(t.acc[1][3].c[1]), "+f"(t.acc[1][3].c[2]), "+f"(t.acc[1][3].c[3]), "+f"(t.acc[2][0].c[0]), "+f"(t.acc[2][0].c[1]), "+f"(t.acc[2][0].c[2]), "+f"(t.acc[2][0].c[3]), "+f"(t.acc[2][1].c[0]), "+f"(t.acc[2][1].c[1]), "+f"(t.acc[2][1].c[2]), "+f"(t.acc[2][1].c[3]), "+f"(t.acc[2][2].c[0]), "+f"(t.acc[2][2].c[1]), "+f"(t.acc[2][2].c[2]), "+f"(t.acc[2][2].c[3]), "+f"(t.acc[2][3].c[0]), "+f"(t.acc[2][3].c[1]), "+f"(t.acc[2][3].c[2]), "+f"(t.acc[2][3].c[3]), "+f"(t.acc[3][0].c[0]), "+f"(t.acc[3][0].c[1]), "+f"(t.acc[3][0].c[2]), "+f"(t.acc[3][0].c[3]), "+f"(t.acc[3][1].c[0]), "+f"(t.acc[3][1].c[1]), "+f"(t.acc[3][1].c[2]), "+f"(t.acc[3][1].c[3]), "+f"(t.acc[3][2].c[0]), "+f"(t.acc[3][2].c[1]), "+f"(t.acc[3][2].c[2]), "+f"(t.acc[3][2].c[3]), "+f"(t.acc[3][3].c[0]), "+f"(t.acc[3][3].c[1]), "+f"(t.acc[3][3].c[2]), "+f"(t.acc[3][3].c[3])
-        : "l"(desc_a), "l"(desc_b));
-  } else {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 1, 1, 1, 0, 1;"
-        : "+f"(t.acc[0][0].c[0]), "+f"(t.acc[0][0].c[1]), "+f"(t.acc[0][0].c[2]), "+f"(t.acc[0][0].c[3]), "+f"(t.acc[0][1].c[0]), "+f"(t.acc[0][1].c[1]), "+f"(t.acc[0][1].c[2]), "+f"(t.acc[0][1].c[3]), "+f"(t.acc[0][2].c[0]), "+f"(t.acc[0][2].c[1]), "+f"(t.acc[0][2].c[2]), "+f"(t.acc[0][2].c[3]), "+f"(t.acc[0][3].c[0]), "+f"(t.acc[0][3].c[1]), "+f"(t.acc[0][3].c[2]), "+f"(t.acc[0][3].c[3]), "+f"(t.acc[1][0].c[0]), "+f"(t.acc[1][0].c[1]), "+f"(t.acc[1][0].c[2]), "+f"(t.acc[1][0].c[3]), "+f"(t.acc[1][1].c[0]), "+f"(t.acc[1][1].c[1]), "+f"(t.acc[1][1].c[2]), "+f"(t.acc[1][1].c[3]), "+f"(t.acc[1][2].c[0]), "+f"(t.acc[1][2].c[1]), "+f"(t.acc[1][2].c[2]), "+f"(t.acc[1][2].c[3]), "+f"(t.acc[1][3].c[0]), "+f"(t.acc[1][3].c[1]), "+f"(t.acc[1][3].c[2]), "+f"(t.acc[1][3].c[3]), "+f"(t.acc[2][0].c[0]), "+f"(t.acc[2][0].c[1]), "+f"(t.acc[2][0].c[2]), "+f"(t.acc[2][0].c[3]), "+f"(t.acc[2][1].c[0]), "+f"(t.acc[2][1].c[1]), "+f"(t.acc[2][1].c[2]), "+f"(t.acc[2][1].c[3]), "+f"(t.acc[2][2].c[0]), "+f"(t.acc[2][2].c[1]), "+f"(t.acc[2][2].c[2]), "+f"(t.acc[2][2].c[3]), "+f"(t.acc[2][3].c[0]), "+f"(t.acc[2][3].c[1]), "+f"(t.acc[2][3].c[2]), "+f"(t.acc[2][3].c[3]), "+f"(t.acc[3][0].c[0]), "+f"(t.acc[3][0].c[1]), "+f"(t.acc[3][0].c[2]), "+f"(t.acc[3][0].c[3]), "+f"(t.acc[3][1].c[0]), "+f"(t.acc[3][1].c[1]), "+f"(t.acc[3][1].c[2]), "+f"(t.acc[3][1].c[3]), "+f"(t.acc[3][2].c[0]), "+f"(t.acc[3][2].c[1]), "+f"(t.acc[3][2].c[2]), "+f"(t.acc[3][2].c[3]), "+f"(t.acc[3][3].c[0]), "+f"(t.acc[3][3].c[1]), "+f"(t.acc[3][3].c[2]), "+f"(t.acc[3][3].c[3])
-        : "l"(desc_a), "l"(desc_b));
-  }
-}
-
-template <class T>
-WEFT_FN void gemm_load_stage_wg(T* sa, T* sb, const T* a, size_t lda, const T* b, size_t ldb, size_t kt) {
-  uint32_t tid = threadIdx.x;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    uint32_t id = tid + i * 256;
-    uint32_t ar = id / 4, ac = id % 4;
-    cp_async_16(sa + ar * 32 + ((ac ^ ((ar >> 1) & 3)) * 8), a + ar * lda + kt * GEMM_BK + ac * 8);
-    // B: k-row br, 16-byte chunk bc of 16: atom bc / 4 (1024 elements each), chunk bc % 4 of the atom's row.
-    uint32_t br = id / 16, bc = id % 16;
-    cp_async_16(sb + (bc / 4) * 1024 + br * 32 + (((bc % 4) ^ ((br >> 1) & 3)) * 8),
-                b + (kt * GEMM_BK + br) * ldb + bc * 8);
-  }
-}
-
-template <class T>
-WEFT_FN GemmTile gemm_block_wgmma(const T* a, size_t lda, const T* b, size_t ldb, size_t k) {
-  __shared__ alignas(1024) T sa[GEMM_STAGES][128 * GEMM_BK];
-  __shared__ alignas(1024) T sb[GEMM_STAGES][GEMM_BK * 128];
-  GemmTile tile;
-  tile.warpgroups = true;
-#pragma unroll
-  for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni) tile.acc[mi][ni] = MmaAcc::zero();
-  uint32_t group = threadIdx.x / 128;
-  size_t ktiles = k / GEMM_BK;
-#pragma unroll
-  for (int s = 0; s < GEMM_STAGES - 1; ++s) {
-    if (size_t(s) < ktiles) gemm_load_stage_wg(sa[s], sb[s], a, lda, b, ldb, s);
-    cp_async_commit();
-  }
-#pragma unroll 1
-  for (size_t kt = 0; kt < ktiles; ++kt) {
-    cp_async_wait<GEMM_STAGES - 2>();
-    // This thread's copies into stage kt are complete; make them visible to the asynchronous proxy wgmma reads
-    // shared memory through, then wait for every thread's.
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    __syncthreads();
-    // The stage refilled now was read by the previous iteration's MMAs, which every warpgroup waited for.
-    size_t next = kt + GEMM_STAGES - 1;
-    if (next < ktiles) gemm_load_stage_wg(sa[next % GEMM_STAGES], sb[next % GEMM_STAGES], a, lda, b, ldb, next);
-    cp_async_commit();
-    const T* ta = sa[kt % GEMM_STAGES] + group * 64 * GEMM_BK;
-    const T* tb = sb[kt % GEMM_STAGES];
-    wgmma_fence_operands(tile);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < GEMM_BK / 16; ++kk) {
-      // A: 16 elements (32 bytes) further along each row; stride 512 bytes between groups of 8 rows.
-      // B: 16 k-rows (1024 bytes) further; 2048 bytes between 32-column atoms, 512 between groups of 8 k-rows.
-      wgmma_m64n128k16<T>(tile, wgmma_desc(ta + kk * 16, 16, 512), wgmma_desc(tb + kk * 16 * 32, 2048, 512));
-    }
-    wgmma_commit();
-    wgmma_wait_all();
-    wgmma_fence_operands(tile);
-  }
-  cp_async_wait<0>();
-  __syncthreads();
-  return tile;
-}
-#endif
 
 template <class CA, class CB>
 WEFT_FN GemmTile gemm_block_at(CA const& ca, size_t row0, size_t lda, CB const& cb, size_t col0, size_t ldb, size_t k,
@@ -2459,11 +2432,7 @@ WEFT_FN GemmTile gemm_block_at(CA const& ca, size_t row0, size_t lda, CB const& 
   static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value,
                 "gemm_block multiplies f16 or bf16 matrices");
   gemm_check(ca, row0, lda, cb, col0, ldb, k, line);
-#if defined(WEFT_GEMM_USES_WGMMA)
-  return gemm_block_wgmma<T>(ca.as_ptr() + row0 * lda, lda, cb.as_ptr() + col0, ldb, k);
-#else
-  return gemm_block_sync<T>(ca.as_ptr() + row0 * lda, lda, cb.as_ptr() + col0, ldb, k);
-#endif
+  return gemm_block_mainloop<T>(ca.as_ptr() + row0 * lda, lda, cb.as_ptr() + col0, ldb, k);
 }
 template <class CA, class CB>
 WEFT_FN GemmTile gemm_block(CA const& ca, size_t row0, size_t lda, CB const& cb, size_t col0, size_t ldb, size_t k) {

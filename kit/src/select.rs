@@ -60,6 +60,10 @@ pub trait Choice: Copy + Eq + fmt::Debug + 'static {
     const ALL: &'static [Self];
     /// What the rules' size measures, for error messages ("bytes per rank").
     const SIZE: &'static str;
+    /// The environment variable whose rules replace [`DEFAULT`](Self::DEFAULT).
+    const ENV: &'static str;
+    /// The measured rules.
+    const DEFAULT: &'static str;
     /// The name rules use.
     fn name(self) -> &'static str;
 }
@@ -67,6 +71,9 @@ pub trait Choice: Copy + Eq + fmt::Debug + 'static {
 impl Choice for Protocol {
     const ALL: &'static [Protocol] = &[Protocol::Lamport, Protocol::OneShot, Protocol::TwoShot, Protocol::Nccl];
     const SIZE: &'static str = "bytes per rank";
+    const ENV: &'static str = "WEFT_ALLREDUCE_PROTOCOLS";
+    /// Module docs say where they come from.
+    const DEFAULT: &'static str = "one_shot@1, one_shot<=4M@2, one_shot<=1M@3-4, one_shot<=256K, two_shot";
     fn name(self) -> &'static str {
         Protocol::name(self)
     }
@@ -93,6 +100,14 @@ pub enum AllGatherGemm {
 impl Choice for AllGatherGemm {
     const ALL: &'static [AllGatherGemm] = &[AllGatherGemm::Fused, AllGatherGemm::Decoupled, AllGatherGemm::Nccl];
     const SIZE: &'static str = "multiply-adds m x n x k of the whole GEMM (m: every rank's rows)";
+    const ENV: &'static str = "WEFT_AG_GEMM_PATHS";
+    /// From examples 08's runs (bench/RESULTS.md, 2026-12-03, H200, 1 rank on NCCL 2.28.9, 2–8 sharing the GPU on
+    /// 2.30.7): the fused kernel wins the small shapes (m·n·k up to 128M measured: 1.1–1.5× NCCL + cuBLAS at 1–2
+    /// ranks, up to 5.9× the decoupled path at 8) and loses the large ones (16G and up) to cuBLAS, whose GEMM is
+    /// 3× weft's `mma.sync` mainloop: there the decoupled path is fastest at 2 and 4 ranks (0.52× and 0.73× the
+    /// time of NCCL + cuBLAS) and NCCL + cuBLAS at 1 rank (the all-gather is a copy) and at 8 (1679 against 2039
+    /// µs). The threshold between 128M and 16G is an interpolation.
+    const DEFAULT: &'static str = "fused<=256M, nccl@1, decoupled@2-4, nccl";
     fn name(self) -> &'static str {
         match self {
             AllGatherGemm::Fused => "fused",
@@ -114,6 +129,10 @@ pub enum GemmReduceScatter {
 impl Choice for GemmReduceScatter {
     const ALL: &'static [GemmReduceScatter] = &[GemmReduceScatter::Fused, GemmReduceScatter::Nccl];
     const SIZE: &'static str = "multiply-adds m x n x k of this rank's GEMM";
+    const ENV: &'static str = "WEFT_GEMM_RS_PATHS";
+    /// From example 09's runs (bench/RESULTS.md, 2026-12-03): the fused kernel lost at every shape and rank count
+    /// (0.46–0.96× the same GEMM + `ncclReduceScatter`, 0.24–0.94× cuBLAS + it), so NCCL everywhere until it wins.
+    const DEFAULT: &'static str = "nccl";
     fn name(self) -> &'static str {
         match self {
             GemmReduceScatter::Fused => "fused",
@@ -155,61 +174,27 @@ pub type AgGemmTable = Rules<AllGatherGemm>;
 /// The GEMM + reduce-scatter paths' rules.
 pub type GemmRsTable = Rules<GemmReduceScatter>;
 
-/// The environment variable that replaces the default table.
-pub const ENV: &str = "WEFT_ALLREDUCE_PROTOCOLS";
-
-impl Rules<Protocol> {
-    /// The default rules (module docs say where they come from).
-    pub const DEFAULT: &'static str = "one_shot@1, one_shot<=4M@2, one_shot<=1M@3-4, one_shot<=256K, two_shot";
-
-    /// [`Table::DEFAULT`].
-    pub fn measured() -> Table {
-        Table::parse(Table::DEFAULT).expect("the default table parses")
-    }
-
-    /// `WEFT_ALLREDUCE_PROTOCOLS` if set (an error naming the bad rule if it does not parse), else the default.
-    pub fn from_env() -> Result<Table, Error> {
-        Rules::from_env_or(ENV, Table::DEFAULT)
-    }
-}
-
-/// The environment variable that replaces [`AgGemmTable::DEFAULT`](Rules).
-pub const AG_GEMM_ENV: &str = "WEFT_AG_GEMM_PATHS";
-/// The environment variable that replaces [`GemmRsTable::DEFAULT`](Rules).
-pub const GEMM_RS_ENV: &str = "WEFT_GEMM_RS_PATHS";
-
-impl Rules<AllGatherGemm> {
-    /// From examples 08's runs (bench/RESULTS.md, 2026-12-03, H200, 1 rank on NCCL 2.28.9, 2–8 sharing the GPU on
-    /// 2.30.7): the fused kernel wins the small shapes (m·n·k up to 128M measured: 1.1–1.5× NCCL + cuBLAS at 1–2
-    /// ranks, up to 5.9× the decoupled path at 8) and loses the large ones (16G and up) to cuBLAS, whose GEMM is
-    /// 3× weft's `mma.sync` mainloop: there the decoupled path is fastest at 2 and 4 ranks (0.52× and 0.73× the
-    /// time of NCCL + cuBLAS) and NCCL + cuBLAS at 1 rank (the all-gather is a copy) and at 8 (1679 against 2039
-    /// µs). The threshold between 128M and 16G is an interpolation.
-    pub const DEFAULT: &'static str = "fused<=256M, nccl@1, decoupled@2-4, nccl";
-
-    /// `WEFT_AG_GEMM_PATHS` if set, else [`DEFAULT`](Self::DEFAULT).
-    pub fn from_env() -> Result<AgGemmTable, Error> {
-        Rules::from_env_or(AG_GEMM_ENV, Self::DEFAULT)
-    }
-}
-
-impl Rules<GemmReduceScatter> {
-    /// From example 09's runs (bench/RESULTS.md, 2026-12-03): the fused kernel lost at every shape and rank count
-    /// (0.46–0.96× the same GEMM + `ncclReduceScatter`, 0.24–0.94× cuBLAS + it), so NCCL everywhere until it wins.
-    pub const DEFAULT: &'static str = "nccl";
-
-    /// `WEFT_GEMM_RS_PATHS` if set, else [`DEFAULT`](Self::DEFAULT).
-    pub fn from_env() -> Result<GemmRsTable, Error> {
-        Rules::from_env_or(GEMM_RS_ENV, Self::DEFAULT)
-    }
-}
+/// The environment variable that replaces the all-reduce protocols' default table.
+pub const ENV: &str = Protocol::ENV;
 
 impl<P: Choice> Rules<P> {
-    /// The rules in environment variable `var` if set (an error naming the bad rule if they do not parse), else
-    /// `default`.
-    pub fn from_env_or(var: &'static str, default: &str) -> Result<Rules<P>, Error> {
-        let text = std::env::var(var).unwrap_or_else(|_| default.to_string());
-        Rules::parse(&text).map_err(|problem| Error::InvalidArgument { argument: var, problem })
+    /// The measured rules ([`Choice::DEFAULT`]; module docs and each choice's say where they come from).
+    pub const DEFAULT: &'static str = P::DEFAULT;
+    /// The environment variable that replaces them ([`Choice::ENV`]).
+    pub const ENV: &'static str = P::ENV;
+
+    /// [`DEFAULT`](Self::DEFAULT), parsed.
+    pub fn measured() -> Rules<P> {
+        Rules::parse(P::DEFAULT).expect("the default rules parse")
+    }
+
+    /// The rules in [`ENV`](Self::ENV) if set (an error naming the bad rule if they do not parse), else
+    /// [`DEFAULT`](Self::DEFAULT).
+    pub fn from_env() -> Result<Rules<P>, Error> {
+        match std::env::var(P::ENV) {
+            Ok(text) => Rules::parse(&text).map_err(|problem| Error::InvalidArgument { argument: P::ENV, problem }),
+            Err(_) => Ok(Rules::measured()),
+        }
     }
 
     /// Parses comma-separated rules (module docs); the error says which rule and how to write it.

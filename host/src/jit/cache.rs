@@ -152,6 +152,10 @@ impl KernelCache {
     /// stored. A disk entry that is truncated, fails its checksum or is not a well-formed cubin is logged, removed
     /// and recompiled; nvcc output that is not a well-formed cubin is [`JitError::MalformedCubin`].
     pub fn get_or_compile(&self, tc: &Toolchain, req: &CompileRequest<'_>) -> Result<CompiledKernel, JitError> {
+        // A request that leaves the GEMM mainloop to `WEFT_GEMM_MAINLOOP` takes it from a valid value only.
+        if req.gemm_mainloop.is_none() {
+            super::compile::gemm_mainloop()?;
+        }
         let started = Instant::now();
         let key = CacheKey::new(tc, req);
         let slot = self.memo.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default().clone();

@@ -85,7 +85,6 @@ pub fn toolchain() -> Result<&'static Toolchain, JitError> {
 
 /// The cubin for `req`, through the process-wide [`KernelCache`] (memory, then disk, then nvcc).
 pub fn compile_cubin(tc: &Toolchain, req: &CompileRequest<'_>) -> Result<CompiledKernel, JitError> {
-    compile::gemm_mainloop()?;
     KernelCache::global()?.get_or_compile(tc, req)
 }
 

@@ -254,7 +254,6 @@ impl KernelRegistry {
         let request =
             CompileRequest::new(spec.name, spec.source, self.weft_header, GpuArch::from_compute_capability(capability))
                 .with_flags(alignment.flags_with(checks));
-        super::compile::gemm_mainloop()?;
         let compiled = cache.get_or_compile(toolchain, &request)?;
         if crate::cuda::late_load_on_shared_gpu(ctx.ordinal()) {
             tracing::warn!(
