@@ -179,12 +179,11 @@ fn lsa_kernels_match_the_host_reference_on_every_rank() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn pack_loads_and_stores_match_the_host_reference_at_any_offset() {
-    fn check<T: weft::device::Float + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
-        s: &Arc<CudaStream>,
-        to: fn(f32) -> T,
-        from: fn(T) -> f32,
-        tolerance: f64,
-    ) {
+    fn check<T>(s: &Arc<CudaStream>, to: fn(f32) -> T, from: fn(T) -> f32, tolerance: f64)
+    where
+        T: weft::device::Float + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
+        T: kernels::pack_axpy::Instantiated,
+    {
         let lanes = weft::device::pack_lanes::<T>();
         let cfg = LaunchConfig::linear(64, 256);
         for (offset, n) in [(0, (1 << 16) + 5), (1, (1 << 16) + lanes), (3, 1000), (0, 9)] {

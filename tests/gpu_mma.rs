@@ -35,7 +35,11 @@ fn frobenius_error(got: impl Iterator<Item = f64>, want: &[f64], (m, n, k): (usi
     (diff / norm).sqrt()
 }
 
-fn check<T: weft::device::MmaElement + DeviceRepr + weft::host::Element>(to: fn(f32) -> T, from: fn(T) -> f64) {
+fn check<T>(to: fn(f32) -> T, from: fn(T) -> f64)
+where
+    T: weft::device::MmaElement + DeviceRepr + weft::host::Element,
+    T: mma_gemm::Instantiated + mma_gemm_shared::Instantiated,
+{
     let comm = one_rank();
     let s = comm.context().new_stream().unwrap();
     for (m, n, k) in [(16, 8, 16), (64, 64, 128), (128, 96, 256)] {
@@ -118,7 +122,7 @@ fn a_tile_past_its_buffer_stops_the_kernel() {
 /// `gemm_tiles` (the block mainloop: cp.async stages, swizzled shared tiles, ldmatrix, 8 warps of mma.sync) against
 /// the f64 host reference, over shapes with one tile, several tiles per block (a grid smaller than the tiles) and
 /// k spanning one to many stages.
-fn check_block_gemm<T: weft::device::MmaElement + DeviceRepr + weft::host::Element>(
+fn check_block_gemm<T: weft::device::MmaElement + DeviceRepr + weft::host::Element + gemm_tiles::Instantiated>(
     to: fn(f32) -> T,
     from: fn(T) -> f64,
 ) {

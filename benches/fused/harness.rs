@@ -48,6 +48,7 @@ pub trait BenchFloat:
     + weft::host::Element
     + cudarc::driver::ValidAsZeroBits
     + weft_kit::lamport::LamportElement
+    + weft_kit::kernels::KitElement
 {
     /// The matching runtime tag.
     const DTYPE: Dtype;

@@ -27,6 +27,7 @@ pub trait Real:
     + Default
     + std::fmt::Debug
     + crate::lamport::LamportElement
+    + crate::kernels::KitElement
 {
     /// Relative error a correct result stays under: float rounding of the output and of `f32` accumulation.
     const TOLERANCE: f64;

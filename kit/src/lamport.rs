@@ -13,7 +13,9 @@ use weft::host::{Communicator, DevComm, DeviceBuffer, Error, LaunchConfig, Windo
 use crate::kernels::allreduce_lamport::allreduce_bias_residual_lamport as kernel;
 
 /// An element type of the Lamport kernel: its sentinel, negative zero, on the host.
-pub trait LamportElement: weft::device::Float + weft::host::Element + cudarc::driver::ValidAsZeroBits + Clone {
+pub trait LamportElement:
+    weft::device::Float + weft::host::Element + cudarc::driver::ValidAsZeroBits + Clone + kernel::Instantiated
+{
     /// `-0.0` in this type (the "not yet written" mark).
     fn negative_zero() -> Self;
 }

@@ -85,7 +85,7 @@ impl<T: DeviceRepr + ValidAsZeroBits> Scratch<T> {
 /// One unfused run on `stream`: route, count exchange, host synchronisation, pack, send/receive, expert, send/receive
 /// back, unpack. `x` and `experts` are read as this rank's plain memory (the windows the fused side also uses).
 #[allow(clippy::too_many_arguments)]
-pub fn run<T: weft::device::Float + weft::device::Element + weft::host::Element>(
+pub fn run<T: weft::device::Float + weft::device::Element + weft::host::Element + moe_toy_expert::Instantiated>(
     comm: &Communicator<Active>,
     stream: &Arc<CudaStream>,
     k: &UnfusedKernels,

@@ -151,9 +151,9 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).expect("write");
 }
 
-/// A crate whose only fault is a launch with an element type the kernel is not instantiated for. Generic host code
-/// (`fn run<T: Float>`) calls `launch` too, so this cannot be a bound on `launch`; it is a compile-time error when
-/// the launch is instantiated (`cargo build`), naming the type.
+/// A crate whose only fault is a launch with an element type the kernel is not instantiated for: a trait bound of
+/// `launch` (`T: scale::Instantiated`), so `cargo check` and IDEs report it, naming the type. Generic host code that
+/// states the bound (`launch_any`) compiles.
 const UNINSTANTIATED_LIB: &str = r#"
 use weft::prelude::*;
 
@@ -162,6 +162,14 @@ pub fn scale<T: Float>(x: &mut [T], factor: T) {
     for i in grid_stride(x.len()) {
         x[i] = x[i] * factor;
     }
+}
+
+pub fn launch_any<T: Float + weft::host::Element + scale::Instantiated>(
+    stream: &std::sync::Arc<weft::host::launch::CudaStream>,
+    x: &mut weft::host::DeviceBuffer<T>,
+    factor: T,
+) -> Result<(), weft::host::Error> {
+    scale::launch(stream, weft::host::LaunchConfig::linear(1, 32), x, factor)
 }
 
 pub fn launch_f64(
@@ -184,17 +192,22 @@ fn generated_modules_compile_and_hold_the_abi() {
 }
 
 #[test]
-fn launching_an_uninstantiated_element_type_fails_the_build_naming_it() {
-    let output = scratch_cargo(&["build", "--offline", "-p", "uninstantiated"]);
+fn launching_an_uninstantiated_element_type_fails_cargo_check_naming_it() {
+    let output = scratch_cargo(&["check", "--offline", "-p", "uninstantiated"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "a launch with `f64` of a kernel instantiated for `f32` built:\n{stderr}");
     assert!(
-        stderr.contains(
-            "kernel `scale` has no entry point for the element type(s) `f64`: add them to #[kernel(types(...))] \
-             (it is instantiated for (f32))"
-        ),
-        "{stderr}"
+        !output.status.success(),
+        "a launch with `f64` of a kernel instantiated for `f32` passed cargo check:\n{stderr}"
     );
+    for expected in [
+        "weft: kernel `scale` has no entry point for the element type(s) `f64`",
+        "add the type(s) to #[kernel(types(...))] (`scale` is instantiated for (f32))",
+        "`T: scale::Instantiated`",
+    ] {
+        assert!(stderr.contains(expected), "`{expected}` not in:\n{stderr}");
+    }
+    // Only the `f64` launch: the generic one states the bound.
+    assert_eq!(stderr.matches("error[E0277]").count(), 1, "{stderr}");
 }
 
 /// Runs cargo with `args` in the scratch workspace (written on every call; cargo serialises the shared target

@@ -177,19 +177,7 @@ fn instantiable_check(sig: &Signature) -> TokenStream {
     });
     // One call per instantiation; each type spanned where it was written.
     let mut calls = Vec::new();
-    let mut combos: Vec<Vec<TokenStream>> = vec![Vec::new()];
-    for e in &sig.elements {
-        let mut next = Vec::new();
-        for prefix in &combos {
-            for (s, span) in e.instantiate.iter().zip(&e.instantiate_spans) {
-                let mut c = prefix.clone();
-                c.push(scalar_tokens(*s, *span));
-                next.push(c);
-            }
-        }
-        combos = next;
-    }
-    for types in combos {
+    for types in spanned_instantiations(sig) {
         calls.push(quote!(__weft_instantiable::<#(#types),*>();));
     }
     quote! {
@@ -202,12 +190,80 @@ fn instantiable_check(sig: &Signature) -> TokenStream {
     }
 }
 
+/// `Signature::instantiations` as Rust types, each spanned where it was written in `types(…)`.
+fn spanned_instantiations(sig: &Signature) -> Vec<Vec<TokenStream>> {
+    let mut combos: Vec<Vec<TokenStream>> = vec![Vec::new()];
+    for e in &sig.elements {
+        let mut next = Vec::new();
+        for prefix in &combos {
+            for (s, span) in e.instantiate.iter().zip(&e.instantiate_spans) {
+                let mut c = prefix.clone();
+                c.push(scalar_tokens(*s, *span));
+                next.push(c);
+            }
+        }
+        combos = next;
+    }
+    combos
+}
+
 /// The Rust type of an element scalar, spanned at `span` (`f16`/`bf16` through the facade, which re-exports them).
 fn scalar_tokens(s: super::types::Scalar, span: proc_macro2::Span) -> TokenStream {
     let ident = syn::Ident::new(s.rust(), span);
     match s {
         super::types::Scalar::F16 | super::types::Scalar::Bf16 => quote::quote_spanned!(span=> ::weft::device::#ident),
         _ => quote!(#ident),
+    }
+}
+
+/// `Instantiated`: the sealed trait the kernel's element types implement, one impl per instantiation, each giving its
+/// entry point. `launch` and the other generic items are bounded by it, so a type the kernel is not instantiated for
+/// is a trait error at the call (`cargo check` and IDEs show it, naming the type), and generic host code states the
+/// bound it needs (`T: scale::Instantiated`). A kernel with several element parameters implements it for the tuple.
+fn instantiated_trait(sig: &Signature, name_str: &str) -> TokenStream {
+    let bounds_check = instantiable_check(sig);
+    let instantiations = sig.instantiations();
+    let listed: Vec<String> = instantiations
+        .iter()
+        .map(|t| format!("({})", t.iter().map(|s| s.rust()).collect::<Vec<_>>().join(", ")))
+        .collect();
+    let listed = listed.join(", ");
+    let several = sig.elements.len() > 1;
+    let bound = super::launcher::instantiated_bound(sig);
+    let message = format!("weft: kernel `{name_str}` has no entry point for the element type(s) `{{Self}}`");
+    let label = format!("`{name_str}` is not instantiated for this");
+    let note = format!(
+        "add the type(s) to #[kernel(types(...))] (`{name_str}` is instantiated for {listed}); generic host code that \
+         launches it bounds its type parameter(s): `{bound}: {name_str}::Instantiated`"
+    );
+    let doc = format!(
+        " The element types `{name_str}` is instantiated for ({listed}, from `#[kernel(types(…))]`), each with its entry \
+         point: `launch` and the other generic items here require it, so generic host code that launches `{name_str}` \
+         states `{bound}: {name_str}::Instantiated`. Sealed."
+    );
+    // One impl per instantiation; each type spanned where it was written.
+    let impls = spanned_instantiations(sig).into_iter().zip(&instantiations).map(|(types, scalars)| {
+        let entry = sig.entry_point(scalars);
+        let ty = if several { quote!((#(#types),*)) } else { quote!(#(#types)*) };
+        quote! {
+            impl __weft_sealed::Sealed for #ty {}
+            impl Instantiated for #ty {
+                const ENTRY_POINT: &'static str = #entry;
+            }
+        }
+    });
+    quote! {
+        #bounds_check
+        mod __weft_sealed {
+            pub trait Sealed {}
+        }
+        #[doc = #doc]
+        #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
+        pub trait Instantiated: __weft_sealed::Sealed {
+            /// The `extern "C"` entry point of this instantiation.
+            const ENTRY_POINT: &'static str;
+        }
+        #(#impls)*
     }
 }
 
@@ -231,84 +287,7 @@ pub(crate) fn kernel_module(
     let helpers = const_helpers();
     let instantiations = sig.instantiations();
     let entry_points: Vec<String> = instantiations.iter().map(|t| sig.entry_point(t)).collect();
-    let entry_lookup = if sig.elements.is_empty() {
-        quote!()
-    } else {
-        let rows = instantiations.iter().zip(&entry_points).map(|(types, entry)| {
-            let names = types.iter().map(|t| t.rust());
-            quote!((&[#(#names),*], #entry))
-        });
-        let listed: Vec<String> =
-            instantiations.iter().map(|t| t.iter().map(|s| s.rust()).collect::<Vec<_>>().join(", ")).collect();
-        let prefix = format!("weft: kernel `{name_str}` has no entry point for the element type(s) `");
-        let suffix = format!(
-            "`: add them to #[kernel(types(...))] (it is instantiated for {})",
-            listed.iter().map(|l| format!("({l})")).collect::<Vec<_>>().join(", ")
-        );
-        let bounds_check = instantiable_check(sig);
-        quote! {
-            #bounds_check
-            const __WEFT_INSTANCES: &[(&[&str], &str)] = &[#(#rows),*];
-            const fn __weft_str_eq(a: &str, b: &str) -> bool {
-                let (a, b) = (a.as_bytes(), b.as_bytes());
-                if a.len() != b.len() {
-                    return false;
-                }
-                let mut i = 0;
-                while i < a.len() {
-                    if a[i] != b[i] {
-                        return false;
-                    }
-                    i += 1;
-                }
-                true
-            }
-            /// `message` followed by `parts`, for a compile-time panic message (at most 512 bytes).
-            const fn __weft_message(parts: &[&str]) -> ([u8; 512], usize) {
-                let mut out = [0u8; 512];
-                let mut n = 0;
-                let mut i = 0;
-                while i < parts.len() {
-                    let p = parts[i].as_bytes();
-                    let mut j = 0;
-                    while j < p.len() && n < out.len() {
-                        out[n] = p[j];
-                        n += 1;
-                        j += 1;
-                    }
-                    i += 1;
-                }
-                (out, n)
-            }
-            /// The entry point instantiated for `types` (a compile-time error naming them if none is).
-            const fn __weft_entry_point(types: &[&str]) -> &'static str {
-                let mut i = 0;
-                while i < __WEFT_INSTANCES.len() {
-                    let (listed, entry) = __WEFT_INSTANCES[i];
-                    let mut same = listed.len() == types.len();
-                    let mut k = 0;
-                    while same && k < types.len() {
-                        same = __weft_str_eq(listed[k], types[k]);
-                        k += 1;
-                    }
-                    if same {
-                        return entry;
-                    }
-                    i += 1;
-                }
-                let (text, len) = match types {
-                    [a] => __weft_message(&[#prefix, a, #suffix]),
-                    [a, b] => __weft_message(&[#prefix, a, ", ", b, #suffix]),
-                    [a, b, c, ..] => __weft_message(&[#prefix, a, ", ", b, ", ", c, #suffix]),
-                    [] => __weft_message(&[#prefix, #suffix]),
-                };
-                match ::core::str::from_utf8(text.split_at(len).0) {
-                    ::core::result::Result::Ok(message) => panic!("{}", message),
-                    ::core::result::Result::Err(_) => panic!("weft: no entry point for these element types"),
-                }
-            }
-        }
-    };
+    let entry_lookup = if sig.elements.is_empty() { quote!() } else { instantiated_trait(sig, &name_str) };
     let requirements = launcher::requirements(sig);
     let launch = launcher::launch(sig, attrs, bounds);
     let api = super::module_api::items(sig);

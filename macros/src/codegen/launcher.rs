@@ -118,6 +118,29 @@ pub(crate) fn requirements(sig: &Signature) -> TokenStream {
     }
 }
 
+/// The element parameters as one type: `T`, or the tuple `(T, U)` for several (what `Instantiated` is implemented
+/// for), as written in the bound's note.
+pub(crate) fn instantiated_bound(sig: &Signature) -> String {
+    let names: Vec<String> = sig.elements.iter().map(|e| e.ident.to_string()).collect();
+    if names.len() == 1 {
+        names[0].clone()
+    } else {
+        format!("({})", names.join(", "))
+    }
+}
+
+/// The entry point's expression and the `where` clause of the generated generic items: a kernel with element
+/// parameters takes its entry point from their `Instantiated` impl (expand.rs), so a type it is not instantiated for
+/// is a trait error at the call.
+pub(crate) fn instantiated(sig: &Signature) -> (TokenStream, TokenStream) {
+    if sig.elements.is_empty() {
+        return (quote!(ENTRY_POINTS[0]), TokenStream::new());
+    }
+    let idents: Vec<&Ident> = sig.elements.iter().map(|e| &e.ident).collect();
+    let bounded = if idents.len() == 1 { quote!(#(#idents)*) } else { quote!((#(#idents),*)) };
+    (quote!(<#bounded as Instantiated>::ENTRY_POINT), quote!(where #bounded: Instantiated))
+}
+
 /// `launch(stream, cfg, <the kernel's parameters>)` and `launch_unchecked(…)`, the same but `unsafe`: no bound
 /// checked before launching nor on the device.
 pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> TokenStream {
@@ -216,15 +239,7 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
     let declared = super::launch_checks::declared_checks(sig, &attrs.len_checks);
     let proven = super::launch_checks::bounds_checks(sig, bounds, &cfg);
 
-    let entry = if sig.elements.is_empty() {
-        quote!(ENTRY_POINTS[0])
-    } else {
-        let names = sig.elements.iter().map(|e| {
-            let i = &e.ident;
-            quote!(<#i as #element>::NAME)
-        });
-        quote!(const { __weft_entry_point(&[#(#names),*]) })
-    };
+    let (entry, instantiated) = instantiated(sig);
     let (stream_ty, config, error) = (host::stream(), host::launch_config(), host::error());
     let (kernel_args, kernel_spec, bounds_checks) = (host::kernel_args(), host::kernel_spec(), host::bounds_checks());
     let device_checks = quote!(__WEFT_USAGE[1] & #DEVICE_CHECKS_BIT != 0);
@@ -288,7 +303,7 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
             #stream: &::std::sync::Arc<#stream_ty>,
             #cfg: #config,
             #(#params),*
-        ) -> ::core::result::Result<(), #error> {
+        ) -> ::core::result::Result<(), #error> #instantiated {
             #checked_body
         }
 
@@ -298,7 +313,7 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
             #stream: &::std::sync::Arc<#stream_ty>,
             #cfg: #config,
             #(#params),*
-        ) -> ::core::result::Result<(), #error> {
+        ) -> ::core::result::Result<(), #error> #instantiated {
             #unchecked_body
         }
 
@@ -308,7 +323,7 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
             #capture: &mut #capture_ty<#graph>,
             #cfg: #config,
             #(#record_params),*
-        ) -> ::core::result::Result<(), #error> {
+        ) -> ::core::result::Result<(), #error> #instantiated {
             #record_body
         }
     }

@@ -2,7 +2,8 @@
 //! with entry-point strings (`KernelSpec { entry_point: "lsa_allreduce__f32", .. }`).
 //!
 //! For a kernel generic over element types, each item takes them as type arguments (`one_wave::<f32>(…)`); the
-//! entry point is picked at compile time, and a type the kernel is not instantiated for is a compile error.
+//! entry point comes from the type's `Instantiated` impl (expand.rs), so a type the kernel is not instantiated for is a
+//! trait error at the call.
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -25,15 +26,7 @@ pub(crate) fn items(sig: &Signature) -> TokenStream {
     let args: Vec<TokenStream> = sig.elements.iter().map(|e| &e.ident).map(|i| quote!(#i)).collect();
     let (params, turbofish) =
         if generics.is_empty() { (quote!(), quote!()) } else { (quote!(<#(#generics),*>), quote!(::<#(#args),*>)) };
-    let entry = if sig.elements.is_empty() {
-        quote!(ENTRY_POINTS[0])
-    } else {
-        let names = sig.elements.iter().map(|e| {
-            let i = &e.ident;
-            quote!(<#i as #element>::NAME)
-        });
-        quote!(const { __weft_entry_point(&[#(#names),*]) })
-    };
+    let (entry, instantiated) = super::launcher::instantiated(sig);
     let (spec_ty, error, config, stream) = (
         quote!(::weft::host::jit::KernelSpec),
         quote!(::weft::host::Error),
@@ -59,12 +52,14 @@ pub(crate) fn items(sig: &Signature) -> TokenStream {
                      headers.";
     quote! {
         #[doc = #spec_doc]
-        pub fn spec #params () -> #spec_ty {
+        pub fn spec #params () -> #spec_ty #instantiated {
             #spec_ty { name: NAME, source: __WEFT_SOURCE_STATIC, entry_point: #entry }
         }
 
         #[doc = #function_doc]
-        pub fn function #params (ctx: &::std::sync::Arc<#context>) -> ::core::result::Result<#function_ty, #error> {
+        pub fn function #params (ctx: &::std::sync::Arc<#context>) -> ::core::result::Result<#function_ty, #error>
+        #instantiated
+        {
             // The form the checked `launch` runs: its occupancy is the one that matters, and a rank loading another
             // form at its first launch could wait for the peers' kernels (docs/multi-rank.md, "Load before launch").
             let alignment = ::weft::host::jit::ArgAlignment::Aligned16;
@@ -77,7 +72,9 @@ pub(crate) fn items(sig: &Signature) -> TokenStream {
             comm: &impl ::weft::host::launch::GpuShare,
             stream: &::std::sync::Arc<#stream>,
             block: u32,
-        ) -> ::core::result::Result<#config, #error> {
+        ) -> ::core::result::Result<#config, #error>
+        #instantiated
+        {
             let function = function #turbofish (stream.context())?;
             #config::one_wave_shared(&function, stream, block, comm.ranks_on_gpu())
         }

@@ -41,13 +41,13 @@ fn kernel_keeps_the_function_and_adds_a_module_of_the_same_name() {
             x: &impl ::weft::host::launch::KernelWindow<T>,
             out: &mut impl ::weft::host::launch::KernelSliceMut<T>,
             n: usize
-        ) -> ::core::result::Result<(), ::weft::host::Error>"#,
+        ) -> ::core::result::Result<(), ::weft::host::Error> where T: Instantiated"#,
     );
     assert_has(&out, r#"dev.check_requirements(NAME, &cfg, &requirements(&cfg))?;"#);
     assert_has(&out, r#"__weft_args.push_dev_comm("dev", dev)?;"#);
     assert_has(&out, r#"let __weft_len_x: usize = __weft_args.push_window("x", x)?;"#);
     assert_has(&out, r#"__weft_args.push_scalar("n", n);"#);
-    assert_has(&out, r#"const { __weft_entry_point(&[<T as ::weft::device::Element>::NAME]) }"#);
+    assert_has(&out, r#"let __weft_entry: &'static str = <T as Instantiated>::ENTRY_POINT;"#);
 }
 
 #[test]
@@ -253,8 +253,25 @@ fn every_instantiation_is_checked_against_the_bounds_by_rustc() {
 #[test]
 fn launching_an_uninstantiated_type_names_it() {
     let out = squeeze(expand_kernel(quote!(types(f32, bf16)), quote! { fn k<T: Float>(x: &mut [T]) {} }));
-    assert_has(&out, r#""weft: kernel `k` has no entry point for the element type(s) `""#);
-    assert_has(&out, r#""`: add them to #[kernel(types(...))] (it is instantiated for (f32), (bf16))""#);
+    // A sealed trait implemented per instantiation: `launch` requires it, so rustc reports a missing type at the call
+    // (under `cargo check` too), with this message.
+    assert_has(
+        &out,
+        r#"#[diagnostic::on_unimplemented(message = "weft: kernel `k` has no entry point for the element type(s) `{Self}`","#,
+    );
+    assert_has(&out, r#"(`k` is instantiated for (f32), (bf16)); generic host code that launches it bounds its type"#);
+    assert_has(&out, r#"`T: k::Instantiated`"#);
+    assert_has(&out, r#"pub trait Instantiated: __weft_sealed::Sealed {"#);
+    assert_has(&out, r#"impl Instantiated for f32 { const ENTRY_POINT: &'static str = "k__f32"; }"#);
+    assert_has(&out, r#"impl Instantiated for ::weft::device::bf16 { const ENTRY_POINT: &'static str = "k__bf16"; }"#);
+    // Several element parameters: the tuple.
+    let two = squeeze(expand_kernel(
+        quote!(types(T = [f32], I = [u32, i32])),
+        quote! { fn k<T: Float, I: AtomicMinMax>(x: &mut [T], i: &[I]) {} },
+    ));
+    assert_has(&two, r#"impl Instantiated for (f32, i32) { const ENTRY_POINT: &'static str = "k__f32__i32"; }"#);
+    assert_has(&two, r#"where (T, I): Instantiated"#);
+    assert_has(&two, r#"`(T, I): k::Instantiated`"#);
 }
 
 #[test]
@@ -263,11 +280,14 @@ fn modules_carry_lookup_geometry_and_compile_check_per_element_type() {
         quote!(),
         quote! { pub fn k<T: Float>(dev: &DevComm<Lsa>, out: &mut [T], n: usize) { for i in grid_stride(n) { out[i] = T::zero(); } } },
     ));
-    assert_has(&generic, r#"pub fn spec<T: Float + ::weft::device::Element>() -> ::weft::host::jit::KernelSpec"#);
+    assert_has(
+        &generic,
+        r#"pub fn spec<T: Float + ::weft::device::Element>() -> ::weft::host::jit::KernelSpec where T: Instantiated"#,
+    );
     assert_has(
         &generic,
         r#"::weft::host::jit::KernelSpec { name: NAME, source: __WEFT_SOURCE_STATIC,
-           entry_point: const { __weft_entry_point(&[<T as ::weft::device::Element>::NAME]) } }"#,
+           entry_point: <T as Instantiated>::ENTRY_POINT }"#,
     );
     assert_has(&generic, r#"pub fn function<T: Float + ::weft::device::Element>(ctx:"#);
     // The form `launch` runs: with device checks when the kernel has accesses the macro could not prove.
