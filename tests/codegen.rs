@@ -113,3 +113,45 @@ fn the_gemm_kernels_compile_with_the_wgmma_mainloop() {
         }
     }
 }
+
+/// The wgmma form keeps its MMAs asynchronous: ptxas serializes every `wgmma` of a kernel that makes a function call
+/// in which the MMA pipeline could be in flight (its note C7510), which a `printf` in the kernel's trap paths used to
+/// cause. Both bounds-check forms of each `gemm_block` kernel, against the first NCCL header set.
+#[test]
+fn the_wgmma_form_of_the_gemm_kernels_is_not_serialized_by_ptxas() {
+    let nvcc = std::env::var("WEFT_NVCC").expect("WEFT_NVCC is not set: run the tests through `cargo xtask test`");
+    let (version, include) = include_sets().into_iter().next().expect("an NCCL header set");
+    let toolchain = Toolchain::from_paths(&nvcc, &include, None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(weft::device::WEFT_CUH_NAME), weft::device::WEFT_CUH).unwrap();
+    let gemm: Vec<&(&str, &str)> =
+        kernels::ALL.iter().chain(example_kernels::ALL).filter(|(_, source)| source.contains("gemm_block")).collect();
+    for (name, source) in &gemm {
+        let path = dir.path().join(format!("{name}.cu"));
+        std::fs::write(&path, source).unwrap();
+        for check in [BoundsChecks::Off, BoundsChecks::On] {
+            let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90)
+                .with_flags(ArgAlignment::Aligned16.flags_with(check))
+                .with_gemm_mainloop(GemmMainloop::Wgmma);
+            let mut command = std::process::Command::new(&toolchain.nvcc);
+            command.args(request.flags()).args(["-Xptxas", "-v"]);
+            for include in
+                [Some(dir.path()), Some(toolchain.nccl_include.as_path()), Some(toolchain.cuda_include.as_path())]
+                    .into_iter()
+                    .chain([toolchain.cccl_include.as_deref()])
+                    .flatten()
+            {
+                command.arg(format!("-I{}", include.display()));
+            }
+            let output = command.arg(&path).arg("-o").arg(dir.path().join(format!("{name}.cubin"))).output().unwrap();
+            let text =
+                format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+            assert!(output.status.success(), "`{name}` ({check:?}, NCCL {version}) did not compile:\n{text}");
+            assert!(text.contains("Used"), "ptxas -v printed no resource usage for `{name}`:\n{text}");
+            assert!(
+                !text.contains("C7510") && !text.contains("serialized"),
+                "ptxas serializes the wgmma of `{name}` ({check:?}):\n{text}"
+            );
+        }
+    }
+}

@@ -91,6 +91,9 @@ fn device_check_child() {
     let synced = s.synchronize();
     println!("child: synchronize after the out-of-bounds gather: {synced:?}");
     assert!(synced.is_err(), "the kernel must have stopped with an error");
+    // weft's own wait turns the driver's error into one that says which kernel stopped, where and why.
+    let settled = weft::host::cuda::settle(&s);
+    println!("child: weft's error: {settled:?}");
 }
 
 #[test]
@@ -108,6 +111,9 @@ fn a_failed_device_check_stops_the_kernel() {
     assert!(text.contains("weft: out-of-bounds access at line"), "the device check's message is missing:\n{text}");
     assert!(text.contains("is not below 256"), "{text}");
     assert!(text.contains("synchronize after the out-of-bounds gather: Err"), "{text}");
+    // The trap report (host/src/trap.rs): the kernel, the line, the index and the limit, in the error value.
+    assert!(text.contains("weft's error: kernel `gather` (block"), "{text}");
+    assert!(text.contains("out-of-bounds access: index 1073741824 is not below 256"), "{text}");
 }
 
 #[test]

@@ -117,6 +117,8 @@ fn a_tile_past_its_buffer_stops_the_kernel() {
     assert!(output.status.success(), "the child failed:\n{text}");
     assert!(text.contains("weft: out-of-bounds access at line"), "the tile check's message is missing:\n{text}");
     assert!(text.contains("wait after the out-of-bounds tile: Err"), "{text}");
+    // The trap report in the error value (host/src/trap.rs).
+    assert!(text.contains("kernel `mma_gemm` (block (0, 0, 0)"), "the error does not name the kernel:\n{text}");
 }
 
 /// `gemm_tiles` (the block mainloop: cp.async stages, swizzled shared tiles, ldmatrix, 8 warps of mma.sync) against
@@ -197,4 +199,10 @@ fn a_block_of_the_wrong_size_stops_the_gemm() {
     println!("{text}");
     assert!(output.status.success(), "the child failed:\n{text}");
     assert!(text.contains("blocks of exactly 256 threads"), "the mainloop's message is missing:\n{text}");
+    // In the error value too (host/src/trap.rs): the only place it is with the wgmma mainloop, which prints nothing.
+    assert!(
+        text.contains("kernel `gemm_tiles` (block")
+            && text.contains("gemm_block: launch it with blocks of exactly 256"),
+        "the error does not carry the trap report:\n{text}"
+    );
 }

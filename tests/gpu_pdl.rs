@@ -3,10 +3,12 @@
 //! producer's output only after `pdl_wait()` (200 pairs back to back, each checked), and a chain of small kernels
 //! launched with and without PDL, timed (both sides in one process, same GPU; the figures go to bench/RESULTS.md).
 
-use weft_kit::test_kernels::{pdl_consumer, pdl_producer};
+use weft_kit::kernels::allreduce_epilogue::allreduce_bias_residual_one_shot as one_shot;
+use weft_kit::test_kernels::{pdl_consumer, pdl_fill, pdl_producer};
 
 use cudarc::driver::sys::CUevent_flags;
-use weft::host::{Communicator, Config, DeviceBuffer, LaunchConfig, UniqueId};
+use weft::host::caps::Lsa;
+use weft::host::{Communicator, Config, DeviceBuffer, LaunchConfig, UniqueId, WindowFlags};
 use weft_kit::spin::{spin, SPIN};
 
 fn one_rank() -> Communicator {
@@ -91,6 +93,76 @@ fn a_chain_of_small_kernels_with_and_without_programmatic_launches() {
         println!(
             "chain of {LENGTH} dependent kernels, {} KB each: {plain:.2} us per kernel without PDL, {pdl:.2} with, \
              without / with {:.2}x (GPU time between events, median of {REPEATS})",
+            n * 4 / 1024,
+            plain / pdl
+        );
+    }
+}
+
+/// A fused kernel after the kernel that writes its input, as a tensor-parallel layer runs it (the GEMM, then the
+/// all-reduce + bias + residual of its output): `LENGTH` pairs of `pdl_fill` (writes `x`) and the one-shot
+/// all-reduce + bias + residual (reads `x`, writes `out`), back to back, each launched without and then with PDL
+/// (every kernel of the chain programmatic: the fill also waits, for the previous all-reduce still reading `x`).
+/// GPU-side µs per pair between two CUDA events, behind a spin kernel; the last pair's `out` is checked against the
+/// host. One rank (weft refuses programmatic launches of communicating kernels on a GPU shared by ranks).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_fused_allreduce_after_its_producer_with_and_without_programmatic_launches() {
+    const LENGTH: usize = 100;
+    const REPEATS: usize = 7;
+    const HIDDEN: usize = 1024;
+    let comm = one_rank();
+    let s = comm.context().new_stream().unwrap();
+    let spinner = weft::host::jit::function(comm.context(), &SPIN).unwrap();
+    let (start, end) = (
+        comm.context().new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap(),
+        comm.context().new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap(),
+    );
+    let cfg = one_shot::one_wave::<f32>(&comm, &s, 256).unwrap();
+    let fill_cfg = pdl_fill::one_wave::<f32>(&comm, &s, 256).unwrap();
+    let dev = comm.dev_comm::<Lsa>(&one_shot::requirements(&cfg)).unwrap();
+    for n in [4 * 1024usize, 64 * 1024, 1024 * 1024] {
+        let mut x = comm.alloc_window::<f32>(&s, n, WindowFlags::COLL_SYMMETRIC).unwrap();
+        let bias_host: Vec<f32> = (0..HIDDEN).map(|c| (c % 5) as f32 * 0.25).collect();
+        let residual_host: Vec<f32> = (0..n).map(|i| (i % 11) as f32 * 0.5).collect();
+        let bias = DeviceBuffer::from_host(&s, &bias_host).unwrap();
+        let residual = DeviceBuffer::from_host(&s, &residual_host).unwrap();
+        let mut out = DeviceBuffer::<f32>::new(&s, n).unwrap();
+        let (mut plain, mut pdl) = (Vec::new(), Vec::new());
+        for repeat in 0..REPEATS * 2 {
+            let programmatic = repeat % 2 == 1;
+            let (fill_at, reduce_at) =
+                if programmatic { (fill_cfg.programmatic(), cfg.programmatic()) } else { (fill_cfg, cfg) };
+            out.copy_from_host(&vec![f32::NAN; n]).unwrap();
+            weft::host::cuda::settle(&s).unwrap();
+            // Long enough to enqueue the whole chain behind it.
+            spin(&spinner, &s, 20_000_000).unwrap();
+            start.record(&s).unwrap();
+            for k in 0..LENGTH {
+                pdl_fill::launch(&s, fill_at, x.buffer_mut(), k as f32, n).unwrap();
+                one_shot::launch(&s, reduce_at, &dev, &x, &bias, &residual, &mut out, n, HIDDEN).unwrap();
+            }
+            end.record(&s).unwrap();
+            weft::host::cuda::settle(&s).unwrap();
+            let us = f64::from(start.elapsed_ms(&end).unwrap()) * 1e3 / LENGTH as f64;
+            if programmatic {
+                pdl.push(us)
+            } else {
+                plain.push(us)
+            }
+            // One rank: out = x of the last pair + bias + residual, exactly (small integers and quarters).
+            let got = out.copy_to_host().unwrap();
+            let last = (LENGTH - 1) as f32;
+            let wrong =
+                (0..n).filter(|&i| got[i] != last + (i % 7) as f32 + bias_host[i % HIDDEN] + residual_host[i]).count();
+            assert_eq!(wrong, 0, "{wrong} of {n} outputs wrong after the chain (PDL {programmatic})");
+        }
+        plain.sort_by(f64::total_cmp);
+        pdl.sort_by(f64::total_cmp);
+        let (plain, pdl) = (plain[REPEATS / 2], pdl[REPEATS / 2]);
+        println!(
+            "fill + fused all-reduce + bias + residual, {} KB f32, {LENGTH} pairs: {plain:.2} us per pair without PDL, \
+             {pdl:.2} with, without / with {:.2}x (GPU time between events, median of {REPEATS})",
             n * 4 / 1024,
             plain / pdl
         );

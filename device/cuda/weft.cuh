@@ -62,6 +62,44 @@
 
 #define WEFT_FN __device__ __forceinline__
 
+// The wgmma mainloop of gemm_block (opt-in: WEFT_GEMM_MAINLOOP=wgmma, which compiles for sm_90a with
+// -DWEFT_GEMM_WGMMA). ptxas serializes every wgmma of a kernel that contains a function call (its C7510 "wgmma
+// pipeline crossing function boundary"), so in this form nothing in weft.cuh calls one: the traps below report
+// through the trap report only, without printf.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && defined(WEFT_GEMM_WGMMA)
+#define WEFT_GEMM_USES_WGMMA 1
+#define WEFT_TRAP_PRINTS 0
+#else
+#define WEFT_TRAP_PRINTS 1
+#endif
+
+// Trap reports (host/src/trap.rs). A kernel stopping itself — a failed bounds check, a misused gemm_block — first
+// writes what happened into a report in pinned host memory, which the host can still read once the trap has ended
+// the CUDA context, so the error weft returns says why (`Error::KernelTrapped`). The host sets `report` and `module`
+// when it loads the module; until then (or for a module loaded by other means) a trap only traps.
+struct WeftTrapReport {
+  unsigned int state;  // 0 while empty, 2 once complete (written last)
+  unsigned int kind;   // 1: out-of-bounds access (a: index, b: limit); 2: gemm_block misuse (code: which rule)
+  unsigned int line;   // the line of the kernel's Rust source
+  unsigned int code;
+  unsigned long long a, b;
+  unsigned int module;  // the host's number for the module (its kernel's name)
+  unsigned int block[3], thread[3];
+  unsigned int reserved;
+};
+static_assert(sizeof(WeftTrapReport) == 64 && offsetof(WeftTrapReport, a) == 16 &&
+                  offsetof(WeftTrapReport, module) == 32 && offsetof(WeftTrapReport, thread) == 48,
+              "host/src/trap.rs reads this layout");
+struct WeftTrapTarget {
+  WeftTrapReport* report;
+  unsigned int module;
+};
+extern "C" {
+__device__ WeftTrapTarget weft_trap_target = {nullptr, 0};
+// The module's claim: only its first trapping thread writes the report.
+__device__ unsigned int weft_trap_claim = 0;
+}
+
 namespace weft {
 
 namespace detail {
@@ -1928,10 +1966,37 @@ WEFT_FN void DevComm::multimem_reduce_sum_copy(Co coop, Window<T> const& src, Wi
 
 namespace detail {
 
+// Fills the trap report (see WeftTrapReport) if the host set one and no thread of this module has yet; no call.
+WEFT_FN void trap_report(unsigned kind, unsigned line, unsigned code, unsigned long long a, unsigned long long b) {
+  WeftTrapReport* r = weft_trap_target.report;
+  if (r == nullptr || atomicCAS(&weft_trap_claim, 0u, 1u) != 0u) return;
+  volatile WeftTrapReport* v = r;
+  v->kind = kind;
+  v->line = line;
+  v->code = code;
+  v->a = a;
+  v->b = b;
+  v->module = weft_trap_target.module;
+  v->block[0] = blockIdx.x, v->block[1] = blockIdx.y, v->block[2] = blockIdx.z;
+  v->thread[0] = threadIdx.x, v->thread[1] = threadIdx.y, v->thread[2] = threadIdx.z;
+  // Everything above reaches host memory before `state` says it is complete.
+  __threadfence_system();
+  v->state = 2u;
+  __threadfence_system();
+}
+
+#if WEFT_TRAP_PRINTS
 __device__ __noinline__ inline void out_of_bounds(unsigned line, unsigned long long index, unsigned long long limit) {
+  trap_report(1, line, 0, index, limit);
   printf("weft: out-of-bounds access at line %u of the kernel's source: %llu is not below %llu\n", line, index, limit);
   __trap();
 }
+#else
+__device__ __noinline__ inline void out_of_bounds(unsigned line, unsigned long long index, unsigned long long limit) {
+  trap_report(1, line, 0, index, limit);
+  __trap();
+}
+#endif
 
 // `index < limit`, or trap.
 WEFT_FN void check_below(size_t index, size_t limit, unsigned line) {
@@ -2236,10 +2301,30 @@ WEFT_FN void local_reduce_sum_copy_at(Co coop, Slice<T> src, uint32_t src_count,
 constexpr int GEMM_STAGES = 3;
 constexpr int GEMM_BK = 32;
 
-__device__ __noinline__ inline void gemm_misuse(unsigned line, const char* what) {
-  printf("weft: gemm_block at line %u of the kernel's source: %s\n", line, what);
+// The rules gemm_check enforces, by code (the host's copy, host/src/trap.rs, is checked against these lines).
+WEFT_FN const char* gemm_misuse_text(unsigned code) {
+  switch (code) {
+    case 0: return "launch it with blocks of exactly 256 threads in x (8 warps)";
+    case 1: return "k must be a positive multiple of 32";
+    case 2: return "lda and ldb must be multiples of 8 (16-byte rows)";
+    case 3: return "both operands must start on a 16-byte boundary";
+    case 4: return "col0 must be a multiple of 8 (16-byte rows)";
+    default: return "a tile lies outside its operand: a needs rows row0..row0+128 of lda >= k elements, b needs k rows of ldb >= col0 + 128 elements";
+  }
+}
+
+#if WEFT_TRAP_PRINTS
+__device__ __noinline__ inline void gemm_misuse(unsigned line, unsigned code) {
+  trap_report(2, line, code, 0, 0);
+  printf("weft: gemm_block at line %u of the kernel's source: %s\n", line, gemm_misuse_text(code));
   __trap();
 }
+#else
+__device__ __noinline__ inline void gemm_misuse(unsigned line, unsigned code) {
+  trap_report(2, line, code, 0, 0);
+  __trap();
+}
+#endif
 
 WEFT_FN void cp_async_16(void* shared_dst, const void* global_src) {
   uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(shared_dst));
@@ -2251,12 +2336,8 @@ WEFT_FN void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && defined(WEFT_GEMM_WGMMA)
-// The wgmma mainloop (opt-in: WEFT_GEMM_MAINLOOP=wgmma, which compiles for sm_90a with -DWEFT_GEMM_WGMMA); without
-// it, the mma.sync one. Both share the pipeline below and A's stage layout; B's stage layout and one stage's
-// MMAs (gemm_stage) differ.
-#define WEFT_GEMM_USES_WGMMA 1
-#endif
+// WEFT_GEMM_USES_WGMMA (top of this file) picks the wgmma mainloop; without it, the mma.sync one. Both share the
+// pipeline below and A's stage layout; B's stage layout and one stage's MMAs (gemm_stage) differ.
 
 // Stage `stage` <- the k-tile `kt` of both operands (a and b already at row0 and col0). A: 128 rows of 4 16-byte
 // chunks (32 elements), chunk c of row r at c ^ ((r >> 1) & 3). B, for mma.sync: 32 rows of 16 chunks (128
@@ -2286,18 +2367,16 @@ WEFT_FN void gemm_check(CA const& ca, size_t row0, size_t lda, CB const& cb, siz
                         unsigned line) {
   // Memory safety does not depend on the bounds-check form: a wrong block size would index shared memory out of
   // its stages, so these are checked in every form.
-  if (blockDim.x * blockDim.y * blockDim.z != 256 || blockDim.y != 1 || blockDim.z != 1)
-    gemm_misuse(line, "launch it with blocks of exactly 256 threads in x (8 warps)");
-  if (k == 0 || k % GEMM_BK != 0) gemm_misuse(line, "k must be a positive multiple of 32");
-  if (lda % 8 != 0 || ldb % 8 != 0) gemm_misuse(line, "lda and ldb must be multiples of 8 (16-byte rows)");
+  if (blockDim.x * blockDim.y * blockDim.z != 256 || blockDim.y != 1 || blockDim.z != 1) gemm_misuse(line, 0);
+  if (k == 0 || k % GEMM_BK != 0) gemm_misuse(line, 1);
+  if (lda % 8 != 0 || ldb % 8 != 0) gemm_misuse(line, 2);
   if (reinterpret_cast<uintptr_t>(ca.as_ptr()) % 16 != 0 || reinterpret_cast<uintptr_t>(cb.as_ptr()) % 16 != 0)
-    gemm_misuse(line, "both operands must start on a 16-byte boundary");
-  if (col0 % 8 != 0) gemm_misuse(line, "col0 must be a multiple of 8 (16-byte rows)");
+    gemm_misuse(line, 3);
+  if (col0 % 8 != 0) gemm_misuse(line, 4);
   // (Ordered so that nothing divides by zero or wraps: k > 0 makes lda > 0, and ldb - col0 >= 128 makes ldb > 0.)
   if (!(lda >= k && ca.len() / lda >= 128 && ca.len() / lda - 128 >= row0 && ldb >= col0 && ldb - col0 >= 128 &&
         cb.len() / ldb >= k))
-    gemm_misuse(line, "a tile lies outside its operand: a needs rows row0..row0+128 of lda >= k elements, b needs "
-                      "k rows of ldb >= col0 + 128 elements");
+    gemm_misuse(line, 5);
 }
 
 #if defined(WEFT_GEMM_USES_WGMMA)

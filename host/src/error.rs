@@ -210,7 +210,19 @@ pub enum Error {
 
     /// A CUDA driver call failed.
     #[error("CUDA error: {0}")]
-    Cuda(#[from] cudarc::driver::DriverError),
+    Cuda(#[source] cudarc::driver::DriverError),
+
+    /// A weft kernel stopped itself on the device — a failed device-side bounds check, a misused `gemm_block` —
+    /// and the CUDA call that noticed failed with `source`. The trap ended the GPU's CUDA context (every rank
+    /// sharing it loses its work): end the process and fix what `report` names.
+    #[error("{report} (CUDA: {source}); the GPU's CUDA context is lost: end the process")]
+    KernelTrapped {
+        /// Which kernel, where in its grid, and why (crate::trap).
+        report: crate::trap::TrapReport,
+        /// The CUDA error that surfaced it.
+        #[source]
+        source: cudarc::driver::DriverError,
+    },
 
     /// Run-time compilation or loading of a kernel failed.
     #[error(transparent)]
@@ -335,6 +347,17 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The same text as `Display`, which already carries every field (NCCL's result code and messages included): a
 /// `main` that returns `Result<(), Error>` prints weft's message, not a dump of the enum.
+/// A driver error, carrying the report of a weft kernel that trapped if one did (crate::trap): that trap is what
+/// made every CUDA call of its context fail.
+impl From<cudarc::driver::DriverError> for Error {
+    fn from(source: cudarc::driver::DriverError) -> Error {
+        match crate::trap::report() {
+            Some(report) => Error::KernelTrapped { report, source },
+            None => Error::Cuda(source),
+        }
+    }
+}
+
 impl std::fmt::Debug for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         std::fmt::Display::fmt(self, f)

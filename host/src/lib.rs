@@ -36,6 +36,7 @@ pub mod placement;
 pub mod resources;
 pub mod spmd;
 pub mod stacks;
+pub mod trap;
 
 /// The cudarc weft is built on (streams, buffers, contexts), re-exported so that programs use the same version.
 pub use cudarc;

@@ -291,16 +291,19 @@ impl Baseline {
 /// Refuses communicators whose ranks are not all in one LSA team (NVLink-connected GPUs of one host), for `user`
 /// (what addresses every rank through LSA: "this example", a kernel's helper); returns the team's size otherwise.
 pub fn require_one_lsa_team(comm: &weft::host::Communicator, user: &str) -> std::result::Result<usize, Error> {
-    let lsa_size = comm.properties()?.lsa_size;
-    if lsa_size == comm.nranks() {
+    one_lsa_team(comm.properties()?.lsa_size, comm.nranks(), user)
+}
+
+/// [`require_one_lsa_team`]'s rule, from the LSA team's size and the communicator's.
+fn one_lsa_team(lsa_size: usize, nranks: usize, user: &str) -> std::result::Result<usize, Error> {
+    if lsa_size == nranks {
         return Ok(lsa_size);
     }
     Err(Error::MissingCapability {
         capability: "LSA",
         reason: format!(
-            "{user} needs all {} ranks in one LSA team (NVLink-connected GPUs), but the LSA team has {lsa_size}: \
-             across nodes use NCCL's collectives",
-            comm.nranks()
+            "{user} needs all {nranks} ranks in one LSA team (NVLink-connected GPUs), but the LSA team has {lsa_size}: \
+             across nodes use NCCL's collectives"
         ),
     })
 }
@@ -461,4 +464,23 @@ fn header_sets() -> Result<(PathBuf, Vec<PathBuf>)> {
         .filter(|p| p.join("nccl.h").is_file())
         .collect();
     Ok((nvcc, includes))
+}
+
+#[cfg(test)]
+mod lsa_team_tests {
+    use super::*;
+
+    #[test]
+    fn a_communicator_spanning_several_lsa_teams_is_refused_naming_both_sizes() {
+        assert_eq!(one_lsa_team(8, 8, "this example").unwrap(), 8);
+        // Two nodes of 8 GPUs: the LSA team is one node.
+        match one_lsa_team(8, 16, "this example") {
+            Err(Error::MissingCapability { capability: "LSA", reason }) => {
+                assert!(reason.contains("this example needs all 16 ranks"), "{reason}");
+                assert!(reason.contains("the LSA team has 8"), "{reason}");
+                assert!(reason.contains("NCCL's collectives"), "{reason}");
+            }
+            other => panic!("a communicator over two LSA teams was accepted: {other:?}"),
+        }
+    }
 }

@@ -133,6 +133,18 @@ pub fn pdl_consumer(input: &[u32], out: &mut [u32], n: usize) {
     pdl_launch_dependents();
 }
 
+/// `out[i] = value + (i % 7)` for `i < n`, written only after `pdl_wait()` (the previous kernel on the stream may
+/// still read `out`), then lets a programmatic dependent start: the producer of the fused all-reduce's input in the
+/// PDL chain of tests/gpu_pdl.rs.
+#[weft::kernel(types(f32, bf16))]
+pub fn pdl_fill<T: Float>(out: &mut [T], value: f32, n: usize) {
+    pdl_wait();
+    for i in grid_stride(n) {
+        out[i] = T::from_f32(value + (i % 7) as f32);
+    }
+    pdl_launch_dependents();
+}
+
 /// `out (m x n, f32) = a (m x k) * b (k x n)`, row-major, through tensor cores (`mma.sync m16n8k16`): one warp per
 /// 16 x 8 output tile, grid-stride over the tiles. `m` a multiple of 16, `n` of 8, `k` of 16 (a tile outside the
 /// buffers stops the kernel: the fragment loads and stores check their tiles on the device).
@@ -237,6 +249,7 @@ pub const ALL: &[(&str, &str)] = &[
     (gather::NAME, gather::SOURCE),
     (pdl_producer::NAME, pdl_producer::SOURCE),
     (pdl_consumer::NAME, pdl_consumer::SOURCE),
+    (pdl_fill::NAME, pdl_fill::SOURCE),
     (mma_gemm::NAME, mma_gemm::SOURCE),
     (mma_gemm_shared::NAME, mma_gemm_shared::SOURCE),
     (gemm_tiles::NAME, gemm_tiles::SOURCE),

@@ -100,6 +100,13 @@ pub fn load(ctx: &Arc<CudaContext>, compiled: &CompiledKernel) -> Result<Arc<Cud
             device: ctx.ordinal(),
             source,
         })?;
+    // So that a trap of this kernel says which kernel and why (crate::trap).
+    crate::trap::arm(ctx, &module, &compiled.name).map_err(|source| JitError::ModuleLoad {
+        kernel: compiled.name.clone(),
+        arch: compiled.arch.to_string(),
+        device: ctx.ordinal(),
+        source,
+    })?;
     tracing::debug!(
         "loaded kernel `{}` on device {} in {:.2} ms",
         compiled.name,

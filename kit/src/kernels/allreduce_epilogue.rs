@@ -60,6 +60,9 @@ pub fn allreduce_bias_residual_one_shot<T: Float>(
     n: usize,
     hidden: usize,
 ) {
+    // Launched with `LaunchConfig::programmatic()`, the kernel may start before the previous one on the stream ends:
+    // wait for it before `x` is offered to the peers or `residual` read (a no-op in any other launch).
+    pdl_wait();
     let bar = dev.lsa_barrier(Cta, block_idx_x());
     bar.sync(Cta, Order::Acquire);
     let peers = dev.lsa_size();
@@ -94,6 +97,8 @@ pub fn allreduce_bias_residual_one_shot<T: Float>(
             c = epilogue_next_column(c, step, hidden);
         }
     }
+    // A programmatic dependent may start launching (its `pdl_wait()` still waits for this kernel to end).
+    pdl_launch_dependents();
     bar.sync(Cta, Order::Release);
 }
 
@@ -121,6 +126,8 @@ pub fn allreduce_bias_residual_two_shot<T: Float>(
     n: usize,
     hidden: usize,
 ) {
+    // As in the one-shot kernel: after the previous kernel on the stream, when launched programmatically.
+    pdl_wait();
     let bar = dev.lsa_barrier(Cta, block_idx_x());
     bar.sync(Cta, Order::Acquire);
     let peers = dev.lsa_size();
@@ -166,6 +173,7 @@ pub fn allreduce_bias_residual_two_shot<T: Float>(
 
     // Every rank's slice of y is complete (for this block's offsets) and no peer reads x any more.
     bar.sync(Cta, Order::AcqRel);
+    pdl_launch_dependents();
 
     // Phase 2: gather the other slices from their owners' y, with the offsets phase 1 used.
     for owner in 0..peers {
