@@ -146,7 +146,11 @@ pub(crate) fn arm(ctx: &Arc<CudaContext>, module: &Arc<CudaModule>, kernel: &str
     let mut device: CUdeviceptr = 0;
     ctx.bind_to_thread()?;
     // SAFETY: `report` is pinned host memory allocated with DEVICEMAP; `device` receives its device address.
-    unsafe { cudarc::driver::sys::cuMemHostGetDevicePointer_v2(&mut device, report.cast(), 0) }.result()?;
+    if unsafe { cudarc::driver::sys::cuMemHostGetDevicePointer_v2(&mut device, report.cast(), 0) }.result().is_err() {
+        // With unified addressing (every 64-bit platform CUDA supports) pinned host memory has the same address on
+        // the device as on the host (CUDA driver API, "Unified Addressing").
+        device = report as CUdeviceptr;
+    }
     let number = {
         let mut kernels = KERNELS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         kernels.push(kernel.to_string());
