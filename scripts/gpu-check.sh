@@ -35,6 +35,10 @@
 #             with the mma.sync mainloop, then WEFT_GEMM_MAINLOOP=wgmma), and
 #             examples 08 (all-gather + GEMM) and 09 (GEMM + reduce-scatter); both at 2, 4 and 8 ranks on 2.30.7
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
+#   fresh     (not in the default) what was written since the last GPU run, most important first: the trap reports
+#             (bounds and tensor-core tests in both gemm_block mainloops), the wgmma mainloop's tests, benchmark
+#             and example 08, the PDL tests (with the fused all-reduce's timings), the multimem refusal at 1, 2, 4
+#             and 8 ranks, example 03 (its kernels now call pdl_wait) at 2 and 8 ranks
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s). WEFT_GPU_CHECK_DEADLINE=s skips the
 # runs that would start after s seconds (each is listed as skipped), so that the summary and the logs still come back
 # from a machine that limits a call's time. WEFT_GPU_CHECK_RANKS="4 8" limits the ranks part to those rank counts.
@@ -229,6 +233,32 @@ gemm() { # release: the tensor-core tests, the GEMM benchmark and example 08 at 
   fi
 }
 
+fresh() { # release: see the header
+  local release=$1
+  export LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}"
+  if [ "$release" = 2.28.9 ]; then
+    run "2.28.9 test-gpu_bounds" 120 .gpu/bin/test-gpu_bounds --include-ignored --test-threads=1 --nocapture
+    WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 test-gpu_mma wgmma" 120 .gpu/bin/test-gpu_mma --include-ignored \
+      --test-threads=1 --nocapture
+    run "2.28.9 test-gpu_mma" 120 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
+    [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=wgmma WEFT_BENCH_OUT="$out/bench-gemm-wgmma" \
+      run "2.28.9 x1 bench-gemm wgmma" 300 .gpu/bin/test-gemm
+    WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 example-allgather_gemm wgmma" 180 .gpu/bin/example-allgather_gemm
+    run "2.28.9 test-gpu_pdl" 120 .gpu/bin/test-gpu_pdl --include-ignored --test-threads=1 --nocapture
+    run "2.28.9 test-gpu_multimem" 120 .gpu/bin/test-gpu_multimem --include-ignored --test-threads=1 --nocapture
+  else
+    run "2.30.7 test-gpu_pdl" 120 .gpu/bin/test-gpu_pdl --include-ignored --test-threads=1 --nocapture
+    local n
+    for n in 2 4 8; do
+      WEFT_RANKS=$n run "2.30.7 x$n test-gpu_multimem" 120 .gpu/bin/test-gpu_multimem --include-ignored \
+        --test-threads=1 --nocapture
+    done
+    for n in 2 8; do
+      WEFT_RANKS=$n run "2.30.7 x$n example-allreduce_bias_residual" 180 .gpu/bin/example-allreduce_bias_residual
+    done
+  fi
+}
+
 hangs() { # the runs that hung last time, once each, for their stacks (scripts/symbolize.py)
   export WEFT_TRACE=1
   WEFT_RANKS=2 run "2.30.7 x2 test-gpu" 40 .gpu/bin/test-gpu --include-ignored --test-threads=1 --nocapture every_rank
@@ -293,6 +323,7 @@ case $parts in *,smoke,*) with_nccl 2.30.7 smoke ;; esac
 case $parts in *,bounds,*) with_nccl 2.30.7 bounds 2.30.7; with_nccl 2.28.9 bounds 2.28.9 ;; esac
 case $parts in *,recheck,*) with_nccl 2.30.7 recheck 2.30.7; with_nccl 2.28.9 recheck 2.28.9 ;; esac
 case $parts in *,hangs,*) with_nccl 2.30.7 hangs ;; esac
+case $parts in *,fresh,*) with_nccl 2.28.9 fresh 2.28.9; with_nccl 2.30.7 fresh 2.30.7 ;; esac
 case $parts in *,gemm,*) with_nccl 2.28.9 gemm 2.28.9; with_nccl 2.30.7 gemm 2.30.7 ;; esac
 case $parts in *,launchers,*) with_nccl 2.28.9 launchers 2.28.9 1; with_nccl 2.30.7 launchers 2.30.7 1 2 4 ;; esac
 case $parts in *,graphs,*) with_nccl 2.28.9 graphs 2.28.9 1; with_nccl 2.30.7 graphs 2.30.7 1 2 4 8 ;; esac
