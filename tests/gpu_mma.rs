@@ -7,6 +7,8 @@
 use weft_kit::test_kernels::{gemm_tiles, mma_gemm, mma_gemm_shared};
 
 use cudarc::driver::DeviceRepr;
+use weft::host::jit::BoundsChecks;
+use weft::host::launch::KernelArgs;
 use weft::host::{Communicator, Config, DeviceBuffer, Error, LaunchConfig, UniqueId};
 
 fn one_rank() -> Communicator {
@@ -178,10 +180,45 @@ fn gemm_block_size_child() {
     let a = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; m * k]).unwrap();
     let b = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; k * n]).unwrap();
     let mut out = DeviceBuffer::from_host(&s, &vec![half::bf16::ZERO; m * n]).unwrap();
-    gemm_tiles::launch(&s, LaunchConfig::linear(1, 128), &a, &b, &mut out, m, n, k).unwrap();
+    // `launch` refuses the block size before launching (a_block_of_the_wrong_size_is_refused_at_launch): past it,
+    // through the raw arguments, the mainloop's own check must stop the kernel.
+    let spec = gemm_tiles::spec::<half::bf16>();
+    let mut args = KernelArgs::with_parameters(spec.name, &["a", "b", "out", "m", "n", "k"], &s);
+    args.push_slice("a", &a).unwrap();
+    args.push_slice("b", &b).unwrap();
+    args.push_slice_mut("out", &mut out).unwrap();
+    for (name, value) in [("m", m), ("n", n), ("k", k)] {
+        args.push_scalar(name, value);
+    }
+    // SAFETY: the arguments are the kernel's, in order, and every tile lies inside `a`, `b` and `out` (m = n = 128,
+    // k = 32); the wrong block size is what the device check (in every form) stops before shared memory is touched.
+    unsafe { args.launch(&spec, LaunchConfig::linear(1, 128), BoundsChecks::On) }.unwrap();
     let waited: Result<(), Error> = weft::host::cuda::settle(&s);
     println!("child: wait after the 128-thread gemm: {waited:?}");
     assert!(waited.is_err(), "the kernel must stop before touching shared memory with the wrong block size");
+}
+
+/// `launch` refuses a `gemm_block` kernel with blocks of other than 256 threads before anything runs, with an error
+/// naming the fix; the context stays usable (a correct launch follows).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_block_of_the_wrong_size_is_refused_at_launch() {
+    let comm = one_rank();
+    let s = comm.context().new_stream().unwrap();
+    let (m, n, k) = (128, 128, 32);
+    let a = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; m * k]).unwrap();
+    let b = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; k * n]).unwrap();
+    let mut out = DeviceBuffer::from_host(&s, &vec![half::bf16::ZERO; m * n]).unwrap();
+    for block in [128, 512] {
+        let err = gemm_tiles::launch(&s, LaunchConfig::linear(1, block), &a, &b, &mut out, m, n, k).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidArgument { argument: "cfg", problem } if problem.contains("exactly 256 threads")),
+            "{err}"
+        );
+    }
+    gemm_tiles::launch(&s, LaunchConfig::linear(1, 256), &a, &b, &mut out, m, n, k).unwrap();
+    let got = out.copy_to_host().unwrap();
+    assert!(got.iter().all(|v| v.to_f32() == 32.0), "a 128 x 128 x 32 product of ones is 32 everywhere");
 }
 
 /// `gemm_block` in a block of 128 threads stops the kernel with weft's message (its shared stages are laid out for

@@ -333,6 +333,24 @@ pub fn check_block_fits(
     Ok(())
 }
 
+/// Refuses a launch of `kernel`, which runs `gemm_block`, with blocks of other than 256 threads in x: the mainloop's
+/// shared-memory stages are laid out for exactly 8 warps, and the device check that stops it otherwise ends the CUDA
+/// context. The generated `launch`, `launch_unchecked` and `record` call it for such kernels.
+pub fn check_block_of_256(kernel: &'static str, cfg: &LaunchConfig) -> Result<()> {
+    if cfg.block_dim == (256, 1, 1) {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        argument: "cfg",
+        problem: format!(
+            "`{kernel}` calls gemm_block, whose shared-memory stages are laid out for blocks of exactly 256 threads in \
+             x (8 warps), but this launch has blocks of {:?}: launch it with `LaunchConfig::linear(blocks, 256)` or \
+             the kernel's `one_wave(comm, stream, 256)`",
+            cfg.block_dim
+        ),
+    })
+}
+
 /// The error of a failed `#[kernel(len(...))]` check: which kernel, which rule, the values seen.
 pub fn length_check_failed(kernel: &'static str, rule: &str, values: &[(&str, u64)]) -> Error {
     let seen = values.iter().map(|(name, value)| format!("{name} = {value}")).collect::<Vec<_>>().join(", ");

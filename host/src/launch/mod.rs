@@ -20,7 +20,7 @@ mod buffers;
 mod kernel_args;
 mod params;
 pub use buffers::{KernelSlice, KernelSliceMut, KernelWindow};
-pub use kernel_args::{length_check_failed, KernelArgs};
+pub use kernel_args::{check_block_of_256, length_check_failed, KernelArgs};
 pub use params::ParamSlot;
 
 /// A `weft::Window<T>` kernel parameter: an NCCL window and the part of it the kernel sees.
@@ -552,6 +552,22 @@ mod tests {
             (offset_of!(WindowArg, win), offset_of!(WindowArg, offset_bytes), offset_of!(WindowArg, len)),
             (0, 8, 16)
         );
+    }
+
+    #[test]
+    fn gemm_kernels_take_blocks_of_exactly_256_threads() {
+        assert!(check_block_of_256("g", &LaunchConfig::linear(3, 256)).is_ok());
+        for cfg in [LaunchConfig::linear(1, 128), LaunchConfig { block_dim: (128, 2, 1), ..LaunchConfig::linear(1, 1) }]
+        {
+            match check_block_of_256("g", &cfg) {
+                Err(Error::InvalidArgument { argument: "cfg", problem }) => {
+                    assert!(problem.contains("`g` calls gemm_block"), "{problem}");
+                    assert!(problem.contains("exactly 256 threads"), "{problem}");
+                    assert!(problem.contains(&format!("{:?}", cfg.block_dim)), "{problem}");
+                }
+                other => panic!("{cfg:?} was not refused: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use syn::{Ident, Lifetime};
 use super::ast::{ParamKind, Signature};
 use super::attr::Attributes;
 use super::bounds::{Bounds, Site};
-use super::usage::{Resource, DEVICE_CHECKS_BIT};
+use super::usage::{Resource, BLOCK_OF_256_BIT, DEVICE_CHECKS_BIT};
 
 /// Host paths, in one place.
 pub(crate) mod host {
@@ -253,6 +253,9 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
         };
         quote! {
             let __weft_entry: &'static str = #entry;
+            if __WEFT_USAGE[1] & #BLOCK_OF_256_BIT != 0 {
+                ::weft::host::launch::check_block_of_256(NAME, &#cfg)?;
+            }
             #(#checks)*
             let mut __weft_args = #start;
             #(#pushes)*

@@ -163,10 +163,15 @@ pub(crate) struct Usage {
     /// Some access is checked on the device (docs/macro.md, "Bounds"): the kernel's `launch` runs the form with
     /// checks. Encoded as bit 3 of the capability word, which merging ORs.
     pub(crate) device_checks: bool,
+    /// The body (or a device fn it calls) runs `gemm_block`, whose shared-memory stages are laid out for blocks of
+    /// exactly 256 threads: the launcher refuses any other block (bit 4 of the capability word).
+    pub(crate) block_of_256: bool,
 }
 
 /// The bit of the capability word that says some access is checked on the device.
 pub(crate) const DEVICE_CHECKS_BIT: u32 = 1 << 3;
+/// The bit of the capability word that says the kernel needs blocks of exactly 256 threads (`gemm_block`).
+pub(crate) const BLOCK_OF_256_BIT: u32 = 1 << 4;
 
 /// Version tag of [`Usage::encode`]'s layout, first word of every encoded usage.
 pub(crate) const USAGE_FORMAT: u32 = 1;
@@ -197,7 +202,8 @@ impl Usage {
     /// The words of the `__WEFT_USAGE` constant (a private format between expansions of this macro).
     pub(crate) fn encode(&self) -> Vec<u32> {
         let checks = if self.device_checks { DEVICE_CHECKS_BIT } else { 0 };
-        let mut words = vec![USAGE_FORMAT, self.caps.bits() | checks];
+        let block = if self.block_of_256 { BLOCK_OF_256_BIT } else { 0 };
+        let mut words = vec![USAGE_FORMAT, self.caps.bits() | checks | block];
         for r in &self.resources {
             words.push(r.constant);
             words.push(u32::from(r.grid_axes));

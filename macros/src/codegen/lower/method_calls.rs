@@ -89,6 +89,9 @@ impl Lowerer<'_> {
                 if let Some(rule) = usage::method_rule(&name, args.len()) {
                     self.apply_rule(&rule, &arg_exprs, &args);
                 }
+                if matches!(found.ret, Ty::Vocab(Vocab::GemmTile, _)) {
+                    self.usage.block_of_256 = true;
+                }
                 let elem = match &recv.ty {
                     Ty::Vocab(_, Some(e)) | Ty::Window(e) | Ty::Indexable(_, e) => Some((**e).clone()),
                     _ => None,

@@ -201,3 +201,31 @@ fn ll_all_to_all_blocks_and_slots() {
     );
     assert_one_error(&errors, "#[kernel(ll_a2a_slots = N)]");
 }
+
+#[test]
+fn gemm_block_needs_blocks_of_exactly_256_threads_and_the_launcher_says_so() {
+    let gemm = quote! {
+        fn k<T: MmaElement>(a: &[T], b: &[T], out: &mut [f32], n: usize, k: usize) {
+            let tile = a.gemm_block(0, k, b, 0, n, k);
+            let mut i = 0;
+            while i < tile.len() {
+                out[tile.row(i) * n + tile.col(i)] = tile.value(i);
+                i += 1;
+            }
+        }
+    };
+    let u = usage(quote!(types(bf16)), gemm.clone());
+    assert!(u.block_of_256);
+    assert_eq!(u.encode()[1] & crate::codegen::usage::BLOCK_OF_256_BIT, crate::codegen::usage::BLOCK_OF_256_BIT);
+    let plain = usage(quote!(), quote! { fn k(out: &mut [f32]) { out[0] = 1.0; } });
+    assert!(!plain.block_of_256);
+    assert_eq!(plain.encode()[1] & crate::codegen::usage::BLOCK_OF_256_BIT, 0);
+    // The launcher refuses any other block before launching (the bit is tested on the merged usage, so a device fn
+    // that calls gemm_block counts too).
+    let out: String = crate::codegen::expand_kernel(quote!(types(bf16)), gemm)
+        .to_string()
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    assert!(out.contains("if__WEFT_USAGE[1]&16u32!=0{::weft::host::launch::check_block_of_256(NAME,&cfg)?;}"), "{out}");
+}
