@@ -1966,10 +1966,19 @@ WEFT_FN void DevComm::multimem_reduce_sum_copy(Co coop, Window<T> const& src, Wi
 
 namespace detail {
 
-// Fills the trap report (see WeftTrapReport) if the host set one and no thread of this module has yet; no call.
+// Fills the trap report (see WeftTrapReport) if the host set one and no thread of this module has yet, and returns
+// once it is complete: a thread that traps ends the whole kernel, so the threads that lost the claim wait for the
+// one writing the report (claim 1: writing, 2: written) before they trap. No function call.
 WEFT_FN void trap_report(unsigned kind, unsigned line, unsigned code, unsigned long long a, unsigned long long b) {
   WeftTrapReport* r = weft_trap_target.report;
-  if (r == nullptr || atomicCAS(&weft_trap_claim, 0u, 1u) != 0u) return;
+  if (r == nullptr) return;
+  if (atomicCAS(&weft_trap_claim, 0u, 1u) != 0u) {
+    // Bounded (about half a second), in case the writer never finishes: a trap must not turn into a hang.
+    long long start = clock64();
+    while (*static_cast<volatile unsigned int*>(&weft_trap_claim) != 2u && clock64() - start < (1ll << 30)) {
+    }
+    return;
+  }
   volatile WeftTrapReport* v = r;
   v->kind = kind;
   v->line = line;
@@ -1983,6 +1992,7 @@ WEFT_FN void trap_report(unsigned kind, unsigned line, unsigned code, unsigned l
   __threadfence_system();
   v->state = 2u;
   __threadfence_system();
+  atomicExch(&weft_trap_claim, 2u);
 }
 
 #if WEFT_TRAP_PRINTS
