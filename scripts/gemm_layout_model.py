@@ -4,10 +4,37 @@ math without a GPU: the cp.async stage fill with its XOR swizzle, the ldmatrix.x
 mma.sync m16n8k16 register layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16") and the epilogue's
 `GemmTile::row/col` mapping. It rebuilds each fragment from the lanes' registers, multiplies, scatters the result
 through the epilogue mapping and compares with A @ B. It does not model timing, bank conflicts or the pipeline's
-waits (the code comments argue those). Needs numpy: `python3 -m venv v && v/bin/pip install numpy && v/bin/python
-scripts/gemm_layout_model.py`. Keep its constants in step with weft.cuh."""
+waits (the code comments argue those). Needs numpy: tests/models.rs runs it with the venv `cargo xtask` provisions
+(`target/weft-toolchain/venv/bin/python scripts/gemm_layout_model.py`); it exits non-zero on a mismatch, and when a
+line of weft.cuh that it transcribes changes (keep the two in step)."""
+import os
+import sys
+
 import numpy as np
 rng=np.random.default_rng(0)
+
+# The lines of weft.cuh this model transcribes: if one changes, update the model with it.
+CUH = os.environ.get("WEFT_CUH", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "device", "cuda", "weft.cuh"))
+TRANSCRIBED = [
+    "constexpr int GEMM_STAGES = 3;",
+    "constexpr int GEMM_BK = 32;",
+    "cp_async_16(sa + ar * 32 + ((ac ^ ((ar >> 1) & 3)) * 8), a + ar * lda + kt * GEMM_BK + ac * 8);",
+    "T* to = sb + br * 128 + ((bc ^ (br & 7)) * 8);",
+    "uint32_t wm = (warp / 4) * 64, wn = (warp % 4) * 32;",
+    "uint32_t r = wm + mi * 16 + lane % 16, c = kk * 2 + lane / 16;",
+    "ldmatrix_x4<false>(ta + r * 32 + ((c ^ ((r >> 1) & 3)) * 8), fa[mi].r[0], fa[mi].r[1], fa[mi].r[2],",
+    "uint32_t r = kk * 16 + lane % 16, c = wn / 8 + nj * 2 + lane / 16;",
+    "ldmatrix_x4<true>(tb + r * 128 + ((c ^ (r & 7)) * 8), fb[2 * nj].r[0], fb[2 * nj].r[1], fb[2 * nj + 1].r[0],",
+    "return (warp / 4) * 64 + (f / 4) * 16 + in_fragment;",
+    "return (warp % 4) * 32 + (f % 4) * 8 + in_fragment;",
+]
+with open(CUH) as f:
+    source = f.read()
+drifted = [line for line in TRANSCRIBED if line not in source]
+if drifted:
+    print("weft.cuh no longer has these lines the model transcribes (update the model):", *drifted, sep="\n  ")
+    sys.exit(1)
+failures = []
 BK=32; STAGES=3
 def simulate(M,N,K,lda,ldb,row0,col0):
     A=rng.standard_normal((M*lda,)).astype(np.float64)
@@ -91,6 +118,13 @@ def simulate(M,N,K,lda,ldb,row0,col0):
     Am=np.array([[a[r*lda+p] for p in range(K)] for r in range(128)])
     Bm=np.array([[b[p*ldb+c] for c in range(128)] for p in range(K)])
     want=Am@Bm
-    print(M,N,K,lda,ldb,row0,col0,"max err",np.nanmax(np.abs(out-want)),"nans",np.isnan(out).sum())
+    err=np.nanmax(np.abs(out-want)); nans=int(np.isnan(out).sum())
+    print(M,N,K,lda,ldb,row0,col0,"max err",err,"nans",nans)
+    if nans or not err < 1e-9:
+        failures.append((M,N,K,lda,ldb,row0,col0,err,nans))
 simulate(128,128,32,32,128,0,0)
 simulate(256,256,64,72,264,128,8)
+if failures:
+    print("MISMATCH:", failures)
+    sys.exit(1)
+print("OK: the mma.sync mainloop's stages, ldmatrix addresses, fragments and epilogue mapping give A @ B")

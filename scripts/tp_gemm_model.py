@@ -4,9 +4,29 @@ indexing without GPUs: which tiles each block of each rank computes, whose windo
 to, the reduce-scatter slots, and the decoupled all-gather's chunks and flags. Each kernel's loops are transcribed
 (grid-stride over blocks, the walk order, owners and offsets); a tile's product is `a_rows @ b_cols` (the mainloop
 itself is scripts/gemm_layout_model.py's). Every rank's result is compared with the reference, for 1, 2, 4 and 8
-ranks and grids smaller and larger than the tile count. Needs numpy (see gemm_layout_model.py). Keep it in step
-with gemm_tp.rs."""
+ranks and grids smaller and larger than the tile count. Needs numpy (see gemm_layout_model.py). It exits non-zero
+on a mismatch, and when a line of gemm_tp.rs that it transcribes changes (keep the two in step)."""
+import os
+import sys
+
 import numpy as np
+
+KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kit", "src", "kernels", "gemm_tp.rs")
+TRANSCRIBED = [
+    "let first = (dev.lsa_rank() as usize) * (shard / 128) * tiles_n;",
+    "let tile_index = (t + first) % tiles;",
+    "let owner = band % ranks;",
+    "let local_row0 = (band / ranks) * 128;",
+    "let base = slot + local_row0 * n + col0;",
+    "let first = (band / ranks) * 128 * n + (t % tiles_n) * 128;",
+    "let c = (i + first) % chunks;",
+]
+with open(KERNELS) as f:
+    source = f.read()
+drifted = [line for line in TRANSCRIBED if line not in source]
+if drifted:
+    print("gemm_tp.rs no longer has these lines the model transcribes (update the model):", *drifted, sep="\n  ")
+    sys.exit(1)
 
 rng = np.random.default_rng(1)
 
@@ -112,4 +132,4 @@ for ranks in (1, 2, 4, 8):
             allgather_gemm(ranks, m, n, k, grid)
             gemm_reduce_scatter(ranks, m, n, k, grid)
             allgather_signal(ranks, m, k, grid)
-print("allgather_gemm, gemm_reduce_scatter and allgather_signal: every rank's result matches at 1, 2, 4, 8 ranks")
+print("OK: allgather_gemm, gemm_reduce_scatter and allgather_signal: every rank's result matches at 1, 2, 4, 8 ranks")

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::toolchain::{
     nvcc_version, pinned_spec, read_stamp, stamp_is_current, stamp_text, Toolchain, CUDA_PACKAGES, LAUNCHER_PACKAGES,
-    NCCL_PACKAGE, NCCL_VERSIONS, STAMP_FILE,
+    MODEL_PACKAGES, NCCL_PACKAGE, NCCL_VERSIONS, STAMP_FILE,
 };
 use crate::{run_checked, say};
 
@@ -115,7 +115,7 @@ fn provision_from_scratch(dir: &Path, spec: &str) -> Result<()> {
 
     let pip_fix = "pip failed; check network access to pypi.org (or a configured index), \
                    or set WEFT_SKIP_PROVISION=1 to use an existing toolchain";
-    run_checked(pip(&python).args(CUDA_PACKAGES).args(LAUNCHER_PACKAGES)).context(pip_fix)?;
+    run_checked(pip(&python).args(CUDA_PACKAGES).args(LAUNCHER_PACKAGES).args(MODEL_PACKAGES)).context(pip_fix)?;
     for version in NCCL_VERSIONS {
         run_checked(
             pip(&python)

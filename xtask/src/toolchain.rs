@@ -27,6 +27,10 @@ pub const CUDA_PACKAGES: [&str; 5] = [
 /// `MPI_LOCALRANKID` and `MPI_LOCALNRANKS`, which `Job::from_env` reads.
 pub const LAUNCHER_PACKAGES: [&str; 1] = ["mpich==5.0.*"];
 
+/// numpy, for the CPU models of GPU index math that tests/models.rs runs (scripts/gemm_layout_model.py and
+/// scripts/tp_gemm_model.py) with the venv's python.
+pub const MODEL_PACKAGES: [&str; 1] = ["numpy==2.*"];
+
 /// The wheel that carries NCCL's headers and libnccl.
 pub const NCCL_PACKAGE: &str = "nvidia-nccl-cu13";
 
@@ -71,7 +75,7 @@ pub fn underscored(version: Version) -> String {
 /// makes the next `cargo xtask test` provision again.
 pub fn pinned_spec() -> String {
     let mut spec = String::from("weft-toolchain 1\n");
-    for package in CUDA_PACKAGES.iter().chain(&LAUNCHER_PACKAGES) {
+    for package in CUDA_PACKAGES.iter().chain(&LAUNCHER_PACKAGES).chain(&MODEL_PACKAGES) {
         spec.push_str(&format!("venv {package}\n"));
     }
     for version in NCCL_VERSIONS {
@@ -124,6 +128,8 @@ pub struct Toolchain {
     pub nccl: Vec<NcclInstall>,
     /// MPICH's `mpiexec` (see [`LAUNCHER_PACKAGES`]).
     pub mpiexec: PathBuf,
+    /// The venv's python, which has numpy (see [`MODEL_PACKAGES`]).
+    pub python: PathBuf,
 }
 
 impl Toolchain {
@@ -162,7 +168,12 @@ impl Toolchain {
         }
         let mpiexec = dir.join("venv").join("bin").join("mpiexec");
         ensure!(mpiexec.is_file(), "missing {} (the mpich wheel)", mpiexec.display());
-        Ok(Self { dir, cuda_home, nvcc, nccl, mpiexec })
+        let python = dir.join("venv").join("bin").join("python");
+        // numpy sits next to nvcc's `nvidia/` in the venv's site-packages.
+        let site_packages = cuda_home.ancestors().nth(2).context("nvcc is not inside a site-packages directory")?;
+        let numpy = site_packages.join("numpy");
+        ensure!(python.is_file() && numpy.is_dir(), "missing {} (the numpy wheel)", numpy.display());
+        Ok(Self { dir, cuda_home, nvcc, nccl, mpiexec, python })
     }
 
     /// The environment test and bench processes get. Other crates code against these names.
@@ -175,6 +186,7 @@ impl Toolchain {
             ("CUDA_HOME".to_owned(), self.cuda_home.clone().into()),
             ("WEFT_CODEGEN_NCCL_INCLUDES".to_owned(), format_codegen_includes(&includes)?.into()),
             ("WEFT_TEST_MPIEXEC".to_owned(), self.mpiexec.clone().into()),
+            ("WEFT_TEST_PYTHON".to_owned(), self.python.clone().into()),
         ];
         for install in &self.nccl {
             env.push((libnccl_env_name(install.version), install.libnccl.clone().into()));
@@ -254,7 +266,7 @@ mod tests {
     #[test]
     fn spec_names_every_pin() {
         let spec = pinned_spec();
-        for package in CUDA_PACKAGES {
+        for package in CUDA_PACKAGES.iter().chain(&LAUNCHER_PACKAGES).chain(&MODEL_PACKAGES) {
             assert!(spec.contains(package), "{package} missing from {spec}");
         }
         for nccl in NCCL_VERSIONS {
