@@ -54,6 +54,10 @@ pub fn allreduce_bias_residual_lamport<T: Float>(
     hidden: usize,
     timeout_ns: u64,
 ) {
+    // Launched programmatically (PDL), the kernel may start before the previous one on the stream ends: wait for it
+    // (it may write `x` or `residual`, or be the previous round) before reading anything (a no-op otherwise). The
+    // deadline starts after it.
+    pdl_wait();
     let deadline = global_timer_ns() + timeout_ns;
     let peers = dev.lsa_size() as usize;
     let me = dev.lsa_rank() as usize;
@@ -96,6 +100,8 @@ pub fn allreduce_bias_residual_lamport<T: Float>(
         p += stride;
         c = epilogue_next_column(c, step, row_packs);
     }
+    // A programmatic dependent may start launching (its `pdl_wait()` still waits for this kernel to end).
+    pdl_launch_dependents();
     if timed_out {
         status[0] = 1;
     }
