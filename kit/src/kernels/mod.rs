@@ -11,35 +11,31 @@ pub mod moe;
 pub mod rmsnorm;
 pub mod zero_adam;
 
-/// The element types every kit kernel but the tensor-parallel GEMM ones (`gemm_tp`: `f16`, `bf16`) is instantiated for (`f32`, `bf16`): the one bound generic host
-/// code needs to launch any of them (the examples' `Real` has it).
-pub trait KitElement:
-    allreduce::lsa_allreduce::Instantiated
-    + allreduce_epilogue::allreduce_bias_residual_one_shot::Instantiated
-    + allreduce_epilogue::allreduce_bias_residual_two_shot::Instantiated
-    + allreduce_lamport::allreduce_bias_residual_lamport::Instantiated
-    + allreduce_multimem::allreduce_bias_residual_multimem::Instantiated
-    + moe::moe_dispatch::Instantiated
-    + moe::moe_toy_expert::Instantiated
-    + moe::moe_combine::Instantiated
-    + rmsnorm::rmsnorm_residual_tp::Instantiated
-    + zero_adam::zero_adam_step::Instantiated
-{
+/// `KitElement`: one trait with every listed kernel's `Instantiated` as a supertrait, and its blanket impl (the list
+/// written once).
+macro_rules! kit_element {
+    ($($($segment:ident)::+),+ $(,)?) => {
+        /// The element types every kit kernel but the tensor-parallel GEMM ones (`gemm_tp`: `f16`, `bf16`) is
+        /// instantiated for (`f32`, `bf16`): the one bound generic host code needs to launch any of them (the
+        /// examples' `Real` has it).
+        pub trait KitElement: $($($segment)::+ +)* {}
+
+        impl<T: $($($segment)::+ +)*> KitElement for T {}
+    };
 }
 
-impl<T> KitElement for T where
-    T: allreduce::lsa_allreduce::Instantiated
-        + allreduce_epilogue::allreduce_bias_residual_one_shot::Instantiated
-        + allreduce_epilogue::allreduce_bias_residual_two_shot::Instantiated
-        + allreduce_lamport::allreduce_bias_residual_lamport::Instantiated
-        + allreduce_multimem::allreduce_bias_residual_multimem::Instantiated
-        + moe::moe_dispatch::Instantiated
-        + moe::moe_toy_expert::Instantiated
-        + moe::moe_combine::Instantiated
-        + rmsnorm::rmsnorm_residual_tp::Instantiated
-        + zero_adam::zero_adam_step::Instantiated
-{
-}
+kit_element!(
+    allreduce::lsa_allreduce::Instantiated,
+    allreduce_epilogue::allreduce_bias_residual_one_shot::Instantiated,
+    allreduce_epilogue::allreduce_bias_residual_two_shot::Instantiated,
+    allreduce_lamport::allreduce_bias_residual_lamport::Instantiated,
+    allreduce_multimem::allreduce_bias_residual_multimem::Instantiated,
+    moe::moe_dispatch::Instantiated,
+    moe::moe_toy_expert::Instantiated,
+    moe::moe_combine::Instantiated,
+    rmsnorm::rmsnorm_residual_tp::Instantiated,
+    zero_adam::zero_adam_step::Instantiated,
+);
 
 /// Every kernel's name and generated CUDA C++.
 pub const ALL: &[(&str, &str)] = &[
