@@ -11,6 +11,7 @@ import os
 import sys
 
 import numpy as np
+from model_guard import read_transcribed
 rng=np.random.default_rng(0)
 
 # The lines of weft.cuh this model transcribes: if one changes, update the model with it.
@@ -28,12 +29,7 @@ TRANSCRIBED = [
     "return (warp / 4) * 64 + (f / 4) * 16 + in_fragment;",
     "return (warp % 4) * 32 + (f % 4) * 8 + in_fragment;",
 ]
-with open(CUH) as f:
-    source = f.read()
-drifted = [line for line in TRANSCRIBED if line not in source]
-if drifted:
-    print("weft.cuh no longer has these lines the model transcribes (update the model):", *drifted, sep="\n  ")
-    sys.exit(1)
+read_transcribed(CUH, TRANSCRIBED, "weft.cuh")
 failures = []
 BK=32; STAGES=3
 def simulate(M,N,K,lda,ldb,row0,col0):

@@ -7,9 +7,9 @@ itself is scripts/gemm_layout_model.py's). Every rank's result is compared with 
 ranks and grids smaller and larger than the tile count. Needs numpy (see gemm_layout_model.py). It exits non-zero
 on a mismatch, and when a line of gemm_tp.rs that it transcribes changes (keep the two in step)."""
 import os
-import sys
 
 import numpy as np
+from model_guard import read_transcribed
 
 KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kit", "src", "kernels", "gemm_tp.rs")
 TRANSCRIBED = [
@@ -21,12 +21,7 @@ TRANSCRIBED = [
     "let first = (band / ranks) * 128 * n + (t % tiles_n) * 128;",
     "let c = (i + first) % chunks;",
 ]
-with open(KERNELS) as f:
-    source = f.read()
-drifted = [line for line in TRANSCRIBED if line not in source]
-if drifted:
-    print("gemm_tp.rs no longer has these lines the model transcribes (update the model):", *drifted, sep="\n  ")
-    sys.exit(1)
+read_transcribed(KERNELS, TRANSCRIBED, "gemm_tp.rs")
 
 rng = np.random.default_rng(1)
 

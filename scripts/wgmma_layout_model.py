@@ -30,6 +30,8 @@ import random
 import re
 import sys
 
+from model_guard import read_transcribed
+
 VERBOSE = "-v" in sys.argv
 HERE = os.path.dirname(os.path.abspath(__file__))
 CUH = os.environ.get("WEFT_CUH", os.path.join(HERE, "..", "device", "cuda", "weft.cuh"))
@@ -66,9 +68,7 @@ EXPECTED_SOURCE = [
     "__shared__ alignas(1024) T sa[GEMM_STAGES][128 * GEMM_BK];",
     "__shared__ alignas(1024) T sb[GEMM_STAGES][GEMM_BK * 128];",
 ]
-src = open(CUH).read()
-for line in EXPECTED_SOURCE:
-    check(line in src, "weft.cuh no longer contains the modelled line: " + line)
+src = read_transcribed(CUH, EXPECTED_SOURCE, "weft.cuh")
 # The wgmma asm: shape/types, operands, immediates (scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b).
 m = re.search(r'wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\." TYPE "\." TYPE " \{([^}]*)\}, %64, %65, '
               r'(\d+), (\d+), (\d+), (\d+), (\d+);"', src)
