@@ -167,6 +167,16 @@ fn the_block_gemm_mainloop_matches_the_host_reference() {
 /// Set in the child process of [`a_block_of_the_wrong_size_stops_the_gemm`].
 const GEMM_CHILD: &str = "WEFT_GEMM_TEST_CHILD";
 
+/// `a` (128 x 32) and `b` (32 x 128) of ones and a zeroed 128 x 128 `out`, bf16: one block's GEMM.
+type Bf16Buffer = DeviceBuffer<half::bf16>;
+fn one_block_of_ones(s: &std::sync::Arc<weft::host::launch::CudaStream>) -> (Bf16Buffer, Bf16Buffer, Bf16Buffer) {
+    let (m, n, k) = (128, 128, 32);
+    let a = DeviceBuffer::from_host(s, &vec![half::bf16::ONE; m * k]).unwrap();
+    let b = DeviceBuffer::from_host(s, &vec![half::bf16::ONE; k * n]).unwrap();
+    let out = DeviceBuffer::from_host(s, &vec![half::bf16::ZERO; m * n]).unwrap();
+    (a, b, out)
+}
+
 /// The child's half: `gemm_tiles` launched with 128 threads per block (the mainloop needs 256).
 #[test]
 #[ignore = "needs a CUDA GPU; run by a_block_of_the_wrong_size_stops_the_gemm in its own process"]
@@ -177,9 +187,7 @@ fn gemm_block_size_child() {
     let comm = one_rank();
     let s = comm.context().new_stream().unwrap();
     let (m, n, k) = (128, 128, 32);
-    let a = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; m * k]).unwrap();
-    let b = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; k * n]).unwrap();
-    let mut out = DeviceBuffer::from_host(&s, &vec![half::bf16::ZERO; m * n]).unwrap();
+    let (a, b, mut out) = one_block_of_ones(&s);
     // `launch` refuses the block size before launching (a_block_of_the_wrong_size_is_refused_at_launch): past it,
     // through the raw arguments, the mainloop's own check must stop the kernel.
     let spec = gemm_tiles::spec::<half::bf16>();
@@ -206,9 +214,7 @@ fn a_block_of_the_wrong_size_is_refused_at_launch() {
     let comm = one_rank();
     let s = comm.context().new_stream().unwrap();
     let (m, n, k) = (128, 128, 32);
-    let a = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; m * k]).unwrap();
-    let b = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; k * n]).unwrap();
-    let mut out = DeviceBuffer::from_host(&s, &vec![half::bf16::ZERO; m * n]).unwrap();
+    let (a, b, mut out) = one_block_of_ones(&s);
     for block in [128, 512] {
         let err = gemm_tiles::launch(&s, LaunchConfig::linear(1, block), &a, &b, &mut out, m, n, k).unwrap_err();
         assert!(
