@@ -165,6 +165,10 @@ fn run() -> Result<()> {
                 // The all-gather may overwrite `staged` once the GEMMs enqueued before it are done.
                 side.wait(&s.record_event(None)?)?;
                 signal::launch(&side, signal_cfg, &dev, &x, &mut staged, &mut ready, shard * k, CHUNK_ROWS * k, epoch)?;
+                // The flags rise only once every peer's all-gather runs (its first barrier): on a shared GPU, enqueue
+                // the waits only after every peer has enqueued its all-gather, or the GPU may queue a peer's launch
+                // behind this rank's wait (docs/multi-rank.md, "Stream waits on flags that peers raise").
+                comm.line_up_gpu_peers("launching the decoupled all-gather")?;
                 // Each rank's rows as soon as they are in place, this rank's own first.
                 for step in 0..nranks {
                     let owner = (rank + step) % nranks;

@@ -112,7 +112,7 @@ fn a_failed_device_check_stops_the_kernel() {
     assert!(text.contains("is not below 256"), "{text}");
     assert!(text.contains("synchronize after the out-of-bounds gather: Err"), "{text}");
     // The trap report (host/src/trap.rs): the kernel, the line, the index and the limit, in the error value.
-    assert!(text.contains("weft's error: kernel `gather` (block"), "{text}");
+    assert!(text.contains("weft's error: Err(kernel `gather` (block"), "{text}");
     assert!(text.contains("out-of-bounds access: index 1073741824 is not below 256"), "{text}");
 }
 

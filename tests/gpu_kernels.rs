@@ -10,6 +10,7 @@ use example_kernels::allreduce::lsa_allreduce;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
 use cudarc::driver::CudaStream;
 use weft::host::caps::{Lsa, LsaGin};
 use weft::host::jit::{self, KernelSpec};
@@ -479,7 +480,11 @@ fn a_launch_larger_than_the_ranks_share_of_a_shared_gpu_is_refused() {
     let whole = LaunchConfig::one_wave(&function, &s, 256).unwrap();
     let share = comm.one_wave(&function, &s, 256).unwrap();
     println!("whole GPU {} blocks, this rank's share {}", whole.grid_dim.0, share.grid_dim.0);
-    assert_eq!(share.grid_dim.0, whole.grid_dim.0 / 2);
+    // Half of what is left once the multiprocessors NCCL's CTAs could take are set aside.
+    let sms = comm.context().attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap() as u64;
+    let per_sm = u64::from(whole.grid_dim.0) / sms;
+    assert_eq!(u64::from(share.grid_dim.0), weft::host::launch::shared_gpu_share(sms, per_sm, 2));
+    assert!(share.grid_dim.0 < whole.grid_dim.0 / 2, "the share leaves room for NCCL's CTAs");
     let dev: DevComm<'_, Lsa> = comm.dev_comm(&kernels::barrier_round_trips::requirements(&whole)).unwrap();
     let mut done = s.clone_htod(&vec![0u32; whole.grid_dim.0 as usize]).unwrap();
     let refused = kernels::barrier_round_trips::launch(&s, whole, &dev, 1, &mut done).unwrap_err();

@@ -314,15 +314,27 @@ impl<S: State, M: Mode> Communicator<S, M> {
     /// GEMM kernel loaded at its first launch, docs/multi-rank.md "Loading code"). With one rank per GPU it just
     /// runs `load`. A peer that never arrives ends the wait with `Error::Stalled` (or `Error::PeerFailed`).
     pub fn with_gpu_peers_idle<R>(&self, load: impl FnOnce() -> Result<R, Error>) -> Result<R, Error> {
-        let line_up = |after| match &self.local_group {
-            Some(group) => group.line_up(after, crate::placement::LINE_UP_TIMEOUT),
-            None => Ok(()),
-        };
-        line_up("with_gpu_peers_idle (before loading)")?;
+        self.line_up_gpu_peers("with_gpu_peers_idle (before loading)")?;
         let loaded = crate::cuda::loading_together(load);
         // The peers wait for this rank's load even when it failed: its error is returned after the line-up.
-        line_up("with_gpu_peers_idle (after loading)")?;
+        self.line_up_gpu_peers("with_gpu_peers_idle (after loading)")?;
         loaded
+    }
+
+    /// Waits (on the host) until every rank of this communicator that shares this GPU in this process has reached
+    /// the same point; `after` names the point in the error of a peer that never arrives (`Error::Stalled` after
+    /// `placement::LINE_UP_TIMEOUT`, or `Error::PeerFailed`). With one rank per GPU it returns at once.
+    ///
+    /// Use: before enqueuing a stream wait on a flag that a peer's kernel raises, directly or through a barrier
+    /// ([`DeviceBuffer::stream_wait_at_least`](crate::DeviceBuffer::stream_wait_at_least)), once this rank has
+    /// enqueued its own half — so that every peer has enqueued its half too. CUDA does not see the order such a
+    /// wait sets up, and may queue a peer's later work behind it on the GPU: the peer's producer would then wait
+    /// for the very wait it was to release (docs/multi-rank.md, "Stream waits on flags that peers raise").
+    pub fn line_up_gpu_peers(&self, after: &'static str) -> Result<(), Error> {
+        match &self.local_group {
+            Some(group) => group.line_up(after, crate::placement::LINE_UP_TIMEOUT),
+            None => Ok(()),
+        }
     }
 }
 

@@ -285,7 +285,7 @@ impl<C: CapabilitySet, M: Mode> DevComm<'_, C, M> {
 /// Whether every block of a launch with `cfg` can be resident next to the blocks of the same launch by each of the
 /// other `ranks_on_gpu - 1` ranks on the stream's GPU: a kernel taking a device communicator may wait at a barrier
 /// for its peers' blocks, and if those cannot be scheduled because its own blocks fill the GPU, it waits forever.
-/// Each rank gets `1 / ranks_on_gpu` of the blocks the GPU holds ([`LaunchConfig::one_wave_shared`]).
+/// Each rank gets its share of the GPU ([`super::shared_gpu_share`], as [`LaunchConfig::one_wave_shared`] gives it).
 pub fn check_co_resident(
     kernel: &'static str,
     function: &cudarc::driver::CudaFunction,
@@ -294,7 +294,7 @@ pub fn check_co_resident(
     ranks_on_gpu: usize,
 ) -> Result<()> {
     let resident = super::resident_blocks(function, stream, cfg)?;
-    let fits = resident / ranks_on_gpu.max(1) as u64;
+    let fits = super::co_resident_share(function, stream, cfg, ranks_on_gpu)?;
     if cfg.grid_size() <= fits {
         return Ok(());
     }

@@ -119,14 +119,14 @@ impl LaunchConfig {
         block: u32,
         ranks_on_gpu: usize,
     ) -> Result<LaunchConfig> {
-        let resident = resident_blocks(function, stream, &LaunchConfig::linear(1, block))?;
-        if resident == 0 {
+        let shape = LaunchConfig::linear(1, block);
+        if resident_blocks(function, stream, &shape)? == 0 {
             return Err(Error::invalid(
                 "block",
                 format!("{block} threads per block do not fit on a multiprocessor for this kernel; use fewer"),
             ));
         }
-        let share = (resident / ranks_on_gpu.max(1) as u64).max(1);
+        let share = co_resident_share(function, stream, &shape, ranks_on_gpu)?.max(1);
         Ok(LaunchConfig::linear(u32::try_from(share).unwrap_or(u32::MAX), block))
     }
 
@@ -408,28 +408,67 @@ impl<'a> ArgBuffer<'a> {
 /// How many blocks of `function` with `cfg`'s block size and dynamic shared memory the stream's GPU holds at once
 /// (multiprocessors × blocks per multiprocessor). Asked of the driver once per function and shape, then remembered.
 pub fn resident_blocks(function: &CudaFunction, stream: &CudaStream, cfg: &LaunchConfig) -> Result<u64> {
+    let (sms, per_sm) = occupancy(function, stream, cfg)?;
+    Ok(sms * per_sm)
+}
+
+/// The blocks of `function` (with `cfg`'s block size and dynamic shared memory) that one of `ranks_on_gpu` ranks
+/// sharing the stream's GPU may launch so that its grid and every peer's grid of the same shape are resident at
+/// once, next to the NCCL kernels the ranks may be running meanwhile: [`shared_gpu_share`] of the GPU's
+/// multiprocessors and of the blocks each holds. With one rank, the whole GPU.
+pub fn co_resident_share(
+    function: &CudaFunction,
+    stream: &CudaStream,
+    cfg: &LaunchConfig,
+    ranks_on_gpu: usize,
+) -> Result<u64> {
+    let (sms, per_sm) = occupancy(function, stream, cfg)?;
+    Ok(shared_gpu_share(sms, per_sm, ranks_on_gpu))
+}
+
+/// One rank's share of a GPU of `sms` multiprocessors holding `per_sm` blocks each, when `ranks_on_gpu` ranks share
+/// it. Their kernels that wait at barriers for each other must all be resident at once, but they are not alone on
+/// the GPU: a rank that got ahead runs an NCCL kernel meanwhile (up to
+/// [`SHARED_GPU_MAX_CTAS`](crate::placement::SHARED_GPU_MAX_CTAS) CTAs per rank, each of which may leave no room for
+/// a weft block on its multiprocessor). So the multiprocessors those CTAs could take are set aside first, then the
+/// rest divided among the ranks. Dividing the whole GPU exactly hung at 8 ranks on an H200 (docs/multi-rank.md).
+pub fn shared_gpu_share(sms: u64, per_sm: u64, ranks_on_gpu: usize) -> u64 {
+    let ranks = ranks_on_gpu.max(1) as u64;
+    if ranks == 1 {
+        return sms * per_sm;
+    }
+    let reserved = ranks * crate::placement::SHARED_GPU_MAX_CTAS.unsigned_abs() as u64;
+    // Never below one multiprocessor: a GPU too small for the reserve still gives each rank what it can.
+    let usable = sms.saturating_sub(reserved).max(1);
+    usable * per_sm / ranks
+}
+
+/// The stream's multiprocessors, and how many blocks of `function` with `cfg`'s shape each holds. Asked of the
+/// driver once per function and shape, then remembered.
+fn occupancy(function: &CudaFunction, stream: &CudaStream, cfg: &LaunchConfig) -> Result<(u64, u64)> {
     use std::collections::HashMap;
     use std::sync::{Mutex, PoisonError};
     type Shape = (usize, u64, u32, usize);
-    // Each entry keeps its function (and so its module) alive, so a handle in the table is never reused by another
-    // function while it is remembered.
-    static KNOWN: Mutex<Option<HashMap<Shape, (u64, CudaFunction)>>> = Mutex::new(None);
+    // Multiprocessors, blocks per multiprocessor; and the function, which each entry keeps (with its module)
+    // alive, so a handle in the table is never reused by another function while it is remembered.
+    type Known = ((u64, u64), CudaFunction);
+    static KNOWN: Mutex<Option<HashMap<Shape, Known>>> = Mutex::new(None);
     let context = stream.context();
     let key: Shape = (function.cu_function() as usize, cfg.block_size(), cfg.shared_mem_bytes, context.ordinal());
     let known = KNOWN.lock().unwrap_or_else(PoisonError::into_inner).as_ref().and_then(|m| m.get(&key).map(|e| e.0));
-    if let Some(resident) = known {
-        return Ok(resident);
+    if let Some(found) = known {
+        return Ok(found);
     }
     let sms = context.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     let block = u32::try_from(cfg.block_size()).unwrap_or(u32::MAX);
     let per_sm = function.occupancy_max_active_blocks_per_multiprocessor(block, cfg.shared_mem_bytes as usize, None)?;
-    let resident = u64::try_from(sms).unwrap_or(0) * u64::from(per_sm);
+    let found = (u64::try_from(sms).unwrap_or(0), u64::from(per_sm));
     KNOWN
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .get_or_insert_with(HashMap::new)
-        .insert(key, (resident, function.clone()));
-    Ok(resident)
+        .insert(key, (found, function.clone()));
+    Ok(found)
 }
 
 pub(crate) fn check_same_context(buffer_stream: &CudaStream, stream: &CudaStream) -> Result<()> {
@@ -552,6 +591,26 @@ mod tests {
             (offset_of!(WindowArg, win), offset_of!(WindowArg, offset_bytes), offset_of!(WindowArg, len)),
             (0, 8, 16)
         );
+    }
+
+    #[test]
+    fn ranks_sharing_a_gpu_split_what_nccls_ctas_leave() {
+        // One rank: the whole GPU. H200 (132 SMs): 4 CTAs per rank set aside, the rest divided.
+        assert_eq!(shared_gpu_share(132, 2, 1), 264);
+        assert_eq!(shared_gpu_share(132, 2, 2), 124);
+        assert_eq!(shared_gpu_share(132, 2, 8), 25);
+        assert_eq!(shared_gpu_share(132, 4, 8), 50);
+        // Every rank's share and every rank's NCCL CTAs fit on the GPU at once, one SM per CTA.
+        for ranks in 2..=8 {
+            for per_sm in 1..=8 {
+                let share = shared_gpu_share(132, per_sm, ranks);
+                let ctas = ranks as u64 * crate::placement::SHARED_GPU_MAX_CTAS as u64;
+                assert!(share * ranks as u64 <= (132 - ctas) * per_sm, "{ranks} ranks, {per_sm} per SM");
+            }
+        }
+        // A GPU smaller than the reserve still gives something (one SM's worth, divided; `one_wave` makes it ≥ 1).
+        assert_eq!(shared_gpu_share(16, 4, 8), 0);
+        assert_eq!(shared_gpu_share(16, 16, 8), 2);
     }
 
     #[test]

@@ -174,6 +174,12 @@ impl DeviceBuffer<u32> {
     /// A flag that is never raised leaves `stream` waiting: wait for it with a deadline (`cuda::settle_within`), and
     /// the buffer's drop, which waits for `stream`, reports `Error::Stalled` after `cuda::SETTLE_TIMEOUT` and leaks
     /// the memory rather than free it under the waiting stream.
+    ///
+    /// Enqueue the wait after the work that raises the flag, including what that work waits for: CUDA does not see
+    /// the order a stream wait sets up, and may queue work enqueued later behind it on the GPU (the CUDA driver
+    /// API's warning on stream memory operations). Where that work is a peer rank's kernel on a GPU the ranks share,
+    /// call [`Communicator::line_up_gpu_peers`](crate::Communicator::line_up_gpu_peers) between launching this
+    /// rank's half and enqueuing the waits, as example 08 does.
     pub fn stream_wait_at_least(&self, stream: &Arc<CudaStream>, index: usize, value: u32) -> Result<(), Error> {
         if index >= self.len {
             return Err(Error::invalid(
