@@ -35,10 +35,10 @@
 #             with the mma.sync mainloop, then WEFT_GEMM_MAINLOOP=wgmma), and
 #             examples 08 (all-gather + GEMM) and 09 (GEMM + reduce-scatter); both at 2, 4 and 8 ranks on 2.30.7
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
-#   fresh     (not in the default) what was written since the last GPU run, most important first: the trap reports
-#             (bounds and tensor-core tests in both gemm_block mainloops), the wgmma mainloop's tests, benchmark
-#             and example 08, the PDL tests (with the fused all-reduce's timings), the multimem refusal at 1, 2, 4
-#             and 8 ranks, example 03 (its kernels now call pdl_wait) at 2 and 8 ranks
+#   fresh     (not in the default) what was written since the last GPU run, most important first: the share test
+#             (barrier kernels leave NCCL's CTAs room on a shared GPU), example 08 five times and the graph test
+#             three times at 8 ranks (both hung once on 2026-12-04; fixes since), examples 08 and 09 with the wgmma
+#             mainloop at 1 (09), 2, 4 and 8 ranks
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s). WEFT_GPU_CHECK_DEADLINE=s skips the
 # runs that would start after s seconds (each is listed as skipped), so that the summary and the logs still come back
 # from a machine that limits a call's time. WEFT_GPU_CHECK_RANKS="4 8" limits the ranks part to those rank counts.
@@ -234,27 +234,27 @@ gemm() { # release: the tensor-core tests, the GEMM benchmark and example 08 at 
 }
 
 fresh() { # release: see the header
-  local release=$1
+  local release=$1 n i
   export LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}"
   if [ "$release" = 2.28.9 ]; then
-    run "2.28.9 test-gpu_bounds" 120 .gpu/bin/test-gpu_bounds --include-ignored --test-threads=1 --nocapture
-    WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 test-gpu_mma wgmma" 120 .gpu/bin/test-gpu_mma --include-ignored \
-      --test-threads=1 --nocapture
-    run "2.28.9 test-gpu_mma" 120 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
-    [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=wgmma WEFT_BENCH_OUT="$out/bench-gemm-wgmma" \
-      run "2.28.9 x1 bench-gemm wgmma" 300 .gpu/bin/test-gemm
-    WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 example-allgather_gemm wgmma" 180 .gpu/bin/example-allgather_gemm
-    run "2.28.9 test-gpu_pdl" 120 .gpu/bin/test-gpu_pdl --include-ignored --test-threads=1 --nocapture
-    run "2.28.9 test-gpu_multimem" 120 .gpu/bin/test-gpu_multimem --include-ignored --test-threads=1 --nocapture
+    WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 example-gemm_reduce_scatter wgmma" 180 .gpu/bin/example-gemm_reduce_scatter
   else
-    run "2.30.7 test-gpu_pdl" 120 .gpu/bin/test-gpu_pdl --include-ignored --test-threads=1 --nocapture
-    local n
-    for n in 2 4 8; do
-      WEFT_RANKS=$n run "2.30.7 x$n test-gpu_multimem" 120 .gpu/bin/test-gpu_multimem --include-ignored \
-        --test-threads=1 --nocapture
+    # The share test (one rank claiming to share its GPU: the share leaves room for NCCL's CTAs).
+    run "2.30.7 test-gpu_kernels" 300 .gpu/bin/test-gpu_kernels --include-ignored --test-threads=1 --nocapture
+    # The two 8-rank runs that hung on 2026-12-04, several times each: example 08 (ranks now line up before their
+    # stream waits on peer-raised flags) and the graph timing test (barrier kernels now leave NCCL's CTAs room).
+    for i in 1 2 3 4 5; do
+      WEFT_RANKS=8 run "2.30.7 x8 example-allgather_gemm #$i" 60 .gpu/bin/example-allgather_gemm
     done
-    for n in 2 8; do
-      WEFT_RANKS=$n run "2.30.7 x$n example-allreduce_bias_residual" 180 .gpu/bin/example-allreduce_bias_residual
+    for i in 1 2 3; do
+      WEFT_RANKS=8 run "2.30.7 x8 test-gpu_graphs #$i" 60 .gpu/bin/test-gpu_graphs --include-ignored \
+        --test-threads=1 --nocapture every_rank
+    done
+    # The wgmma mainloop across ranks, before it becomes the default on Hopper.
+    for n in 2 4 8; do
+      for e in allgather_gemm gemm_reduce_scatter; do
+        WEFT_GEMM_MAINLOOP=wgmma WEFT_RANKS=$n run "2.30.7 x$n example-$e wgmma" 120 ".gpu/bin/example-$e"
+      done
     done
   fi
 }
