@@ -152,7 +152,8 @@ pub enum Error {
     /// its blocks wait at barriers for peers' blocks that might never be scheduled, so it would hang.
     #[error(
         "`{kernel}` launches {blocks} blocks, but with {ranks_on_gpu} ranks sharing CUDA device {device} only {fits} \
-         blocks of it per rank are sure to be resident at once (the device holds {resident} of them); its blocks \
+         blocks of it per rank are sure to be resident at once (the device holds {resident} of them; the \
+         multiprocessors NCCL's kernels may hold meanwhile are set aside first); its blocks \
          wait at barriers for the peers' blocks, so a larger grid could hang: launch at most {fits} blocks \
          (`Communicator::one_wave` gives each rank its share of the GPU)"
     )]
