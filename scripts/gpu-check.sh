@@ -250,6 +250,12 @@ fresh() { # release: see the header
       WEFT_RANKS=8 run "2.30.7 x8 test-gpu_graphs #$i" 60 .gpu/bin/test-gpu_graphs --include-ignored \
         --test-threads=1 --nocapture every_rank
     done
+    # A diagnosis in case example 08 still hangs: CUDA maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
+    # queues (8 by default), shared by the 16 streams of 8 ranks; with 32 fewer of them share one (docs/multi-rank.md).
+    for i in 1 2 3; do
+      CUDA_DEVICE_MAX_CONNECTIONS=32 WEFT_RANKS=8 run "2.30.7 x8 example-allgather_gemm connections=32 #$i" 60 \
+        .gpu/bin/example-allgather_gemm
+    done
     # The wgmma mainloop across ranks, before it becomes the default on Hopper.
     for n in 2 4 8; do
       for e in allgather_gemm gemm_reduce_scatter; do
