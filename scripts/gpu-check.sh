@@ -38,7 +38,7 @@
 #   fresh     (not in the default) what was written since the last GPU run, most important first: the share test
 #             (barrier kernels leave NCCL's CTAs room on a shared GPU), example 08 five times and the graph test
 #             three times at 8 ranks (both hung once on 2026-12-04; fixes since), examples 08 and 09 with the wgmma
-#             mainloop at 1 (09), 2, 4 and 8 ranks
+#             mainloop at 1 (09), 2, 4 and 8 ranks, the GEMM benchmark with its new L2 bandwidth probe
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s). WEFT_GPU_CHECK_DEADLINE=s skips the
 # runs that would start after s seconds (each is listed as skipped), so that the summary and the logs still come back
 # from a machine that limits a call's time. WEFT_GPU_CHECK_RANKS="4 8" limits the ranks part to those rank counts.
@@ -238,6 +238,9 @@ fresh() { # release: see the header
   export LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}"
   if [ "$release" = 2.28.9 ]; then
     WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 example-gemm_reduce_scatter wgmma" 180 .gpu/bin/example-gemm_reduce_scatter
+    # The GEMM benchmark now also measures the L2 -> SM read bandwidth and the bound it sets (docs/gemm.md).
+    [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=wgmma WEFT_BENCH_OUT="$out/bench-gemm-wgmma" \
+      run "2.28.9 x1 bench-gemm wgmma" 300 .gpu/bin/test-gemm
   else
     # The share test (one rank claiming to share its GPU: the share leaves room for NCCL's CTAs).
     run "2.30.7 test-gpu_kernels" 300 .gpu/bin/test-gpu_kernels --include-ignored --test-threads=1 --nocapture
