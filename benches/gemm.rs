@@ -11,8 +11,9 @@
 //! `gemm.csv` there.
 //!
 //! It also measures what bounds a block GEMM whose tiles come from L2: the L2 -> SM read bandwidth
-//! (`benches/cuda/l2_read.cu`: one wave of threads streaming a 16 MiB buffer, `ld.global.cg`, several passes) and the
-//! throughput that bandwidth allows a 128 x 128 tile of bf16 operands (64 FLOP per byte read; docs/gemm.md).
+//! (`benches/cuda/l2_read.cu`: one wave of threads streaming a 16 MiB buffer, `ld.global.cg`, several passes), the
+//! same from memory (a 2 GiB buffer), and the throughput the L2 figure allows a 128 x 128 tile of bf16 operands (64
+//! FLOP per byte read; docs/gemm.md).
 
 use weft_kit::test_kernels::gemm_tiles;
 
@@ -140,16 +141,20 @@ fn main() -> Result<()> {
         );
         csv += &format!("{m},{n},{k},{},{},{tw},{tc},{},{}\n", row.weft_ms, row.cublas_ms, tw / tc, row.error);
     }
-    let l2 = l2_read_bandwidth(&ctx, &stream, if quick { 3 } else { 7 })?;
+    let probe_rounds = if quick { 3 } else { 7 };
+    let l2 = read_bandwidth(&ctx, &stream, L2_BYTES, 32, probe_rounds)?;
+    let hbm = read_bandwidth(&ctx, &stream, HBM_BYTES, 2, probe_rounds)?;
     // A 128 x 128 tile reads 128 rows of A and 128 columns of B per k: 512 bytes of bf16 for 2 * 128 * 128 FLOP.
     let bound = l2 * TILE_FLOP_PER_BYTE / 1e12;
     let best =
         rows.iter().map(|r| 2.0 * (r.shape.0 * r.shape.1 * r.shape.2) as f64 / r.weft_ms / 1e9).fold(0.0, f64::max);
     println!(
         "\nL2 -> SM reads: {:.2} TB/s (a 16 MiB buffer, one wave of 512-thread blocks, ld.global.cg, median of \
-         rounds); a 128 x 128 bf16 tile fed from L2 ({TILE_FLOP_PER_BYTE} FLOP per byte) is bounded at {bound:.0} \
-         TFLOP/s: weft's best above is {:.0}% of that bound",
+         rounds); memory -> SM reads: {:.2} TB/s (a 2 GiB buffer, the same kernel); a 128 x 128 bf16 tile fed from \
+         L2 ({TILE_FLOP_PER_BYTE} FLOP per byte) is bounded at {bound:.0} TFLOP/s: weft's best above is {:.0}% of \
+         that bound",
         l2 / 1e12,
+        hbm / 1e12,
         100.0 * best / bound
     );
     if let Some(dir) = std::env::var_os("WEFT_BENCH_OUT") {
@@ -157,7 +162,10 @@ fn main() -> Result<()> {
         std::fs::write(std::path::Path::new(&dir).join("gemm.csv"), csv)?;
         std::fs::write(
             std::path::Path::new(&dir).join("l2.csv"),
-            format!("l2_bytes_per_s,tile_flop_per_byte,tile_bound_tflops\n{l2},{TILE_FLOP_PER_BYTE},{bound}\n"),
+            format!(
+                "l2_bytes_per_s,memory_bytes_per_s,tile_flop_per_byte,tile_bound_tflops\n{l2},{hbm},\
+                 {TILE_FLOP_PER_BYTE},{bound}\n"
+            ),
         )?;
     }
     // Both sides compute the same products from the same bf16 inputs; they differ by rounding and summation order.
@@ -171,15 +179,25 @@ fn main() -> Result<()> {
 /// FLOP per byte of operands a 128 x 128 tile of bf16 reads: `2 * 128 * 128` per k over `2 * (128 + 128)` bytes.
 const TILE_FLOP_PER_BYTE: f64 = 64.0;
 
-/// The L2 -> SM read bandwidth in bytes per second: one wave of `l2_read` over a 16 MiB buffer (which stays in the
-/// H200's L2), `PASSES` passes per launch, the median of `rounds` launches after one to warm up.
-fn l2_read_bandwidth(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, rounds: usize) -> Result<f64> {
-    const BYTES: usize = 16 << 20;
-    const PASSES: u32 = 32;
+/// The L2 probe's buffer: 16 MiB stays in the H200's L2 (50 MB).
+const L2_BYTES: usize = 16 << 20;
+/// The memory probe's buffer: 2 GiB, far past L2.
+const HBM_BYTES: usize = 2 << 30;
+
+/// Read bandwidth in bytes per second: one wave of `l2_read` over a buffer of `bytes`, `passes` passes per launch,
+/// the median of `rounds` launches after one to warm up. A buffer that fits in L2 measures L2 -> SM reads; a larger
+/// one, memory -> SM reads.
+fn read_bandwidth(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    bytes: usize,
+    passes: u32,
+    rounds: usize,
+) -> Result<f64> {
     let probe = weft_kit::common::Baseline::load(ctx, "l2_read", include_str!("cuda/l2_read.cu"))?;
     let function = probe.function("l2_read")?;
     let cfg = LaunchConfig::one_wave(&function, stream, 512)?;
-    let x = stream.alloc_zeros::<u32>(BYTES / 4)?;
+    let x = stream.alloc_zeros::<u32>(bytes / 4)?;
     let mut out = stream.alloc_zeros::<u32>(usize::try_from(cfg.grid_size() * cfg.block_size())?)?;
     let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
     let (start, stop) = (ctx.new_event(timed)?, ctx.new_event(timed)?);
@@ -191,11 +209,11 @@ fn l2_read_bandwidth(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, rounds: u
             let read = args.slice_arg(&x, stream)?;
             let written = args.slice_arg_mut(&mut out, stream)?;
             args.push(read.ptr);
-            args.push(BYTES / 16);
-            args.push(PASSES);
+            args.push(bytes / 16);
+            args.push(passes);
             args.push(written.ptr);
             // SAFETY: the arguments are l2_read's (const uint4*, size_t, unsigned, unsigned*), in order; `x` holds
-            // BYTES / 16 vectors of 16 bytes (cudarc allocations are 256-byte aligned) and `out` one word per
+            // bytes / 16 vectors of 16 bytes (cudarc allocations are 256-byte aligned) and `out` one word per
             // thread of `cfg`; both outlive the launch (they are freed after the stream is settled below), and
             // `args` is dropped after the launch, recording the uses.
             unsafe { launch_raw(&function, stream, &cfg, &mut args)? };
@@ -206,5 +224,5 @@ fn l2_read_bandwidth(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, rounds: u
             seconds.push(f64::from(start.elapsed_ms(&stop)?) / 1e3);
         }
     }
-    Ok((BYTES as f64 * f64::from(PASSES)) / median(seconds))
+    Ok((bytes as f64 * f64::from(passes)) / median(seconds))
 }
