@@ -246,8 +246,9 @@ fresh() { # release: see the header
     run "2.30.7 test-gpu_kernels" 300 .gpu/bin/test-gpu_kernels --include-ignored --test-threads=1 --nocapture
     # The two 8-rank runs that hung on 2026-12-04, several times each: example 08 (ranks now line up before their
     # stream waits on peer-raised flags) and the graph timing test (barrier kernels now leave NCCL's CTAs room).
+    # 90 s: past kit's 60-s round timeout, so a stalled round ends in its error, naming the variant (on stderr).
     for i in 1 2 3 4 5; do
-      WEFT_RANKS=8 run "2.30.7 x8 example-allgather_gemm #$i" 60 .gpu/bin/example-allgather_gemm
+      WEFT_RANKS=8 run "2.30.7 x8 example-allgather_gemm #$i" 90 .gpu/bin/example-allgather_gemm
     done
     for i in 1 2 3; do
       WEFT_RANKS=8 run "2.30.7 x8 test-gpu_graphs #$i" 60 .gpu/bin/test-gpu_graphs --include-ignored \
@@ -256,7 +257,7 @@ fresh() { # release: see the header
     # A diagnosis in case example 08 still hangs: CUDA maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
     # queues (8 by default), shared by the 16 streams of 8 ranks; with 32 fewer of them share one (docs/multi-rank.md).
     for i in 1 2 3; do
-      CUDA_DEVICE_MAX_CONNECTIONS=32 WEFT_RANKS=8 run "2.30.7 x8 example-allgather_gemm connections=32 #$i" 60 \
+      CUDA_DEVICE_MAX_CONNECTIONS=32 WEFT_RANKS=8 run "2.30.7 x8 example-allgather_gemm connections=32 #$i" 90 \
         .gpu/bin/example-allgather_gemm
     done
     # The wgmma mainloop across ranks, before it becomes the default on Hopper.

@@ -200,7 +200,7 @@ pub fn time_variants(
     variants: usize,
     run: impl FnMut(usize) -> std::result::Result<(), Error>,
 ) -> std::result::Result<Vec<f64>, Error> {
-    time_variants_with(stopwatch, stream, warmup, iterations, variants, run, |_| Ok(()))
+    time_variants_with(stopwatch, stream, warmup, iterations, variants, run, |_| Ok(())).map_err(|f| (*f).report(None))
 }
 
 /// [`time_variants`] for variants that end in kernels which wait for nobody but may need a whole SM (cuBLAS's),
@@ -224,10 +224,30 @@ pub fn time_variants_apart(
     }
     let token = stream.alloc_zeros::<f32>(1)?;
     let mut sum = stream.alloc_zeros::<f32>(1)?;
-    time_variants_with(stopwatch, stream, warmup, iterations, variants, run, |stream| {
+    let between = |stream: &Arc<CudaStream>| {
         comm.all_reduce(&token, &mut sum, weft::host::ReduceOp::Sum, stream)?;
         weft::host::cuda::settle_within(stream, ROUND_TIMEOUT)
-    })
+    };
+    time_variants_with(stopwatch, stream, warmup, iterations, variants, run, between)
+        .map_err(|f| (*f).report(Some(comm.rank())))
+}
+
+/// A timed round that failed: which variant, in which round, at which step, and the error.
+struct FailedRound {
+    round: usize,
+    variant: usize,
+    step: &'static str,
+    error: Error,
+}
+
+impl FailedRound {
+    /// Says on stderr which run failed or stalled — the error cannot (a stalled round is the same `Error::Stalled`
+    /// whichever variant it was), and a hang's diagnosis starts there — and returns the error.
+    fn report(self, rank: Option<usize>) -> Error {
+        let who = rank.map(|r| format!("rank {r}: ")).unwrap_or_default();
+        eprintln!("{who}timed variant {} of round {} ({}): {}", self.variant, self.round, self.step, self.error);
+        self.error
+    }
 }
 
 fn time_variants_with(
@@ -238,12 +258,13 @@ fn time_variants_with(
     variants: usize,
     mut run: impl FnMut(usize) -> std::result::Result<(), Error>,
     mut between: impl FnMut(&Arc<CudaStream>) -> std::result::Result<(), Error>,
-) -> std::result::Result<Vec<f64>, Error> {
+) -> std::result::Result<Vec<f64>, Box<FailedRound>> {
     let mut samples = vec![Vec::with_capacity(iterations); variants];
     for round in 0..warmup + iterations {
         for (variant, times) in samples.iter_mut().enumerate() {
-            let ms = stopwatch.time(stream, || run(variant))?;
-            between(stream)?;
+            let failed = |step| move |error| Box::new(FailedRound { round, variant, step, error });
+            let ms = stopwatch.time(stream, || run(variant)).map_err(failed("its run"))?;
+            between(stream).map_err(failed("the line-up after it"))?;
             if round >= warmup {
                 times.push(ms);
             }
