@@ -82,13 +82,33 @@ static SHARED_GPU_TRAFFIC: std::sync::atomic::AtomicU64 = std::sync::atomic::Ato
 thread_local! {
     /// Set inside `Communicator::with_gpu_peers_idle`: loads there are lined up with the peers.
     static LOADING_TOGETHER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set when this thread enqueues work that waits for peers sharing its GPU (a collective, a launch of a kernel
+    /// taking a device communicator); cleared when it lines up with them (`placement::LocalGroup::line_up`).
+    static PEER_WORK_SINCE_LINE_UP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Records that ranks sharing `device` communicate (weft's collectives and device-communicator launches call it).
+/// Records that ranks sharing `device` communicate (weft's collectives and device-communicator launches call it),
+/// and that this thread has enqueued work waiting for its peers since it last lined up with them.
 pub(crate) fn note_shared_gpu_traffic(device: usize) {
     if device < 64 {
         SHARED_GPU_TRAFFIC.fetch_or(1 << device, std::sync::atomic::Ordering::Relaxed);
     }
+    PEER_WORK_SINCE_LINE_UP.with(|flag| flag.set(true));
+}
+
+/// Records that this thread has lined up with the ranks sharing its GPU: every peer has enqueued what it enqueued
+/// before the line-up.
+pub(crate) fn note_lined_up() {
+    PEER_WORK_SINCE_LINE_UP.with(|flag| flag.set(false));
+}
+
+/// Whether a stream wait on a device flag, enqueued now on `device`, risks the hang of docs/multi-rank.md ("Stream
+/// waits on flags that peers raise"): ranks share the device and this thread has enqueued work that waits for them
+/// since it last lined up with them, so a peer may not have enqueued its half yet.
+pub(crate) fn stream_wait_before_peers(device: usize) -> bool {
+    device < 64
+        && SHARED_GPU_TRAFFIC.load(std::sync::atomic::Ordering::Relaxed) & (1 << device) != 0
+        && PEER_WORK_SINCE_LINE_UP.with(std::cell::Cell::get)
 }
 
 /// Whether loading a module onto `device` now risks the hang of docs/multi-rank.md ("Load before launch"): ranks
@@ -211,5 +231,22 @@ mod tests {
         // Ordinals past the mask are never flagged (nor do they overflow the shift).
         note_shared_gpu_traffic(64);
         assert!(!late_load_on_shared_gpu(64));
+    }
+
+    #[test]
+    fn a_stream_wait_is_flagged_after_peer_work_until_the_thread_lines_up() {
+        // Device 62, on a thread of its own (the mark is per thread).
+        std::thread::spawn(|| {
+            assert!(!stream_wait_before_peers(62));
+            note_shared_gpu_traffic(62);
+            assert!(stream_wait_before_peers(62), "right after a launch that waits for peers");
+            note_lined_up();
+            assert!(!stream_wait_before_peers(62), "after lining up with them");
+            note_shared_gpu_traffic(62);
+            assert!(stream_wait_before_peers(62), "after the next one");
+            assert!(!stream_wait_before_peers(64), "ordinals past the mask are never flagged");
+        })
+        .join()
+        .unwrap();
     }
 }

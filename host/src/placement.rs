@@ -335,6 +335,7 @@ impl LocalGroup {
         if state.1 == self.size {
             *state = (round + 1, 0);
             self.turn.notify_all();
+            crate::cuda::note_lined_up();
             return Ok(());
         }
         // Woken by the last arrival, or every few milliseconds to look for a failed peer.
@@ -351,6 +352,7 @@ impl LocalGroup {
             }
             state = self.turn.wait_timeout(state, (deadline - now).min(LOOK)).unwrap_or_else(PoisonError::into_inner).0;
             if state.0 != round {
+                crate::cuda::note_lined_up();
                 return Ok(());
             }
         }

@@ -179,7 +179,9 @@ impl DeviceBuffer<u32> {
     /// the order a stream wait sets up, and may queue work enqueued later behind it on the GPU (the CUDA driver
     /// API's warning on stream memory operations). Where that work is a peer rank's kernel on a GPU the ranks share,
     /// call [`Communicator::line_up_gpu_peers`](crate::Communicator::line_up_gpu_peers) between launching this
-    /// rank's half and enqueuing the waits, as example 08 does.
+    /// rank's half and enqueuing the waits, as example 08 does. A wait enqueued where ranks of this process share
+    /// the GPU, after this thread's last launch that waits for peers and before it lined up with them, logs a
+    /// `tracing` warning once.
     pub fn stream_wait_at_least(&self, stream: &Arc<CudaStream>, index: usize, value: u32) -> Result<(), Error> {
         if index >= self.len {
             return Err(Error::invalid(
@@ -197,6 +199,9 @@ impl DeviceBuffer<u32> {
                     stream.context().ordinal()
                 ),
             ));
+        }
+        if crate::cuda::stream_wait_before_peers(stream.context().ordinal()) {
+            warn_stream_wait_before_peers();
         }
         // The drop waits for `stream` from now on: the wait reads the flag until it is satisfied.
         self.note_launch(stream);
@@ -281,5 +286,21 @@ impl StreamsUsed {
             crate::cuda::settle(stream)?;
         }
         Ok(())
+    }
+}
+
+/// Warns (once per process) of a stream wait enqueued on a GPU that ranks of this process share, by a thread that
+/// has enqueued work waiting for its peers since it last lined up with them: if the flag is raised by work those
+/// peers have yet to enqueue, the GPU may queue their launch behind this wait. A warning, not an error: a flag
+/// raised by this rank's own work alone is safe, and weft cannot see which work raises it.
+fn warn_stream_wait_before_peers() {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            "DeviceBuffer::stream_wait_at_least on a GPU that ranks of this process share, after this rank enqueued \
+             work that waits for its peers and before lining up with them: if peers' work raises the flag, call \
+             Communicator::line_up_gpu_peers between launching this rank's half and enqueuing the waits, or the GPU \
+             may queue a peer's launch behind this wait (docs/multi-rank.md, \"Stream waits on flags that peers raise\")"
+        );
     }
 }
