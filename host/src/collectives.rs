@@ -406,7 +406,7 @@ impl<M: Mode> Communicator<Active, M> {
     }
 
     /// Sends `send` to `peer` (`ncclSend`); `peer` posts a matching [`recv`](Self::recv). Pair sends and
-    /// receives inside a [`group`](crate::group) to avoid deadlock.
+    /// receives inside a [`group`](crate::group()) to avoid deadlock.
     pub fn send<T: Element>(&self, send: &impl DevicePtr<T>, peer: usize, stream: &CudaStream) -> Result<(), Error> {
         let raw_stream = self.check_stream(stream)?;
         let peer = self.check_rank_arg("peer", peer)?;

@@ -66,7 +66,7 @@ pub const DEFAULT_COMM_PORT: u16 = 29_601;
 
 impl Job {
     /// Reads the environment: `Ok(None)` when no launcher's variables are present (a plain process: run ranks over
-    /// the local GPUs with [`spmd`](crate::spmd) instead); an error naming the variable when one is missing,
+    /// the local GPUs with [`spmd`](crate::spmd()) instead); an error naming the variable when one is missing,
     /// malformed or inconsistent.
     pub fn from_env() -> Result<Option<Job>, Error> {
         Job::from_vars(|name| std::env::var(name).ok())
@@ -239,7 +239,7 @@ impl Job {
 impl crate::Communicator<crate::Active> {
     /// This process's rank of the job its launcher started ([`Job::from_env`]), initialised on its GPU
     /// ([`Job::device`]) with the job's unique id ([`Job::unique_id`]); `Ok(None)` when no launcher started the
-    /// process (run ranks over the local GPUs with [`spmd`](crate::spmd) then). Blocking: returns once every rank
+    /// process (run ranks over the local GPUs with [`spmd`](crate::spmd()) then). Blocking: returns once every rank
     /// joined.
     pub fn from_env(config: &crate::Config) -> Result<Option<crate::Communicator<crate::Active>>, Error> {
         match Job::from_env()? {

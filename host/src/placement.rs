@@ -89,7 +89,7 @@ impl Placement {
         }
     }
 
-    /// The device of each rank, in rank order (what [`spmd`](crate::spmd) takes).
+    /// The device of each rank, in rank order (what [`spmd`](crate::spmd()) takes).
     pub fn devices(&self) -> &[usize] {
         &self.devices
     }
@@ -290,7 +290,7 @@ mod tests {
 /// others: a fast rank may launch a kernel that waits at a barrier for a slow rank, while the slow rank is still
 /// inside the call and, with peers mapped, may wait for the whole device there. That deadlock was seen on an H200
 /// with NCCL 2.30.7 at 4 ranks (docs/multi-rank.md). So after each such call weft waits until every rank of the
-/// group has returned from it before any of them goes on. [`spmd`](crate::spmd) and `init_all` make the groups;
+/// group has returned from it before any of them goes on. [`spmd`](crate::spmd()) and `init_all` make the groups;
 /// threads of your own join one with [`Communicator::sharing_gpu_in`](crate::Communicator::sharing_gpu_in).
 #[derive(Debug)]
 pub struct LocalGroup {

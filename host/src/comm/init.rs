@@ -136,7 +136,7 @@ impl Communicator<Uninit, Blocking> {
     }
 
     /// Initialises one rank of a blocking communicator on `device`: [`Communicator::uninit`] + [`init`](Communicator::init).
-    /// To run several ranks on one GPU, use [`spmd`](crate::spmd) or say how many share it with
+    /// To run several ranks on one GPU, use [`spmd`](crate::spmd()) or say how many share it with
     /// [`Communicator::sharing_gpu`] before [`init`](Communicator::init).
     pub fn init_rank(
         device: usize,
@@ -152,7 +152,7 @@ impl Communicator<Uninit, Blocking> {
     /// `devices[i]`. A device listed several times holds several ranks (NCCL ≥ 2.30 with
     /// `NCCL_MULTI_RANK_GPU_ENABLE=1`, else [`Error::GpuSharing`]).
     ///
-    /// `ncclCommInitAll` takes no configuration, so NCCL's CTAs per rank are not capped as [`spmd`](crate::spmd)
+    /// `ncclCommInitAll` takes no configuration, so NCCL's CTAs per rank are not capped as [`spmd`](crate::spmd())
     /// caps them for ranks sharing a GPU: set `NCCL_MAX_CTAS` (docs/multi-rank.md) when several share one.
     pub fn init_all(devices: &[usize]) -> Result<Vec<Communicator<Active>>, Error> {
         refuse_in_group("Communicator::init_all (ncclCommInitAll)", "call it before opening the group")?;
@@ -206,7 +206,7 @@ impl<M: Mode> Communicator<Uninit, M> {
     /// Records that `ranks` ranks of the communicator about to be initialised run on this GPU, this one included
     /// (threads or processes of one job): launches then give each its share of the GPU
     /// ([`Communicator::ranks_on_gpu`]). Without this, initialisation takes `WEFT_RANKS_PER_GPU`, else 1.
-    /// [`spmd`](crate::spmd) and [`Communicator::init_all`] set it from their device lists.
+    /// [`spmd`](crate::spmd()) and [`Communicator::init_all`] set it from their device lists.
     pub fn sharing_gpu(self, ranks: usize) -> Result<Self, Error> {
         if ranks == 0 {
             return Err(Error::invalid("ranks", "at least this rank runs on its GPU: pass 1 or more"));
@@ -217,7 +217,7 @@ impl<M: Mode> Communicator<Uninit, M> {
     /// [`sharing_gpu`](Communicator::sharing_gpu) for ranks that are threads of this process: `group` holds them
     /// all (one [`LocalGroup`](crate::placement::LocalGroup) per GPU, shared by its ranks' threads), and after each
     /// collective setup call (this init, window registration, device communicator creation) every rank waits for
-    /// the others to return from it too. [`spmd`](crate::spmd) does this for you.
+    /// the others to return from it too. [`spmd`](crate::spmd()) does this for you.
     pub fn sharing_gpu_in(self, group: &Arc<crate::placement::LocalGroup>) -> Result<Self, Error> {
         Ok(self.sharing_gpu(group.size())?.with_local_group(Some(group.clone())))
     }

@@ -253,7 +253,7 @@ impl<S: State, M: Mode> Communicator<S, M> {
     /// Ranks that share a GPU share its multiprocessors, so a kernel whose blocks wait for a peer's blocks
     /// must leave room for them: [`Communicator::one_wave`] gives each rank its part of the GPU, and a launch
     /// of a kernel taking a device communicator is refused when its blocks could not all be resident next to
-    /// its peers' (docs/multi-rank.md). Known from the placement: [`spmd`](crate::spmd) and
+    /// its peers' (docs/multi-rank.md). Known from the placement: [`spmd`](crate::spmd()) and
     /// [`Communicator::init_all`] count the ranks per device; a communicator initialised on its own takes
     /// [`Communicator::sharing_gpu`]'s value, else `WEFT_RANKS_PER_GPU` (for one process per rank), else 1.
     /// Communicators split, shrunk or grown from it inherit the count (an upper bound for them).
