@@ -13,14 +13,17 @@
 //! It also measures what bounds a block GEMM whose tiles come from L2: the L2 -> SM read bandwidth
 //! (`benches/cuda/l2_read.cu`: one wave of threads streaming a 16 MiB buffer, `ld.global.cg`, several passes), the
 //! same from memory (a 2 GiB buffer), and the throughput the L2 figure allows a 128 x 128 tile of bf16 operands (64
-//! FLOP per byte read; docs/gemm.md).
+//! FLOP per byte read; docs/gemm.md). Last, on a GPU with `wgmma` (compute capability 9.0), an experiment that tests
+//! that bound: `benches/cuda/gemm_wide.cu`, the same `wgmma` mainloop with 128 x 256 tiles (85 FLOP per byte), against
+//! cuBLAS again (its layouts are checked on the CPU by `scripts/gemm_wide_model.py`); `gemm_wide.csv` and `l2.csv`
+//! beside `gemm.csv`.
 
 use weft_kit::test_kernels::gemm_tiles;
 
 use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaContext, CudaStream};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use half::bf16;
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::LaunchConfig;
@@ -95,30 +98,15 @@ fn main() -> Result<()> {
             &weft::host::cuda::download(&stream, &c_weft)?,
             &weft::host::cuda::download(&stream, &c_blas)?,
         );
-        // cudarc's default event flags disable timing (`elapsed_ms` is then CUDA_ERROR_INVALID_HANDLE).
-        let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let (start, stop) = (ctx.new_event(timed)?, ctx.new_event(timed)?);
-        let (mut weft_ms, mut blas_ms) = (Vec::new(), Vec::new());
-        for round in 0..rounds + 1 {
-            for weft_side in [round % 2 == 0, round % 2 != 0] {
-                start.record(&stream)?;
-                for _ in 0..repeats {
-                    if weft_side {
-                        gemm_tiles::launch(&stream, cfg, &a, &b, &mut c_weft, m, n, k)?;
-                    } else {
-                        weft_kit::blas::gemm(&blas, &a, &b, &mut c_blas, (m, n, k))?;
-                    }
-                }
-                stop.record(&stream)?;
-                weft::host::cuda::settle(&stream)?;
-                let ms = f64::from(start.elapsed_ms(&stop)?) / repeats as f64;
-                // Round 0 warms both up (clocks, cuBLAS's heuristics, the kernel's load).
-                if round > 0 {
-                    if weft_side { &mut weft_ms } else { &mut blas_ms }.push(ms);
-                }
-            }
-        }
-        rows.push(Row { shape: (m, n, k), weft_ms: median(weft_ms), cublas_ms: median(blas_ms), error });
+        let [weft_ms, cublas_ms] = alternate(
+            &ctx,
+            &stream,
+            Timing { rounds, repeats },
+            [&mut || Ok(gemm_tiles::launch(&stream, cfg, &a, &b, &mut c_weft, m, n, k)?), &mut || {
+                weft_kit::blas::gemm(&blas, &a, &b, &mut c_blas, (m, n, k)).map_err(Into::into)
+            }],
+        )?;
+        rows.push(Row { shape: (m, n, k), weft_ms, cublas_ms, error });
     }
     println!(
         "\n{:>20} | {:>9} {:>8} | {:>9} {:>8} | {:>11} | {:>9}",
@@ -157,16 +145,27 @@ fn main() -> Result<()> {
         hbm / 1e12,
         100.0 * best / bound
     );
-    if let Some(dir) = std::env::var_os("WEFT_BENCH_OUT") {
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(std::path::Path::new(&dir).join("gemm.csv"), csv)?;
+    let out_dir = std::env::var_os("WEFT_BENCH_OUT").map(std::path::PathBuf::from);
+    if let Some(dir) = &out_dir {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("gemm.csv"), csv)?;
         std::fs::write(
-            std::path::Path::new(&dir).join("l2.csv"),
+            dir.join("l2.csv"),
             format!(
                 "l2_bytes_per_s,memory_bytes_per_s,tile_flop_per_byte,tile_bound_tflops\n{l2},{hbm},\
                  {TILE_FLOP_PER_BYTE},{bound}\n"
             ),
         )?;
+    }
+    // Last, and on its own: a failure of the experiment (a wrong result is printed as such) costs nothing above.
+    match wide_experiment(&ctx, &stream, &blas, shapes, Timing { rounds, repeats }, l2, &rows) {
+        Ok(Some(wide_csv)) => {
+            if let Some(dir) = &out_dir {
+                std::fs::write(dir.join("gemm_wide.csv"), wide_csv)?;
+            }
+        }
+        Ok(None) => println!("\n(the 128 x 256-tile experiment needs compute capability 9.0: not run)"),
+        Err(error) => println!("\nthe 128 x 256-tile experiment failed: {error}"),
     }
     // Both sides compute the same products from the same bf16 inputs; they differ by rounding and summation order.
     let worst = rows.iter().map(|r| r.error).fold(0.0, f64::max);
@@ -225,4 +224,154 @@ fn read_bandwidth(
         }
     }
     Ok((bytes as f64 * f64::from(passes)) / median(seconds))
+}
+
+/// How a side is timed: `repeats` runs between two CUDA events, over `rounds` rounds after one to warm up.
+#[derive(Clone, Copy)]
+struct Timing {
+    rounds: usize,
+    repeats: usize,
+}
+
+/// Times each of `sides` (one run each) as `timing` says, each round starting with the next side; the median
+/// milliseconds per run of each.
+fn alternate<const N: usize>(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    Timing { rounds, repeats }: Timing,
+    sides: [&mut dyn FnMut() -> Result<()>; N],
+) -> Result<[f64; N]> {
+    // cudarc's default event flags disable timing (`elapsed_ms` is then CUDA_ERROR_INVALID_HANDLE).
+    let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let (start, stop) = (ctx.new_event(timed)?, ctx.new_event(timed)?);
+    let mut ms_of: [Vec<f64>; N] = std::array::from_fn(|_| Vec::new());
+    for round in 0..rounds + 1 {
+        for side in (0..N).map(|i| (i + round) % N) {
+            start.record(stream)?;
+            for _ in 0..repeats {
+                sides[side]()?;
+            }
+            stop.record(stream)?;
+            weft::host::cuda::settle(stream)?;
+            // Round 0 warms every side up (clocks, cuBLAS's heuristics, the kernels' loads).
+            if round > 0 {
+                ms_of[side].push(f64::from(start.elapsed_ms(&stop)?) / repeats as f64);
+            }
+        }
+    }
+    Ok(ms_of.map(median))
+}
+
+/// The 128 x 256-tile experiment against cuBLAS at every shape, where the GPU has `wgmma`: prints its table and
+/// returns its CSV (`None` where it cannot run). `l2` is the measured L2 read bandwidth, `rows` the main results.
+fn wide_experiment(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    blas: &CudaBlas,
+    shapes: &[(usize, usize, usize)],
+    timing: Timing,
+    l2: f64,
+    rows: &[Row],
+) -> Result<Option<String>> {
+    let Some(wide) = WideTile::load(ctx)? else { return Ok(None) };
+    // 128 x 256 tiles read 768 bytes of bf16 operands per 65 536 FLOP per k.
+    let bound = l2 * (65536.0 / 768.0) / 1e12;
+    println!(
+        "\nExperiment (benches/cuda/gemm_wide.cu, hand-written, not weft's API): the wgmma mainloop with 128 x 256 \
+         tiles (m64n256k16, 3 stages in 72 KB of dynamic shared memory, one block per SM), against cuBLAS again; \
+         bound by L2 at {bound:.0} TFLOP/s (85 FLOP per byte)\n{:>20} | {:>9} {:>8} | {:>11} | {:>11} | {:>9}",
+        "M x N x K", "wide ms", "TFLOP/s", "wide/cuBLAS", "wide/weft", "rel. err"
+    );
+    let mut csv =
+        String::from("m,n,k,wide_ms,cublas_ms,wide_tflops,cublas_tflops,ratio_to_cublas,ratio_to_weft,error\n");
+    for (&(m, n, k), row) in shapes.iter().zip(rows) {
+        let a = stream.clone_htod(&random(m * k, 1))?;
+        let b = stream.clone_htod(&random(k * n, 2))?;
+        let mut c_wide = stream.alloc_zeros::<bf16>(m * n)?;
+        let mut c_blas = stream.alloc_zeros::<bf16>(m * n)?;
+        wide.launch(stream, &a, &b, &mut c_wide, (m, n, k))?;
+        weft_kit::blas::gemm(blas, &a, &b, &mut c_blas, (m, n, k))?;
+        let error = relative_error(
+            &weft::host::cuda::download(stream, &c_wide)?,
+            &weft::host::cuda::download(stream, &c_blas)?,
+        );
+        let [wide_ms, cublas_ms] = alternate(
+            ctx,
+            stream,
+            timing,
+            [&mut || wide.launch(stream, &a, &b, &mut c_wide, (m, n, k)), &mut || {
+                weft_kit::blas::gemm(blas, &a, &b, &mut c_blas, (m, n, k)).map_err(Into::into)
+            }],
+        )?;
+        let flops = 2.0 * m as f64 * n as f64 * k as f64;
+        let (tx, tc, tw) = (flops / wide_ms / 1e9, flops / cublas_ms / 1e9, flops / row.weft_ms / 1e9);
+        let wrong = if error > 1e-2 { "  WRONG RESULT" } else { "" };
+        println!(
+            "{:>20} | {wide_ms:>9.3} {tx:>8.1} | {:>10.2}x | {:>10.2}x | {error:>9.1e}{wrong}",
+            format!("{m}x{n}x{k}"),
+            tx / tc,
+            tx / tw
+        );
+        csv += &format!("{m},{n},{k},{wide_ms},{cublas_ms},{tx},{tc},{},{},{error}\n", tx / tc, tx / tw);
+    }
+    Ok(Some(csv))
+}
+
+/// The 128 x 256-tile experiment (benches/cuda/gemm_wide.cu), compiled for sm_90a with its `wgmma`.
+struct WideTile {
+    _module: Arc<cudarc::driver::CudaModule>,
+    function: cudarc::driver::CudaFunction,
+}
+
+impl WideTile {
+    /// Its dynamic shared memory: 3 stages of 128 x 32 + 32 x 256 bf16, and 1 KB to align them (GEMM_WIDE_SMEM).
+    const SHARED_BYTES: u32 = 3 * (128 * 32 + 32 * 256) * 2 + 1024;
+
+    /// Compiles and loads it where the GPU is compute capability 9.0 (the only one with `wgmma`); `None` elsewhere.
+    fn load(ctx: &Arc<CudaContext>) -> Result<Option<WideTile>> {
+        use weft::host::jit::{self, CompileRequest, GemmMainloop, GpuArch};
+        if ctx.compute_capability()? != (9, 0) {
+            return Ok(None);
+        }
+        let source = include_str!("cuda/gemm_wide.cu");
+        let request = CompileRequest::new("gemm_wide", source, weft::device::WEFT_CUH, GpuArch::SM_90)
+            .with_gemm_mainloop(GemmMainloop::Wgmma);
+        let module = jit::load(ctx, &jit::compile_cubin(jit::toolchain()?, &request)?)?;
+        let function = jit::load_function(&module, "gemm_wide", "gemm_wide_bf16")?;
+        let attribute = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        function.set_attribute(attribute, Self::SHARED_BYTES as i32)?;
+        Ok(Some(WideTile { _module: module, function }))
+    }
+
+    /// `c = a * b` (`m x k` by `k x n`, row-major bf16), one block per 128 x 256 tile.
+    fn launch(
+        &self,
+        stream: &Arc<CudaStream>,
+        a: &CudaSlice<bf16>,
+        b: &CudaSlice<bf16>,
+        c: &mut CudaSlice<bf16>,
+        (m, n, k): (usize, usize, usize),
+    ) -> Result<()> {
+        if !(m % 128 == 0 && n % 256 == 0 && k % 32 == 0 && a.len() >= m * k && b.len() >= k * n && c.len() >= m * n) {
+            return Err(
+                format!("gemm_wide: {m} x {n} x {k} needs m, n, k multiples of 128, 256, 32 and full buffers").into()
+            );
+        }
+        let cfg = LaunchConfig::linear(u32::try_from((m / 128) * (n / 256))?, 256).with_shared_mem(Self::SHARED_BYTES);
+        let mut args = ArgBuffer::new();
+        let (a_arg, b_arg) = (args.slice_arg(a, stream)?, args.slice_arg(b, stream)?);
+        let c_arg = args.slice_arg_mut(c, stream)?;
+        args.push(a_arg.ptr);
+        args.push(b_arg.ptr);
+        args.push(c_arg.ptr);
+        args.push(m);
+        args.push(n);
+        args.push(k);
+        // SAFETY: the arguments are gemm_wide_bf16's (three pointers, three size_t), in order; the shapes meet its
+        // preconditions (checked above: m, n, k multiples of 128, 256 and 32, and every tile inside a, b and c);
+        // 256 threads and the dynamic shared memory it needs (its attribute set at load); the buffers outlive the
+        // launch (`args`, dropped after it, records the uses, and they are freed only after the stream settles).
+        unsafe { launch_raw(&self.function, stream, &cfg, &mut args)? };
+        Ok(())
+    }
 }

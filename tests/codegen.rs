@@ -7,6 +7,7 @@
 use weft_kit::kernels as example_kernels;
 use weft_kit::test_kernels as kernels;
 
+use std::path::Path;
 use weft::host::jit::{ArgAlignment, BoundsChecks, CompileRequest, GemmMainloop, GpuArch, KernelCache, Toolchain};
 
 /// CUDA C++ written by hand against `weft.cuh` (GPU tests that need what the Rust vocabulary does not offer).
@@ -133,20 +134,8 @@ fn the_wgmma_form_of_the_gemm_kernels_is_not_serialized_by_ptxas() {
             let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90)
                 .with_flags(ArgAlignment::Aligned16.flags_with(check))
                 .with_gemm_mainloop(GemmMainloop::Wgmma);
-            let mut command = std::process::Command::new(&toolchain.nvcc);
-            command.args(request.flags()).args(["-Xptxas", "-v"]);
-            for include in
-                [Some(dir.path()), Some(toolchain.nccl_include.as_path()), Some(toolchain.cuda_include.as_path())]
-                    .into_iter()
-                    .chain([toolchain.cccl_include.as_deref()])
-                    .flatten()
-            {
-                command.arg(format!("-I{}", include.display()));
-            }
-            let output = command.arg(&path).arg("-o").arg(dir.path().join(format!("{name}.cubin"))).output().unwrap();
-            let text =
-                format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-            assert!(output.status.success(), "`{name}` ({check:?}, NCCL {version}) did not compile:\n{text}");
+            let (compiled, text) = ptxas_report(&toolchain, dir.path(), &path, &request);
+            assert!(compiled, "`{name}` ({check:?}, NCCL {version}) did not compile:\n{text}");
             assert!(text.contains("Used"), "ptxas -v printed no resource usage for `{name}`:\n{text}");
             assert!(
                 !text.contains("C7510") && !text.contains("serialized"),
@@ -154,4 +143,40 @@ fn the_wgmma_form_of_the_gemm_kernels_is_not_serialized_by_ptxas() {
             );
         }
     }
+}
+
+/// The GEMM benchmark's 128 × 256-tile experiment (benches/cuda/gemm_wide.cu) compiles for sm_90a as the benchmark
+/// compiles it, without spills and without ptxas serializing its `wgmma`.
+#[test]
+fn the_wide_tile_gemm_experiment_compiles_for_sm90a_without_spills_or_serialized_mmas() {
+    let nvcc = std::env::var("WEFT_NVCC").expect("WEFT_NVCC is not set: run the tests through `cargo xtask test`");
+    let (_, include) = include_sets().into_iter().next().expect("an NCCL header set");
+    let toolchain = Toolchain::from_paths(&nvcc, &include, None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let source = include_str!("../benches/cuda/gemm_wide.cu");
+    let path = dir.path().join("gemm_wide.cu");
+    std::fs::write(&path, source).unwrap();
+    let request = CompileRequest::new("gemm_wide", source, weft::device::WEFT_CUH, GpuArch::SM_90)
+        .with_gemm_mainloop(GemmMainloop::Wgmma);
+    let (compiled, text) = ptxas_report(&toolchain, dir.path(), &path, &request);
+    assert!(compiled, "gemm_wide.cu did not compile:\n{text}");
+    assert!(text.contains("0 bytes spill stores, 0 bytes spill loads"), "gemm_wide.cu spills:\n{text}");
+    assert!(!text.contains("C7510") && !text.contains("serialized"), "ptxas serializes its wgmma:\n{text}");
+}
+
+/// Compiles `path` as `request` says with `-Xptxas -v` (headers from `dir`, NCCL's and CUDA's): whether it
+/// compiled, and everything nvcc and ptxas printed.
+fn ptxas_report(toolchain: &Toolchain, dir: &Path, path: &Path, request: &CompileRequest<'_>) -> (bool, String) {
+    let mut command = std::process::Command::new(&toolchain.nvcc);
+    command.args(request.flags()).args(["-Xptxas", "-v"]);
+    for include in [Some(dir), Some(toolchain.nccl_include.as_path()), Some(toolchain.cuda_include.as_path())]
+        .into_iter()
+        .chain([toolchain.cccl_include.as_deref()])
+        .flatten()
+    {
+        command.arg(format!("-I{}", include.display()));
+    }
+    let output = command.arg(path).arg("-o").arg(path.with_extension("cubin")).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
 }

@@ -2,6 +2,8 @@
 //! when the lines of the code it transcribes change, run on every `cargo xtask test`.
 //! - `scripts/wgmma_layout_model.py` (standard library): the wgmma mainloop of `gemm_block` (device/cuda/weft.cuh),
 //!   its shared-memory stages, matrix descriptors and accumulator mapping against the PTX ISA's canonical layouts.
+//! - `scripts/gemm_wide_model.py` (standard library, on top of the previous one): the 128 × 256-tile wgmma experiment
+//!   of the GEMM benchmark (benches/cuda/gemm_wide.cu): its stages, descriptors and epilogue.
 //! - `scripts/gemm_layout_model.py` (numpy): the mma.sync mainloop's stage fill, `ldmatrix` addresses, fragments and
 //!   epilogue mapping, multiplied out against A × B.
 //! - `scripts/tp_gemm_model.py` (numpy): the tile walks, owners, reduce-scatter slots and signalled chunks of the
@@ -34,6 +36,11 @@ fn run_model(python: &str, script: &str) {
 #[test]
 fn the_wgmma_mainloop_reads_every_operand_element_where_the_model_of_the_ptx_layouts_says() {
     run_model("python3", "scripts/wgmma_layout_model.py");
+}
+
+#[test]
+fn the_wide_tile_gemm_experiment_reads_and_writes_where_the_model_of_the_ptx_layouts_says() {
+    run_model("python3", "scripts/gemm_wide_model.py");
 }
 
 /// The venv's python (with numpy), or a skip saying why.
