@@ -1,6 +1,7 @@
 //! The host side of the barrier-free one-shot all-reduce + bias + residual
-//! ([`allreduce_bias_residual_lamport`], kernels/allreduce_lamport.rs): its window of three rotating buffers, the
-//! per-block round counters and the status word, kept together so that the kernel's invariants hold between calls.
+//! ([`allreduce_bias_residual_lamport`](crate::kernels::allreduce_lamport::allreduce_bias_residual_lamport()),
+//! kernels/allreduce_lamport.rs): its window of three rotating buffers, the per-block round counters and the status
+//! word, kept together so that the kernel's invariants hold between calls.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +36,7 @@ impl LamportElement for half::bf16 {
 /// How long a block waits for a peer's pack before the round fails (`status`), unless told otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One rank's state for [`kernel`] at one size: `n = rows × hidden` elements of `T`, launched with `cfg` on every
+/// One rank's state for [`kernel()`] at one size: `n = rows × hidden` elements of `T`, launched with `cfg` on every
 /// rank (the same grid everywhere).
 pub struct LamportAllReduce<'comm, T: LamportElement> {
     lamport: Window<'comm, T>,

@@ -2,7 +2,7 @@
 //! examples' kernels ([`kernels`]) and the tests' ([`test_kernels`]) — `tests/codegen.rs` compiles every one of them
 //! against each NCCL release's headers — the hand-written baselines' CUDA C++ ([`baselines`]), the examples' host
 //! helpers ([`common`]), the unfused MoE run the MoE example and benchmark share ([`moe_unfused`]), the benchmarks'
-//! spin kernel ([`spin`]) and pure parts ([`bench`]). Not published; the workspace's `weft` package uses it as
+//! spin kernel ([`spin`]) and pure parts ([`mod@bench`]). Not published; the workspace's `weft` package uses it as
 //! a dev-dependency.
 
 // Unpublished helpers for the workspace's own targets: their handles (streams, modules, buffers) have no useful Debug.

@@ -169,9 +169,9 @@ pub fn mma_gemm<T: MmaElement>(a: &[T], b: &[T], out: &mut [f32], m: usize, n: u
     }
 }
 
-/// [`mma_gemm`] through shared memory and `ldmatrix`: each 16 x 16 slice of `a` and 16 x 8 slice of `b` is copied
+/// [`mma_gemm()`] through shared memory and `ldmatrix`: each 16 x 16 slice of `a` and 16 x 8 slice of `b` is copied
 /// into a shared tile by the block's one warp (launch 32 threads per block), then loaded into fragments with one
-/// `ldmatrix` each. Same shapes and result as [`mma_gemm`].
+/// `ldmatrix` each. Same shapes and result as [`mma_gemm()`].
 #[weft::kernel(types(f16, bf16))]
 pub fn mma_gemm_shared<T: MmaElement>(a: &[T], b: &[T], out: &mut [f32], m: usize, n: usize, k: usize) {
     let mut tile_a = SharedArray::<T, 256>::new();

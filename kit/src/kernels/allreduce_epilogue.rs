@@ -7,10 +7,10 @@
 //!
 //! Two algorithms, the same arguments but one scratch window:
 //!
-//! - [`allreduce_bias_residual_one_shot`] (small messages, or few ranks): every rank reads every peer's `x` and
+//! - [`allreduce_bias_residual_one_shot()`] (small messages, or few ranks): every rank reads every peer's `x` and
 //!   writes the whole result. Per rank: reads `nranks x N` elements over NVLink (`N` from itself) + `N` of
 //!   residual, writes `N`. Two LSA barriers; the latency of one pass.
-//! - [`allreduce_bias_residual_two_shot`] (large messages on many ranks): rank `r` reduces slice `r` (`N / nranks`
+//! - [`allreduce_bias_residual_two_shot()`] (large messages on many ranks): rank `r` reduces slice `r` (`N / nranks`
 //!   elements) from every peer, applies the epilogue, and stores the result in its own `y` window slice (and in
 //!   its own `out`); after an LSA barrier every rank copies the other slices from their owners' `y`. Per rank:
 //!   reads `N` of `x` + `N / nranks` of residual + `(nranks - 1) / nranks x N` of peers' `y`, writes
@@ -105,7 +105,7 @@ pub fn allreduce_bias_residual_one_shot<T: Float>(
 /// Two-shot all-reduce + bias + residual over the LSA team: reduce-scatter with the epilogue into `y`, then an
 /// all-gather of `y` into `out`.
 ///
-/// Arguments as [`allreduce_bias_residual_one_shot`], plus `y`: a scratch window of `n` elements (only this
+/// Arguments as [`allreduce_bias_residual_one_shot()`], plus `y`: a scratch window of `n` elements (only this
 /// rank's slice of it is written, only by this kernel). With `u` the unit of work (a pack of
 /// `pack_lanes::<T>()` elements when rows are whole packs, else an element) and `U = n / u` units, slice `q` is
 /// units `[U * q / lsa_size, U * (q + 1) / lsa_size)`.

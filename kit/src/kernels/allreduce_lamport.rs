@@ -1,6 +1,6 @@
 //! All-reduce + bias + residual in one shot and without a barrier: the data carries its own "written" flag
 //! (Lamport; the vocabulary's [`Lamport`] packs), for small messages where the two LSA barriers of
-//! [`allreduce_bias_residual_one_shot`](super::allreduce_epilogue::allreduce_bias_residual_one_shot) cost as much as
+//! [`allreduce_bias_residual_one_shot`](super::allreduce_epilogue::allreduce_bias_residual_one_shot()) cost as much as
 //! the data (bench/RESULTS.md: below 64 KB weft's one-shot only ties `ncclAllReduce`).
 //!
 //! ```text

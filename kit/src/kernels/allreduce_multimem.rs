@@ -4,7 +4,7 @@
 //! out[r][c] = sum over ranks of x_rank[r][c]  +  bias[c]  +  residual[r][c]        (x, out: rows x hidden)
 //! ```
 //!
-//! [`allreduce_bias_residual_multimem`] is the one-shot of kernels/allreduce_epilogue.rs with its inner loop over
+//! [`allreduce_bias_residual_multimem()`] is the one-shot of kernels/allreduce_epilogue.rs with its inner loop over
 //! peers replaced by one `multimem.ld_reduce` per element: every rank reads each element once, through the window's
 //! multicast address, and the NVSwitch returns the sum over the LSA team. Per rank that is `N` loads instead of
 //! `nranks x N`, with the same two LSA barriers (the first makes every peer's `x` readable, the second keeps it

@@ -1,6 +1,6 @@
 //! Tensor-parallel linear layers with their communication fused into the GEMM (issue 15's examples).
 //!
-//! [`allgather_gemm`], the column-parallel linear: the activations `x` are sharded by rows over the LSA team (rank
+//! [`allgather_gemm()`], the column-parallel linear: the activations `x` are sharded by rows over the LSA team (rank
 //! `r` holds rows `r·m/R ..` in its window), and every rank computes `out = all_gather(x) × w` for its own column
 //! slice `w` of the weights. Instead of gathering `x` into a local buffer first (`ncclAllGather`), each block's
 //! 128 × 128 output tile reads its 128 rows of `x` straight from the owner's window over LSA, tile by tile as the
@@ -8,7 +8,7 @@
 //! first tiles start as soon as the barrier says every shard is in place. Each rank walks the tiles starting with
 //! the rows of its own shard, so that at any moment the ranks read different peers.
 //!
-//! [`gemm_reduce_scatter`], the row-parallel linear: every rank multiplies its own `k` slice, and the sum over
+//! [`gemm_reduce_scatter()`], the row-parallel linear: every rank multiplies its own `k` slice, and the sum over
 //! ranks is scattered by rows. Instead of writing the whole partial product and reduce-scattering it
 //! (`ncclReduceScatter`), each output tile goes straight from the registers into its owner's window, and each
 //! owner sums what arrived.
@@ -187,7 +187,7 @@ pub fn allgather_signal<T: Float>(
     bar.sync(Cta, Order::Release);
 }
 
-/// Whether `m × n × k` on `ranks` ranks suits [`allgather_gemm`] and [`gemm_reduce_scatter`] (`m / ranks` and `n`
+/// Whether `m × n × k` on `ranks` ranks suits [`allgather_gemm()`] and [`gemm_reduce_scatter()`] (`m / ranks` and `n`
 /// multiples of 128, `k` a positive multiple of 32): an error naming the dimension and the fix, before a launch whose
 /// device-side check would stop the kernel (and with it the CUDA context).
 pub fn check_shape(m: usize, n: usize, k: usize, ranks: usize) -> Result<(), weft::host::Error> {

@@ -4,17 +4,17 @@
 //! Every rank has `tokens` tokens of `hidden` elements and a top-1 expert per token; expert `e` lives on rank
 //! `e / experts_per_rank`. Four kernels, in stream order on every rank:
 //!
-//! 1. [`moe_route`] (one block): for each destination rank, which of this rank's tokens go there, in token order.
+//! 1. [`moe_route()`] (one block): for each destination rank, which of this rank's tokens go there, in token order.
 //!    Writes `order` (this rank's token indices grouped by destination, a window peers read), `position[t]`
 //!    (token `t`'s place within its destination group), and pushes `(count, offset in order)` into slot `me` of
 //!    every destination's `meta` window: the counts are exchanged first, through a small window.
-//! 2. [`moe_dispatch`]: each rank lays out what it receives by source rank, then token order: received token `j`
+//! 2. [`moe_dispatch()`]: each rank lays out what it receives by source rank, then token order: received token `j`
 //!    comes from the source whose running count covers `j`; its index at the source is read from the source's
 //!    `order`, its row copied from the source's `x` window, its expert id from the source's `experts` window.
 //!    One block per received token; the total lands in `recv_total[0]` for the next kernel.
-//! 3. [`moe_toy_expert`]: the stand-in for the experts' GEMMs, `y[j] = (expert + 1) · recv[j]`, on the received
+//! 3. [`moe_toy_expert()`]: the stand-in for the experts' GEMMs, `y[j] = (expert + 1) · recv[j]`, on the received
 //!    layout (local; `y` is the local part of a window so that peers can read it back).
-//! 4. [`moe_combine`]: each token goes home: rank `me` finds token `t` in its destination's `y` at
+//! 4. [`moe_combine()`]: each token goes home: rank `me` finds token `t` in its destination's `y` at
 //!    `sum over sources s < me of count(s → d)` (read from `d`'s `meta`) `+ position[t]`, and writes
 //!    `gate[t] · y` into `out[t]`.
 //!
@@ -26,9 +26,9 @@
 //! its owner and writes it once (combine); the baseline also writes and reads the packed send buffer and the
 //! returned buffer: two extra passes over this rank's tokens, plus the host synchronisation.
 //!
-//! Synchronisation: [`moe_route`]'s first LSA barrier keeps a rank from overwriting its `order` or a peer's
+//! Synchronisation: [`moe_route()`]'s first LSA barrier keeps a rank from overwriting its `order` or a peer's
 //! `meta` while a peer still reads them (every peer has finished the previous combine), its last one publishes
-//! `order` and `meta`. [`moe_dispatch`] and [`moe_combine`] open with a barrier (the peers' `order`/`meta`/`y` are
+//! `order` and `meta`. [`moe_dispatch()`] and [`moe_combine()`] open with a barrier (the peers' `order`/`meta`/`y` are
 //! complete) and close with one (no peer reads this rank's `x`, `order`, `experts` or `y` any more once the kernel
 //! has ended). Same grid on every rank for the multi-block kernels; at most 64 ranks in the LSA team.
 
@@ -37,7 +37,7 @@ use weft::prelude::*;
 /// Kernel 1 (launch one block, a multiple of 32 threads, at most 1024): group this rank's tokens by destination
 /// rank and push the counts and offsets into every destination's `meta` window (slots `2·me`, `2·me + 1`).
 ///
-/// `experts`: this rank's expert id per token (a window: [`moe_dispatch`] reads peers'); `order`: a window of
+/// `experts`: this rank's expert id per token (a window: [`moe_dispatch()`] reads peers'); `order`: a window of
 /// `tokens` entries; `meta`: a window of `2·lsa_size` entries; `position`: `tokens` entries. A token whose expert
 /// lives on no rank of the LSA team is not routed.
 ///
