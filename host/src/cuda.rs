@@ -106,17 +106,18 @@ pub(crate) fn note_lined_up() {
 /// waits on flags that peers raise"): ranks share the device and this thread has enqueued work that waits for them
 /// since it last lined up with them, so a peer may not have enqueued its half yet.
 pub(crate) fn stream_wait_before_peers(device: usize) -> bool {
-    device < 64
-        && SHARED_GPU_TRAFFIC.load(std::sync::atomic::Ordering::Relaxed) & (1 << device) != 0
-        && PEER_WORK_SINCE_LINE_UP.with(std::cell::Cell::get)
+    shared_gpu_traffic(device) && PEER_WORK_SINCE_LINE_UP.with(std::cell::Cell::get)
 }
 
 /// Whether loading a module onto `device` now risks the hang of docs/multi-rank.md ("Load before launch"): ranks
 /// sharing it have communicated, and this thread is not inside `with_gpu_peers_idle`.
 pub(crate) fn late_load_on_shared_gpu(device: usize) -> bool {
-    device < 64
-        && SHARED_GPU_TRAFFIC.load(std::sync::atomic::Ordering::Relaxed) & (1 << device) != 0
-        && !LOADING_TOGETHER.with(std::cell::Cell::get)
+    shared_gpu_traffic(device) && !LOADING_TOGETHER.with(std::cell::Cell::get)
+}
+
+/// Whether ranks sharing `device` have communicated in this process (ordinals past the mask never have).
+fn shared_gpu_traffic(device: usize) -> bool {
+    device < 64 && SHARED_GPU_TRAFFIC.load(std::sync::atomic::Ordering::Relaxed) & (1 << device) != 0
 }
 
 /// Runs `f` with this thread marked as loading in step with its GPU peers.

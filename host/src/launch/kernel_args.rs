@@ -293,8 +293,8 @@ pub fn check_co_resident(
     cfg: &LaunchConfig,
     ranks_on_gpu: usize,
 ) -> Result<()> {
-    let resident = super::resident_blocks(function, stream, cfg)?;
-    let fits = super::co_resident_share(function, stream, cfg, ranks_on_gpu)?;
+    let (sms, per_sm) = super::occupancy(function, stream, cfg)?;
+    let (resident, fits) = (sms * per_sm, super::shared_gpu_share(sms, per_sm, ranks_on_gpu));
     if cfg.grid_size() <= fits {
         return Ok(());
     }

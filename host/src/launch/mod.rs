@@ -119,14 +119,14 @@ impl LaunchConfig {
         block: u32,
         ranks_on_gpu: usize,
     ) -> Result<LaunchConfig> {
-        let shape = LaunchConfig::linear(1, block);
-        if resident_blocks(function, stream, &shape)? == 0 {
+        let (sms, per_sm) = occupancy(function, stream, &LaunchConfig::linear(1, block))?;
+        if sms * per_sm == 0 {
             return Err(Error::invalid(
                 "block",
                 format!("{block} threads per block do not fit on a multiprocessor for this kernel; use fewer"),
             ));
         }
-        let share = co_resident_share(function, stream, &shape, ranks_on_gpu)?.max(1);
+        let share = shared_gpu_share(sms, per_sm, ranks_on_gpu).max(1);
         Ok(LaunchConfig::linear(u32::try_from(share).unwrap_or(u32::MAX), block))
     }
 
@@ -412,22 +412,9 @@ pub fn resident_blocks(function: &CudaFunction, stream: &CudaStream, cfg: &Launc
     Ok(sms * per_sm)
 }
 
-/// The blocks of `function` (with `cfg`'s block size and dynamic shared memory) that one of `ranks_on_gpu` ranks
-/// sharing the stream's GPU may launch so that its grid and every peer's grid of the same shape are resident at
-/// once, next to the NCCL kernels the ranks may be running meanwhile: [`shared_gpu_share`] of the GPU's
-/// multiprocessors and of the blocks each holds. With one rank, the whole GPU.
-pub fn co_resident_share(
-    function: &CudaFunction,
-    stream: &CudaStream,
-    cfg: &LaunchConfig,
-    ranks_on_gpu: usize,
-) -> Result<u64> {
-    let (sms, per_sm) = occupancy(function, stream, cfg)?;
-    Ok(shared_gpu_share(sms, per_sm, ranks_on_gpu))
-}
-
 /// One rank's share of a GPU of `sms` multiprocessors holding `per_sm` blocks each, when `ranks_on_gpu` ranks share
-/// it. Their kernels that wait at barriers for each other must all be resident at once, but they are not alone on
+/// it: the blocks it may launch so that its grid and every peer's grid of the same shape are resident at once, next
+/// to the NCCL kernels the ranks may be running meanwhile. With one rank, the whole GPU. Their kernels that wait at barriers for each other must all be resident at once, but they are not alone on
 /// the GPU: a rank that got ahead runs an NCCL kernel meanwhile (up to
 /// [`SHARED_GPU_MAX_CTAS`](crate::placement::SHARED_GPU_MAX_CTAS) CTAs per rank, each of which may leave no room for
 /// a weft block on its multiprocessor). So the multiprocessors those CTAs could take are set aside first, then the
@@ -445,7 +432,7 @@ pub fn shared_gpu_share(sms: u64, per_sm: u64, ranks_on_gpu: usize) -> u64 {
 
 /// The stream's multiprocessors, and how many blocks of `function` with `cfg`'s shape each holds. Asked of the
 /// driver once per function and shape, then remembered.
-fn occupancy(function: &CudaFunction, stream: &CudaStream, cfg: &LaunchConfig) -> Result<(u64, u64)> {
+pub(crate) fn occupancy(function: &CudaFunction, stream: &CudaStream, cfg: &LaunchConfig) -> Result<(u64, u64)> {
     use std::collections::HashMap;
     use std::sync::{Mutex, PoisonError};
     type Shape = (usize, u64, u32, usize);
