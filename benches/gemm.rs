@@ -129,9 +129,11 @@ fn main() -> Result<()> {
         );
         csv += &format!("{m},{n},{k},{},{},{tw},{tc},{},{}\n", row.weft_ms, row.cublas_ms, tw / tc, row.error);
     }
-    let probe_rounds = if quick { 3 } else { 7 };
-    let l2 = read_bandwidth(&ctx, &stream, L2_BYTES, 32, probe_rounds)?;
-    let hbm = read_bandwidth(&ctx, &stream, HBM_BYTES, 2, probe_rounds)?;
+    let probe_timing = Timing { rounds: if quick { 3 } else { 7 }, repeats: 1 };
+    let probe = weft_kit::common::Baseline::load(&ctx, "l2_read", include_str!("cuda/l2_read.cu"))?;
+    let probe = probe.function("l2_read")?;
+    let l2 = read_bandwidth(&ctx, &stream, &probe, L2_BYTES, 32, probe_timing)?;
+    let hbm = read_bandwidth(&ctx, &stream, &probe, HBM_BYTES, 2, probe_timing)?;
     // A 128 x 128 tile reads 128 rows of A and 128 columns of B per k: 512 bytes of bf16 for 2 * 128 * 128 FLOP.
     let bound = l2 * TILE_FLOP_PER_BYTE / 1e12;
     let best =
@@ -158,7 +160,7 @@ fn main() -> Result<()> {
         )?;
     }
     // Last, and on its own: a failure of the experiment (a wrong result is printed as such) costs nothing above.
-    match wide_experiment(&ctx, &stream, &blas, shapes, Timing { rounds, repeats }, l2, &rows) {
+    match wide_experiment(&ctx, &stream, &blas, Timing { rounds, repeats }, l2, &rows) {
         Ok(Some(wide_csv)) => {
             if let Some(dir) = &out_dir {
                 std::fs::write(dir.join("gemm_wide.csv"), wide_csv)?;
@@ -183,27 +185,25 @@ const L2_BYTES: usize = 16 << 20;
 /// The memory probe's buffer: 2 GiB, far past L2.
 const HBM_BYTES: usize = 2 << 30;
 
-/// Read bandwidth in bytes per second: one wave of `l2_read` over a buffer of `bytes`, `passes` passes per launch,
-/// the median of `rounds` launches after one to warm up. A buffer that fits in L2 measures L2 -> SM reads; a larger
-/// one, memory -> SM reads.
+/// Read bandwidth in bytes per second: one wave of `l2_read` (`probe`) over a buffer of `bytes`, `passes` passes
+/// per launch, timed as `timing` says. A buffer that fits in L2 measures L2 -> SM reads; a larger one, memory -> SM
+/// reads.
 fn read_bandwidth(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
+    probe: &cudarc::driver::CudaFunction,
     bytes: usize,
     passes: u32,
-    rounds: usize,
+    timing: Timing,
 ) -> Result<f64> {
-    let probe = weft_kit::common::Baseline::load(ctx, "l2_read", include_str!("cuda/l2_read.cu"))?;
-    let function = probe.function("l2_read")?;
-    let cfg = LaunchConfig::one_wave(&function, stream, 512)?;
+    let cfg = LaunchConfig::one_wave(probe, stream, 512)?;
     let x = stream.alloc_zeros::<u32>(bytes / 4)?;
     let mut out = stream.alloc_zeros::<u32>(usize::try_from(cfg.grid_size() * cfg.block_size())?)?;
-    let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-    let (start, stop) = (ctx.new_event(timed)?, ctx.new_event(timed)?);
-    let mut seconds = Vec::new();
-    for round in 0..rounds + 1 {
-        start.record(stream)?;
-        {
+    let [ms] = alternate(
+        ctx,
+        stream,
+        timing,
+        [&mut || {
             let mut args = ArgBuffer::new();
             let read = args.slice_arg(&x, stream)?;
             let written = args.slice_arg_mut(&mut out, stream)?;
@@ -212,18 +212,14 @@ fn read_bandwidth(
             args.push(passes);
             args.push(written.ptr);
             // SAFETY: the arguments are l2_read's (const uint4*, size_t, unsigned, unsigned*), in order; `x` holds
-            // bytes / 16 vectors of 16 bytes (cudarc allocations are 256-byte aligned) and `out` one word per
-            // thread of `cfg`; both outlive the launch (they are freed after the stream is settled below), and
-            // `args` is dropped after the launch, recording the uses.
-            unsafe { launch_raw(&function, stream, &cfg, &mut args)? };
-        }
-        stop.record(stream)?;
-        weft::host::cuda::settle(stream)?;
-        if round > 0 {
-            seconds.push(f64::from(start.elapsed_ms(&stop)?) / 1e3);
-        }
-    }
-    Ok((bytes as f64 * f64::from(passes)) / median(seconds))
+            // bytes / 16 vectors of 16 bytes (cudarc allocations are 256-byte aligned) and `out` one word per thread of
+            // `cfg`; both outlive the launch (they are freed after `alternate` settled the stream), and `args` is
+            // dropped after the launch, recording the uses.
+            unsafe { launch_raw(probe, stream, &cfg, &mut args)? };
+            Ok(())
+        }],
+    )?;
+    Ok((bytes as f64 * f64::from(passes)) / (ms / 1e3))
 }
 
 /// How a side is timed: `repeats` runs between two CUDA events, over `rounds` rounds after one to warm up.
@@ -263,12 +259,12 @@ fn alternate<const N: usize>(
 }
 
 /// The 128 x 256-tile experiment against cuBLAS at every shape, where the GPU has `wgmma`: prints its table and
-/// returns its CSV (`None` where it cannot run). `l2` is the measured L2 read bandwidth, `rows` the main results.
+/// returns its CSV (`None` where it cannot run). `l2` is the measured L2 read bandwidth, `rows` the main results
+/// (their shapes are the experiment's).
 fn wide_experiment(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
     blas: &CudaBlas,
-    shapes: &[(usize, usize, usize)],
     timing: Timing,
     l2: f64,
     rows: &[Row],
@@ -284,7 +280,8 @@ fn wide_experiment(
     );
     let mut csv =
         String::from("m,n,k,wide_ms,cublas_ms,wide_tflops,cublas_tflops,ratio_to_cublas,ratio_to_weft,error\n");
-    for (&(m, n, k), row) in shapes.iter().zip(rows) {
+    for row in rows {
+        let (m, n, k) = row.shape;
         let a = stream.clone_htod(&random(m * k, 1))?;
         let b = stream.clone_htod(&random(k * n, 2))?;
         let mut c_wide = stream.alloc_zeros::<bf16>(m * n)?;
