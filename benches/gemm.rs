@@ -13,10 +13,12 @@
 //! It also measures what bounds a block GEMM whose tiles come from L2: the L2 -> SM read bandwidth
 //! (`benches/cuda/l2_read.cu`: one wave of threads streaming a 16 MiB buffer, `ld.global.cg`, several passes), the
 //! same from memory (a 2 GiB buffer), and the throughput the L2 figure allows a 128 x 128 tile of bf16 operands (64
-//! FLOP per byte read; docs/gemm.md). Last, on a GPU with `wgmma` (compute capability 9.0), an experiment that tests
+//! FLOP per byte read; docs/gemm.md). Then, on a GPU with `wgmma` (compute capability 9.0), an experiment that tests
 //! that bound: `benches/cuda/gemm_wide.cu`, the same `wgmma` mainloop with 128 x 256 tiles (85 FLOP per byte), against
-//! cuBLAS again (its layouts are checked on the CPU by `scripts/gemm_wide_model.py`); `gemm_wide.csv` and `l2.csv`
-//! beside `gemm.csv`.
+//! cuBLAS again (its layouts are checked on the CPU by `scripts/gemm_wide_model.py`). Last (a trap in it loses the
+//! CUDA context), a second one: `benches/cuda/gemm_tma.cu`, the whole Hopper mainloop around the same tile (TMA loads
+//! by a producer warpgroup, mbarriers, two `wgmma` consumer warpgroups, persistent blocks), modelled on the CPU by
+//! `scripts/gemm_tma_model.py`. `gemm_wide.csv`, `gemm_tma.csv` and `l2.csv` beside `gemm.csv`.
 
 use weft_kit::test_kernels::gemm_tiles;
 
@@ -159,7 +161,8 @@ fn main() -> Result<()> {
             ),
         )?;
     }
-    // Last, and on its own: a failure of the experiment (a wrong result is printed as such) costs nothing above.
+    // The experiments come after everything else and on their own: a failure of one (a wrong result is printed as
+    // such) costs nothing above.
     match wide_experiment(&ctx, &stream, &blas, Timing { rounds, repeats }, l2, &rows) {
         Ok(Some(wide_csv)) => {
             if let Some(dir) = &out_dir {
@@ -168,6 +171,16 @@ fn main() -> Result<()> {
         }
         Ok(None) => println!("\n(the 128 x 256-tile experiment needs compute capability 9.0: not run)"),
         Err(error) => println!("\nthe 128 x 256-tile experiment failed: {error}"),
+    }
+    // Last of all GPU work: a trap in this kernel (its bounded barrier waits) loses the CUDA context.
+    match tma_experiment(&ctx, &stream, &blas, Timing { rounds, repeats }, l2, &rows) {
+        Ok(Some(tma_csv)) => {
+            if let Some(dir) = &out_dir {
+                std::fs::write(dir.join("gemm_tma.csv"), tma_csv)?;
+            }
+        }
+        Ok(None) => println!("\n(the TMA experiment needs compute capability 9.0: not run)"),
+        Err(error) => println!("\nthe TMA experiment failed: {error}"),
     }
     // Both sides compute the same products from the same bf16 inputs; they differ by rounding and summation order.
     let worst = rows.iter().map(|r| r.error).fold(0.0, f64::max);
@@ -258,6 +271,9 @@ fn alternate<const N: usize>(
     Ok(ms_of.map(median))
 }
 
+/// FLOP per byte of operands a 128 x 256 tile of bf16 reads: `2 * 128 * 256` per k over `2 * (128 + 256)` bytes.
+const WIDE_TILE_FLOP_PER_BYTE: f64 = 65536.0 / 768.0;
+
 /// The 128 x 256-tile experiment against cuBLAS at every shape, where the GPU has `wgmma`: prints its table and
 /// returns its CSV (`None` where it cannot run). `l2` is the measured L2 read bandwidth, `rows` the main results
 /// (their shapes are the experiment's).
@@ -270,48 +286,129 @@ fn wide_experiment(
     rows: &[Row],
 ) -> Result<Option<String>> {
     let Some(wide) = WideTile::load(ctx)? else { return Ok(None) };
-    // 128 x 256 tiles read 768 bytes of bf16 operands per 65 536 FLOP per k.
-    let bound = l2 * (65536.0 / 768.0) / 1e12;
-    println!(
-        "\nExperiment (benches/cuda/gemm_wide.cu, hand-written, not weft's API): the wgmma mainloop with 128 x 256 \
+    let intro = format!(
+        "Experiment (benches/cuda/gemm_wide.cu, hand-written, not weft's API): the wgmma mainloop with 128 x 256 \
          tiles (m64n256k16, 3 stages in 72 KB of dynamic shared memory, one block per SM), against cuBLAS again; \
-         bound by L2 at {bound:.0} TFLOP/s (85 FLOP per byte)\n{:>20} | {:>9} {:>8} | {:>11} | {:>11} | {:>9}",
-        "M x N x K", "wide ms", "TFLOP/s", "wide/cuBLAS", "wide/weft", "rel. err"
+         bound by L2 at {:.0} TFLOP/s (85 FLOP per byte)",
+        l2 * WIDE_TILE_FLOP_PER_BYTE / 1e12
     );
-    let mut csv =
-        String::from("m,n,k,wide_ms,cublas_ms,wide_tflops,cublas_tflops,ratio_to_cublas,ratio_to_weft,error\n");
-    for row in rows {
-        let (m, n, k) = row.shape;
-        let a = stream.clone_htod(&random(m * k, 1))?;
-        let b = stream.clone_htod(&random(k * n, 2))?;
-        let mut c_wide = stream.alloc_zeros::<bf16>(m * n)?;
-        let mut c_blas = stream.alloc_zeros::<bf16>(m * n)?;
-        wide.launch(stream, &a, &b, &mut c_wide, (m, n, k))?;
-        weft_kit::blas::gemm(blas, &a, &b, &mut c_blas, (m, n, k))?;
-        let error = relative_error(
-            &weft::host::cuda::download(stream, &c_wide)?,
-            &weft::host::cuda::download(stream, &c_blas)?,
-        );
-        let [wide_ms, cublas_ms] = alternate(
-            ctx,
-            stream,
-            timing,
-            [&mut || wide.launch(stream, &a, &b, &mut c_wide, (m, n, k)), &mut || {
-                weft_kit::blas::gemm(blas, &a, &b, &mut c_blas, (m, n, k)).map_err(Into::into)
-            }],
-        )?;
-        let flops = 2.0 * m as f64 * n as f64 * k as f64;
-        let (tx, tc, tw) = (flops / wide_ms / 1e9, flops / cublas_ms / 1e9, flops / row.weft_ms / 1e9);
-        let wrong = if error > 1e-2 { "  WRONG RESULT" } else { "" };
+    let experiment = Experiment { label: "wide", intro: &intro };
+    experiment.run(ctx, stream, blas, timing, rows, &|a, b, c, shape| wide.launch(stream, a, b, c, shape)).map(Some)
+}
+
+/// The TMA experiment against cuBLAS at every shape, where the GPU has `wgmma` and TMA: prints its table and returns
+/// its CSV (`None` where it cannot run). `l2` is the measured L2 read bandwidth, `rows` the main results (their
+/// shapes are the experiment's).
+fn tma_experiment(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    blas: &CudaBlas,
+    timing: Timing,
+    l2: f64,
+    rows: &[Row],
+) -> Result<Option<String>> {
+    let Some(tma) = TmaTile::load(ctx)? else { return Ok(None) };
+    let intro = format!(
+        "Experiment (benches/cuda/gemm_tma.cu, hand-written, not weft's API): 128 x 256 tiles, a TMA producer \
+         warpgroup and two wgmma consumer warpgroups (m64n256k16), 4 stages of 64-wide k in 192 KB, mbarriers, \
+         persistent blocks, against cuBLAS again; bound by L2 at {:.0} TFLOP/s (85 FLOP per byte)",
+        l2 * WIDE_TILE_FLOP_PER_BYTE / 1e12
+    );
+    let experiment = Experiment { label: "tma", intro: &intro };
+    experiment.run(ctx, stream, blas, timing, rows, &|a, b, c, shape| tma.launch(stream, a, b, c, shape)).map(Some)
+}
+
+/// `c = a * b` (`m x k` by `k x n`, row-major bf16) by one of the hand-written experiments.
+type Gemm<'a> =
+    &'a dyn Fn(&CudaSlice<bf16>, &CudaSlice<bf16>, &mut CudaSlice<bf16>, (usize, usize, usize)) -> Result<()>;
+
+/// How a hand-written GEMM experiment is reported: `label` names its columns in the table and the CSV, `intro` is the
+/// line above its table.
+struct Experiment<'a> {
+    label: &'a str,
+    intro: &'a str,
+}
+
+impl Experiment<'_> {
+    /// Checks `gemm` against cuBLAS at every shape of `rows` (the main results, whose weft times it is also compared
+    /// with), times both sides as `timing` says, prints the table (a relative error above 1e-2 flagged as a wrong
+    /// result) and returns it as CSV.
+    fn run(
+        &self,
+        ctx: &Arc<CudaContext>,
+        stream: &Arc<CudaStream>,
+        blas: &CudaBlas,
+        timing: Timing,
+        rows: &[Row],
+        gemm: Gemm<'_>,
+    ) -> Result<String> {
+        let Experiment { label, intro } = *self;
         println!(
-            "{:>20} | {wide_ms:>9.3} {tx:>8.1} | {:>10.2}x | {:>10.2}x | {error:>9.1e}{wrong}",
-            format!("{m}x{n}x{k}"),
-            tx / tc,
-            tx / tw
+            "\n{intro}\n{:>20} | {:>9} {:>8} | {:>11} | {:>11} | {:>9}",
+            "M x N x K",
+            format!("{label} ms"),
+            "TFLOP/s",
+            format!("{label}/cuBLAS"),
+            format!("{label}/weft"),
+            "rel. err"
         );
-        csv += &format!("{m},{n},{k},{wide_ms},{cublas_ms},{tx},{tc},{},{},{error}\n", tx / tc, tx / tw);
+        let mut csv =
+            format!("m,n,k,{label}_ms,cublas_ms,{label}_tflops,cublas_tflops,ratio_to_cublas,ratio_to_weft,error\n");
+        for row in rows {
+            let (m, n, k) = row.shape;
+            let a = stream.clone_htod(&random(m * k, 1))?;
+            let b = stream.clone_htod(&random(k * n, 2))?;
+            let mut c_experiment = stream.alloc_zeros::<bf16>(m * n)?;
+            let mut c_blas = stream.alloc_zeros::<bf16>(m * n)?;
+            gemm(&a, &b, &mut c_experiment, (m, n, k))?;
+            weft_kit::blas::gemm(blas, &a, &b, &mut c_blas, (m, n, k))?;
+            let error = relative_error(
+                &weft::host::cuda::download(stream, &c_experiment)?,
+                &weft::host::cuda::download(stream, &c_blas)?,
+            );
+            let [experiment_ms, cublas_ms] = alternate(
+                ctx,
+                stream,
+                timing,
+                [&mut || gemm(&a, &b, &mut c_experiment, (m, n, k)), &mut || {
+                    weft_kit::blas::gemm(blas, &a, &b, &mut c_blas, (m, n, k)).map_err(Into::into)
+                }],
+            )?;
+            let flops = 2.0 * m as f64 * n as f64 * k as f64;
+            let (tx, tc, tw) = (flops / experiment_ms / 1e9, flops / cublas_ms / 1e9, flops / row.weft_ms / 1e9);
+            let wrong = if error > 1e-2 { "  WRONG RESULT" } else { "" };
+            println!(
+                "{:>20} | {experiment_ms:>9.3} {tx:>8.1} | {:>10.2}x | {:>10.2}x | {error:>9.1e}{wrong}",
+                format!("{m}x{n}x{k}"),
+                tx / tc,
+                tx / tw
+            );
+            csv += &format!("{m},{n},{k},{experiment_ms},{cublas_ms},{tx},{tc},{},{},{error}\n", tx / tc, tx / tw);
+        }
+        Ok(csv)
     }
-    Ok(Some(csv))
+}
+
+/// Compiles the experiment `source` (module `name`, kernel `{name}_bf16`) for sm_90a with its `wgmma` and loads it
+/// with room for `shared_bytes` of dynamic shared memory, where the GPU is compute capability 9.0 (the only one with
+/// `wgmma`); `None` elsewhere.
+fn load_for_sm90a(
+    ctx: &Arc<CudaContext>,
+    name: &str,
+    source: &str,
+    shared_bytes: u32,
+) -> Result<Option<(Arc<cudarc::driver::CudaModule>, cudarc::driver::CudaFunction)>> {
+    use weft::host::jit::{self, CompileRequest, GemmMainloop, GpuArch};
+    if ctx.compute_capability()? != (9, 0) {
+        return Ok(None);
+    }
+    let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90)
+        .with_gemm_mainloop(GemmMainloop::Wgmma);
+    let module = jit::load(ctx, &jit::compile_cubin(jit::toolchain()?, &request)?)?;
+    let function = jit::load_function(&module, name, &format!("{name}_bf16"))?;
+    let attribute = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    function.set_attribute(attribute, i32::try_from(shared_bytes)?)?;
+    Ok(Some((module, function)))
 }
 
 /// The 128 x 256-tile experiment (benches/cuda/gemm_wide.cu), compiled for sm_90a with its `wgmma`.
@@ -326,18 +423,8 @@ impl WideTile {
 
     /// Compiles and loads it where the GPU is compute capability 9.0 (the only one with `wgmma`); `None` elsewhere.
     fn load(ctx: &Arc<CudaContext>) -> Result<Option<WideTile>> {
-        use weft::host::jit::{self, CompileRequest, GemmMainloop, GpuArch};
-        if ctx.compute_capability()? != (9, 0) {
-            return Ok(None);
-        }
-        let source = include_str!("cuda/gemm_wide.cu");
-        let request = CompileRequest::new("gemm_wide", source, weft::device::WEFT_CUH, GpuArch::SM_90)
-            .with_gemm_mainloop(GemmMainloop::Wgmma);
-        let module = jit::load(ctx, &jit::compile_cubin(jit::toolchain()?, &request)?)?;
-        let function = jit::load_function(&module, "gemm_wide", "gemm_wide_bf16")?;
-        let attribute = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        function.set_attribute(attribute, Self::SHARED_BYTES as i32)?;
-        Ok(Some(WideTile { _module: module, function }))
+        let loaded = load_for_sm90a(ctx, "gemm_wide", include_str!("cuda/gemm_wide.cu"), Self::SHARED_BYTES)?;
+        Ok(loaded.map(|(module, function)| WideTile { _module: module, function }))
     }
 
     /// `c = a * b` (`m x k` by `k x n`, row-major bf16), one block per 128 x 256 tile.
@@ -371,4 +458,106 @@ impl WideTile {
         unsafe { launch_raw(&self.function, stream, &cfg, &mut args)? };
         Ok(())
     }
+}
+
+/// The TMA experiment (benches/cuda/gemm_tma.cu), compiled for sm_90a with its `wgmma`, and the multiprocessors its
+/// persistent blocks fill.
+struct TmaTile {
+    _module: Arc<cudarc::driver::CudaModule>,
+    function: cudarc::driver::CudaFunction,
+    sms: u32,
+}
+
+impl TmaTile {
+    /// Its dynamic shared memory: 4 stages of 128 x 64 + 64 x 256 bf16, 1 KB to align them, and the stages' 2 x 4
+    /// mbarriers of 8 bytes (GEMM_TMA_SMEM: 197 696 bytes).
+    const SHARED_BYTES: u32 = 4 * (128 * 64 + 64 * 256) * 2 + 1024 + 2 * 4 * 8;
+    /// A producer warpgroup and two consumer warpgroups (GEMM_TMA_THREADS).
+    const THREADS: u32 = 384;
+
+    /// Compiles and loads it where the GPU is compute capability 9.0 (the only one with `wgmma`); `None` elsewhere.
+    fn load(ctx: &Arc<CudaContext>) -> Result<Option<TmaTile>> {
+        let loaded = load_for_sm90a(ctx, "gemm_tma", include_str!("cuda/gemm_tma.cu"), Self::SHARED_BYTES)?;
+        let Some((module, function)) = loaded else { return Ok(None) };
+        let sms = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        Ok(Some(TmaTile { _module: module, function, sms: u32::try_from(sms)? }))
+    }
+
+    /// `c = a * b` (`m x k` by `k x n`, row-major bf16): one block per multiprocessor (fewer where there are fewer
+    /// 128 x 256 tiles), each striding over the tiles.
+    fn launch(
+        &self,
+        stream: &Arc<CudaStream>,
+        a: &CudaSlice<bf16>,
+        b: &CudaSlice<bf16>,
+        c: &mut CudaSlice<bf16>,
+        (m, n, k): (usize, usize, usize),
+    ) -> Result<()> {
+        // TMA takes the kernel's coordinates as 32-bit signed integers.
+        let fits = m.max(n).max(k) <= i32::MAX as usize;
+        if !(m > 0 && n > 0 && k > 0 && m % 128 == 0 && n % 256 == 0 && k % 64 == 0 && fits)
+            || !(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n)
+        {
+            return Err(format!(
+                "gemm_tma: {m} x {n} x {k} needs m, n, k non-zero multiples of 128, 256, 64 (below 2^31) and full \
+                 buffers"
+            )
+            .into());
+        }
+        let tiles = (m / 128) * (n / 256);
+        let grid = u32::try_from(tiles.min(self.sms as usize))?;
+        let cfg = LaunchConfig::linear(grid, Self::THREADS).with_shared_mem(Self::SHARED_BYTES);
+        let mut args = ArgBuffer::new();
+        let (a_arg, b_arg) = (args.slice_arg(a, stream)?, args.slice_arg(b, stream)?);
+        let c_arg = args.slice_arg_mut(c, stream)?;
+        // The kernel's TensorMap is CUtensorMap's 128 bytes at alignas(64); cudarc's struct is aligned to 128 with
+        // CUDA 13, more than an argument may be (MAX_ARG_ALIGN), so the maps go in as bytes.
+        let map_a = tensor_map(a_arg.ptr, [k as u64, m as u64], [64, 128])?;
+        let map_b = tensor_map(b_arg.ptr, [n as u64, k as u64], [64, 64])?;
+        args.push_bytes(&map_a, 64)?;
+        args.push_bytes(&map_b, 64)?;
+        args.push(c_arg.ptr);
+        args.push(m);
+        args.push(n);
+        args.push(k);
+        // SAFETY: the arguments are gemm_tma_bf16's (two tensor maps by value, its __grid_constant__ parameters, then
+        // a pointer and three size_t), in order; the shapes meet its preconditions (checked above: m, n, k non-zero
+        // multiples of 128, 256 and 64, and every tile inside a, b and c), and the maps describe a (k x m) and b
+        // (n x k) as they are, so TMA reads only inside them; 384 threads and the dynamic shared memory it needs (its
+        // attribute set at load). The maps hold a's and b's addresses, which `args` (dropped after the launch)
+        // keeps in use until the launch is recorded; the buffers are freed only after the stream settles.
+        unsafe { launch_raw(&self.function, stream, &cfg, &mut args)? };
+        Ok(())
+    }
+}
+
+/// A 2-D bf16 tensor map for TMA over the row-major matrix at device `address`: `dims` its extent (innermost first),
+/// `boxes` the box one copy moves, in the 128-byte swizzle; the map's 128 bytes as the kernel takes them.
+fn tensor_map(address: u64, dims: [u64; 2], boxes: [u32; 2]) -> Result<Vec<u8>> {
+    use cudarc::driver::sys::{self, CUtensorMap};
+    let mut map = CUtensorMap { opaque: [0; 16] };
+    // Bytes from one row to the next: the one dimension above the innermost.
+    let strides = [dims[0] * 2];
+    let element_strides = [1u32, 1];
+    // SAFETY: `map` is a CUtensorMap (its size, and an alignment above the 64 bytes the encode asks), and `dims`,
+    // `strides`, `boxes` and `element_strides` are live local arrays of the lengths rank 2 asks (2, 1, 2, 2); the
+    // encode only writes `map` and reads those arrays. It records `address` in the map without dereferencing it.
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            2,
+            address as usize as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    }
+    .result()?;
+    Ok(map.opaque.iter().flat_map(|word| word.to_ne_bytes()).collect())
 }

@@ -38,7 +38,8 @@
 #   fresh     (not in the default) what was written since the last GPU run, most important first: the share test
 #             (barrier kernels leave NCCL's CTAs room on a shared GPU), example 08 five times and the graph test
 #             three times at 8 ranks (both hung once on 2026-12-04; fixes since), examples 08 and 09 with the wgmma
-#             mainloop at 1 (09), 2, 4 and 8 ranks, the GEMM benchmark with its new L2 bandwidth probe
+#             mainloop at 1 (09), 2, 4 and 8 ranks, the GEMM benchmark with its new L2 bandwidth probe and its
+#             experiments; fresh28 and fresh30: only the runs of that release
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s). WEFT_GPU_CHECK_DEADLINE=s skips the
 # runs that would start after s seconds (each is listed as skipped), so that the summary and the logs still come back
 # from a machine that limits a call's time. WEFT_GPU_CHECK_RANKS="4 8" limits the ranks part to those rank counts.
@@ -254,12 +255,14 @@ fresh() { # release: see the header
       WEFT_RANKS=8 run "2.30.7 x8 test-gpu_graphs #$i" 60 .gpu/bin/test-gpu_graphs --include-ignored \
         --test-threads=1 --nocapture every_rank
     done
-    # A diagnosis in case example 08 still hangs: CUDA maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
+    # A diagnosis, only if example 08 still hangs: CUDA maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
     # queues (8 by default), shared by the 16 streams of 8 ranks; with 32 fewer of them share one (docs/multi-rank.md).
-    for i in 1 2 3; do
-      CUDA_DEVICE_MAX_CONNECTIONS=32 WEFT_RANKS=8 run "2.30.7 x8 example-allgather_gemm connections=32 #$i" 90 \
-        .gpu/bin/example-allgather_gemm
-    done
+    if grep -E '^2\.30\.7 x8 example-allgather_gemm #' "$summary" | grep -qv ' rc=0 '; then
+      for i in 1 2 3; do
+        CUDA_DEVICE_MAX_CONNECTIONS=32 WEFT_RANKS=8 run "2.30.7 x8 example-allgather_gemm connections=32 #$i" 90 \
+          .gpu/bin/example-allgather_gemm
+      done
+    fi
     # The wgmma mainloop across ranks, before it becomes the default on Hopper.
     for n in 2 4 8; do
       for e in allgather_gemm gemm_reduce_scatter; do
@@ -334,6 +337,8 @@ case $parts in *,bounds,*) with_nccl 2.30.7 bounds 2.30.7; with_nccl 2.28.9 boun
 case $parts in *,recheck,*) with_nccl 2.30.7 recheck 2.30.7; with_nccl 2.28.9 recheck 2.28.9 ;; esac
 case $parts in *,hangs,*) with_nccl 2.30.7 hangs ;; esac
 case $parts in *,fresh,*) with_nccl 2.28.9 fresh 2.28.9; with_nccl 2.30.7 fresh 2.30.7 ;; esac
+case $parts in *,fresh30,*) with_nccl 2.30.7 fresh 2.30.7 ;; esac
+case $parts in *,fresh28,*) with_nccl 2.28.9 fresh 2.28.9 ;; esac
 case $parts in *,gemm,*) with_nccl 2.28.9 gemm 2.28.9; with_nccl 2.30.7 gemm 2.30.7 ;; esac
 case $parts in *,launchers,*) with_nccl 2.28.9 launchers 2.28.9 1; with_nccl 2.30.7 launchers 2.30.7 1 2 4 ;; esac
 case $parts in *,graphs,*) with_nccl 2.28.9 graphs 2.28.9 1; with_nccl 2.30.7 graphs 2.30.7 1 2 4 8 ;; esac

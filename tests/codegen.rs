@@ -145,23 +145,31 @@ fn the_wgmma_form_of_the_gemm_kernels_is_not_serialized_by_ptxas() {
     }
 }
 
-/// The GEMM benchmark's 128 × 256-tile experiment (benches/cuda/gemm_wide.cu) compiles for sm_90a as the benchmark
-/// compiles it, without spills and without ptxas serializing its `wgmma`.
+/// The GEMM benchmark's hand-written experiments, the 128 × 256-tile `wgmma` mainloop (benches/cuda/gemm_wide.cu) and
+/// the TMA + mbarrier pipeline around the same tile (benches/cuda/gemm_tma.cu), compile for sm_90a as the benchmark
+/// compiles them, without spills and without ptxas serializing their `wgmma`.
 #[test]
-fn the_wide_tile_gemm_experiment_compiles_for_sm90a_without_spills_or_serialized_mmas() {
+fn the_gemm_experiments_compile_for_sm90a_without_spills_or_serialized_mmas() {
     let nvcc = std::env::var("WEFT_NVCC").expect("WEFT_NVCC is not set: run the tests through `cargo xtask test`");
     let (_, include) = include_sets().into_iter().next().expect("an NCCL header set");
     let toolchain = Toolchain::from_paths(&nvcc, &include, None).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let source = include_str!("../benches/cuda/gemm_wide.cu");
-    let path = dir.path().join("gemm_wide.cu");
-    std::fs::write(&path, source).unwrap();
-    let request = CompileRequest::new("gemm_wide", source, weft::device::WEFT_CUH, GpuArch::SM_90)
-        .with_gemm_mainloop(GemmMainloop::Wgmma);
-    let (compiled, text) = ptxas_report(&toolchain, dir.path(), &path, &request);
-    assert!(compiled, "gemm_wide.cu did not compile:\n{text}");
-    assert!(text.contains("0 bytes spill stores, 0 bytes spill loads"), "gemm_wide.cu spills:\n{text}");
-    assert!(!text.contains("C7510") && !text.contains("serialized"), "ptxas serializes its wgmma:\n{text}");
+    for (name, source) in [
+        ("gemm_wide", include_str!("../benches/cuda/gemm_wide.cu")),
+        ("gemm_tma", include_str!("../benches/cuda/gemm_tma.cu")),
+    ] {
+        let path = dir.path().join(format!("{name}.cu"));
+        std::fs::write(&path, source).unwrap();
+        let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90)
+            .with_gemm_mainloop(GemmMainloop::Wgmma);
+        let (compiled, text) = ptxas_report(&toolchain, dir.path(), &path, &request);
+        assert!(compiled, "{name}.cu did not compile:\n{text}");
+        assert!(text.contains("0 bytes spill stores, 0 bytes spill loads"), "{name}.cu spills:\n{text}");
+        assert!(
+            !text.contains("C7510") && !text.contains("serialized"),
+            "ptxas serializes the wgmma of {name}.cu:\n{text}"
+        );
+    }
 }
 
 /// Compiles `path` as `request` says with `-Xptxas -v` (headers from `dir`, NCCL's and CUDA's): whether it

@@ -4,6 +4,9 @@
 //!   its shared-memory stages, matrix descriptors and accumulator mapping against the PTX ISA's canonical layouts.
 //! - `scripts/gemm_wide_model.py` (standard library, on top of the previous one): the 128 × 256-tile wgmma experiment
 //!   of the GEMM benchmark (benches/cuda/gemm_wide.cu): its stages, descriptors and epilogue.
+//! - `scripts/gemm_tma_model.py` (standard library, on top of `wgmma_layout_model.py`): the GEMM benchmark's TMA
+//!   experiment (benches/cuda/gemm_tma.cu): its TMA boxes and 128-byte swizzle, descriptors and epilogue, and its
+//!   mbarrier pipeline simulated under random schedules, with wrong protocols shown to be caught.
 //! - `scripts/gemm_layout_model.py` (numpy): the mma.sync mainloop's stage fill, `ldmatrix` addresses, fragments and
 //!   epilogue mapping, multiplied out against A × B.
 //! - `scripts/tp_gemm_model.py` (numpy): the tile walks, owners, reduce-scatter slots and signalled chunks of the
@@ -41,6 +44,11 @@ fn the_wgmma_mainloop_reads_every_operand_element_where_the_model_of_the_ptx_lay
 #[test]
 fn the_wide_tile_gemm_experiment_reads_and_writes_where_the_model_of_the_ptx_layouts_says() {
     run_model("python3", "scripts/gemm_wide_model.py");
+}
+
+#[test]
+fn the_tma_gemm_experiment_reads_writes_and_hands_over_stages_where_the_model_says() {
+    run_model("python3", "scripts/gemm_tma_model.py");
 }
 
 /// The venv's python (with numpy), or a skip saying why.

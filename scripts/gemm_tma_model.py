@@ -1,0 +1,407 @@
+#!/usr/bin/env python3
+"""CPU model of benches/cuda/gemm_tma.cu, the TMA + warp-specialized wgmma experiment of benches/gemm.rs (standard
+library only). It reuses scripts/wgmma_layout_model.py's model of the PTX ISA's canonical swizzled layouts,
+descriptors and m64nNk16 accumulator layout (that script's own checks run first, quietly), and checks the kernel's
+own pieces:
+
+1. TMA's 128-byte swizzle (CU_TENSOR_MAP_SWIZZLE_128B: in each 128-byte row of a box, the 16-byte chunk index XOR
+   the row index mod 8) into 1024-byte-aligned stages is the address swizzle the descriptors assume (CuTe's
+   Swizzle<3,4,3> on absolute address bits); the boxes of a stage (A: 64 x 128, B: four 64 x 64) tile it without
+   overlap, and the stages and barriers fit the shared memory a block may have (227 KB on sm_90);
+2. every element each consumer warpgroup's m64n256k16 reads through the kernel's descriptors, for all four k steps
+   of every stage, is the operand element it should be (A[64 c + m][k], B[k][n] for n < 256); the model's 128-byte
+   layouts reproduce CuTe's SW128 atoms, and plausible wrong descriptors are caught;
+3. the epilogue's (row, col) of each consumer thread's 128 registers is the m64n256k16 D layout's;
+4. end to end: a 128 x 256 tile over 2 k-tiles of 64 equals A x B;
+5. the pipeline: producer, two consumer warpgroups, TMA completions and wgmma groups as independent agents under
+   random schedules, with mbarrier semantics (arrival count, transaction bytes, phase parity): no TMA writes a
+   stage whose previous contents an MMA may still read, every MMA reads the k-tile it expects, nothing deadlocks;
+   and wrong variants of the protocol (releasing the stage in flight, the producer's first-round parity, an arrival
+   count of one warpgroup, no wait before releasing) are caught.
+
+Exit status 1 on any mismatch, or when a line of gemm_tma.cu this model transcribes has changed (model_guard).
+"""
+import contextlib
+import io
+import os
+import random
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from model_guard import read_transcribed  # noqa: E402
+
+with contextlib.redirect_stdout(io.StringIO()) as quiet:
+    try:
+        import wgmma_layout_model as base  # noqa: E402  (runs, and must pass, its own checks)
+    except SystemExit as stop:
+        print(quiet.getvalue())
+        print("gemm_tma_model: scripts/wgmma_layout_model.py failed first (exit %s)" % stop.code)
+        sys.exit(1)
+if base.failures:
+    print("gemm_tma_model: scripts/wgmma_layout_model.py reports mismatches")
+    sys.exit(1)
+
+SOURCE = os.path.join(HERE, "..", "benches", "cuda", "gemm_tma.cu")
+BM, BN, BK, STAGES, CONSUMERS, ELEM = 128, 256, 64, 4, 2, 2
+A_BYTES, B_BOX_BYTES, B_BYTES = BM * BK * 2, BK * 64 * 2, BK * BN * 2
+STAGE_BYTES = A_BYTES + B_BYTES
+SMEM = STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8
+SM90_MAX_SHARED = 232448  # cudaDevAttrMaxSharedMemoryPerBlockOptin on compute capability 9.0: 227 KB
+read_transcribed(SOURCE, [
+    "constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, CONSUMERS = 2;",
+    "constexpr uint32_t A_BYTES = BM * BK * 2, B_BOX_BYTES = BK * 64 * 2, B_BYTES = BK * BN * 2;",
+    "constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;",
+    "#define GEMM_TMA_SMEM (gemm_tma::STAGES * gemm_tma::STAGE_BYTES + 1024 + 2 * gemm_tma::STAGES * 8)",
+    "const uint32_t stages = raw + ((1024 - (raw & 1023)) & 1023);",
+    "const uint32_t full = stages + STAGES * STAGE_BYTES, empty = full + STAGES * 8;",
+    "barrier_init(full + 8 * s, 1);",
+    "barrier_init(empty + 8 * s, CONSUMERS * 4);",
+    "const uint32_t s = it % STAGES, stage = stages + s * STAGE_BYTES;",
+    "barrier_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);",
+    "barrier_arrive_expect(full + 8 * s, STAGE_BYTES);",
+    "tma_load(stage, &map_a, full + 8 * s, int32_t(kt * BK), int32_t(row0));",
+    "for (int j = 0; j < BN / 64; ++j) {",
+    "tma_load(stage + A_BYTES + j * B_BOX_BYTES, &map_b, full + 8 * s, int32_t(col0 + 64 * j), int32_t(kt * BK));",
+    "barrier_wait(full + 8 * s, (it / STAGES) & 1);",
+    "mma_m64n256k16(acc, desc(stage + consumer * 64 * 128 + kk * 32, 16, 1024),",
+    "desc(stage + A_BYTES + kk * 2048, B_BOX_BYTES, 1024));",
+    "return ((address & 0x3FFFF) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3FFF) << 16) |",
+    "(uint64_t((stride_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);",
+    "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 ",
+    "\"%128, %129, 1, 1, 1, 0, 1;\"",
+    "asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");",
+    "if (kt > 0 && lane == 0) barrier_arrive(empty + 8 * ((it - 1) % STAGES));",
+    "asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");",
+    "if (ktiles > 0 && lane == 0) barrier_arrive(empty + 8 * ((it - 1) % STAGES));",
+    "size_t row = row0 + consumer * 64 + warp * 16 + lane / 4;",
+    "size_t col = col0 + (lane % 4) * 2;",
+    "__floats2bfloat162_rn(acc.d[4 * f], acc.d[4 * f + 1]);",
+    "*reinterpret_cast<__nv_bfloat162*>(out + (row + 8) * n + col + f * 8) =",
+    "__floats2bfloat162_rn(acc.d[4 * f + 2], acc.d[4 * f + 3]);",
+], "benches/cuda/gemm_tma.cu")
+
+failures = []
+
+
+def check(cond, msg):
+    if not cond:
+        failures.append(msg)
+        if len(failures) <= 20:
+            print("MISMATCH:", msg)
+    return cond
+
+
+# ---------------------------------------------------------------- 1: TMA boxes and the stage layout
+def tma_box(smem, dst, element, c0, c1, box_inner, box_outer):
+    """TMA tile mode with CU_TENSOR_MAP_SWIZZLE_128B, 2-byte elements: element (c1 + r, c0 + c) of the tensor to
+    dst + 128 r + 2 c with its 16-byte chunk index XOR (r mod 8). Returns the byte offsets written."""
+    check(box_inner * ELEM == 128, "a 128-byte-swizzle box row is %d bytes, not 128" % (box_inner * ELEM))
+    written = []
+    for r in range(box_outer):
+        for c in range(box_inner):
+            off = c * ELEM
+            chunk = off // 16
+            at = dst + r * 128 + ((chunk ^ (r % 8)) * 16) + off % 16
+            smem[at] = element(c1 + r, c0 + c)
+            written.append(at - dst)
+    return written
+
+
+def load_stage(smem, stage, a, b, row0, col0, kt):
+    """The producer's five boxes for k-tile kt of the tile at (row0, col0): A {64, 128} at the stage, B's four
+    {64, 64} boxes after it. a(row, col) and b(row, col) give the tensors' elements."""
+    wa = tma_box(smem, stage, a, kt * BK, row0, 64, 128)
+    wb = []
+    for j in range(BN // 64):
+        wb += [A_BYTES + j * B_BOX_BYTES + o
+               for o in tma_box(smem, stage + A_BYTES + j * B_BOX_BYTES, b, col0 + 64 * j, kt * BK, 64, 64)]
+    return wa, wb
+
+
+check(SMEM <= SM90_MAX_SHARED, "GEMM_TMA_SMEM = %d bytes, more than a block may have (%d)" % (SMEM, SM90_MAX_SHARED))
+for raw in (0, 16, 400, 1008, 1024, 5000):  # wherever the toolchain puts the dynamic window
+    stages = raw + ((1024 - (raw & 1023)) & 1023)
+    check(stages % 1024 == 0 and stages - raw < 1024, "raw %d: stages at %d" % (raw, stages))
+    check(stages + STAGES * STAGE_BYTES + 2 * STAGES * 8 <= raw + SMEM, "raw %d: barriers past the window" % raw)
+smem = {}
+wa, wb = load_stage(smem, 4096, lambda r, c: ("A", r, c), lambda r, c: ("B", r, c), 0, 0, 0)
+check(sorted(wa) == [2 * i for i in range(A_BYTES // 2)], "the A box does not tile its 16 KB")
+check(sorted(wb) == [A_BYTES + 2 * i for i in range(B_BYTES // 2)], "B's boxes do not tile their 32 KB")
+# The chunk XOR above is CuTe's Swizzle<3,4,3> on the absolute address when the box starts 1024-byte aligned.
+for dst in (0, 1024 * 5):
+    for r in range(16):
+        for c in range(64):
+            off = c * ELEM
+            check(dst + r * 128 + (((off // 16) ^ (r % 8)) * 16) + off % 16 == base.swizzle_abs(dst + r * 128 + off, 1),
+                  "TMA's chunk XOR and the descriptors' address swizzle differ at row %d col %d" % (r, c))
+print("stages: %d x %d KB + barriers = %d bytes of dynamic shared memory (of %d); TMA boxes tile each stage; "
+      "TMA's 128-byte swizzle = the descriptors' address swizzle" % (STAGES, STAGE_BYTES // 1024, SMEM,
+                                                                    SM90_MAX_SHARED))
+
+
+# ---------------------------------------------------------------- 2: descriptors and what the MMAs read
+def desc(address, leading_bytes, stride_bytes, layout=1):
+    return (((address & 0x3FFFF) >> 4) | (((leading_bytes >> 4) & 0x3FFF) << 16) |
+            (((stride_bytes >> 4) & 0x3FFF) << 32) | (layout << 62))
+
+
+def kernel_descs(stage, consumer, kk, a_step=32, b_step=2048, a_sbo=1024, b_lbo=B_BOX_BYTES, b_sbo=1024, layout=1):
+    """gemm_tma.cu's two descriptors for consumer warpgroup `consumer`, k step kk (the defaults are the kernel's;
+    the arguments make the wrong variants the model must catch)."""
+    return (desc(stage + consumer * 64 * 128 + kk * a_step, 16, a_sbo, layout),
+            desc(stage + A_BYTES + kk * b_step, b_lbo, b_sbo, layout))
+
+
+def hw_read(smem, d, major, mn, k):
+    """The element the hardware reads for (mn, k) of a 16-bit operand through descriptor d (any swizzle)."""
+    f = base.decode_desc(d)
+    if f["layout"] not in base.SWIZZLE_BYTES or f["base_offset"] != 0:
+        return ("bad descriptor", f["layout"], f["base_offset"])
+    off = base.canonical_offset(major, mn, k, f["lbo"], f["sbo"], f["layout"])
+    return smem.get(base.swizzle_abs(f["start"] + off, f["layout"]), ("hole",))
+
+
+# The model's 128-byte layouts are CuTe's atoms: Layout_K_SW128_Atom (8 rows of 64 elements, 128 bytes apart) and
+# Layout_MN_SW128_Atom (64 elements along MN, 8 along K, 128 bytes apart).
+for r in range(8):
+    for k in range(16):
+        check(base.canonical_offset("K", r, k, 16, 1024, 1) == r * 128 + 2 * k, "model != Layout_K_SW128_Atom")
+for mn in range(64):
+    for k in range(8):
+        check(base.canonical_offset("MN", mn, k, 8192, 1024, 1) == 2 * (mn + 64 * k), "model != Layout_MN_SW128_Atom")
+
+
+def check_reads(quiet=False, **variant):
+    """Fill each stage with k-tile (s + 1) % 3 of a tile at (row0, col0) and check every element every MMA
+    reads. Returns the number of wrong elements."""
+    bad, origin, row0, col0 = 0, 1024 * 3, 128, 512
+    for s in range(STAGES):
+        stage, kt = origin + s * STAGE_BYTES, (s + 1) % 3
+        smem = {}
+        load_stage(smem, stage, lambda r, c: ("A", r, c), lambda r, c: ("B", r, c), row0, col0, kt)
+        for consumer in range(CONSUMERS):
+            for kk in range(BK // 16):
+                da, db = kernel_descs(stage, consumer, kk, **variant)
+                for mm in range(64):
+                    for k in range(16):
+                        want = ("A", row0 + 64 * consumer + mm, kt * BK + kk * 16 + k)
+                        got = hw_read(smem, da, "K", mm, k)
+                        if got != want:
+                            bad += 1
+                            if not quiet:
+                                check(False, "stage %d consumer %d kk %d: A[%d][%d] reads %s, want %s"
+                                      % (s, consumer, kk, mm, k, got, want))
+                for k in range(16):
+                    for nn in range(256):
+                        want = ("B", kt * BK + kk * 16 + k, col0 + nn)
+                        got = hw_read(smem, db, "MN", nn, k)
+                        if got != want:
+                            bad += 1
+                            if not quiet:
+                                check(False, "stage %d consumer %d kk %d: B[%d][%d] reads %s, want %s"
+                                      % (s, consumer, kk, k, nn, got, want))
+    return bad
+
+
+check_reads()
+print("operand reads: 4 stages x 2 consumers x 4 k steps, A 64x16 + B 16x256 each: %s"
+      % ("all correct" if not failures else "%d wrong" % len(failures)))
+MUTANTS = {"B LBO/SBO swapped": dict(b_lbo=1024, b_sbo=B_BOX_BYTES), "A SBO 512": dict(a_sbo=512),
+           "A k step 16 bytes": dict(a_step=16), "B k step 1024 bytes": dict(b_step=1024),
+           "64-byte swizzle": dict(layout=2)}
+undetected = [name for name, kw in MUTANTS.items() if check_reads(quiet=True, **kw) == 0]
+check(not undetected, "the model does not detect these wrong descriptors: %s" % undetected)
+print("wrong descriptors detected: %d of %d" % (len(MUTANTS) - len(undetected), len(MUTANTS)))
+
+
+# ---------------------------------------------------------------- 3: the epilogue
+def epilogue_row_col(tid, v):
+    """The epilogue's (row, col) in the 128 x 256 tile of register v of consumer thread tid (128..383)."""
+    consumer, warp, lane = tid // 128 - 1, (tid // 32) % 4, tid % 32
+    f, e = v // 4, v % 4
+    return consumer * 64 + warp * 16 + lane // 4 + (8 if e >= 2 else 0), (lane % 4) * 2 + f * 8 + (e & 1)
+
+
+cover = []
+for tid in range(128, 128 * (CONSUMERS + 1)):
+    for v in range(128):
+        r, c = base.wgmma_d_row_col(tid % 128, v, n=256)
+        got = epilogue_row_col(tid, v)
+        check(got == ((tid // 128 - 1) * 64 + r, c), "register %d of thread %d: epilogue %s, D layout %s"
+              % (v, tid, got, ((tid // 128 - 1) * 64 + r, c)))
+        cover.append(got)
+check(sorted(cover) == [(r, c) for r in range(128) for c in range(256)], "the epilogue does not cover the tile once")
+print("accumulator: 256 consumer threads x 128 registers vs the m64n256k16 D layout: %s"
+      % ("all match" if not failures else "%d wrong" % len(failures)))
+
+# ---------------------------------------------------------------- 4: end to end, small integers (exact)
+rnd = random.Random(5)
+K, M_ALL, N_ALL, row0, col0 = 2 * BK, 256, 512, 128, 256
+a_int = [[rnd.randint(-8, 8) for _ in range(K)] for _ in range(M_ALL)]
+b_int = [[rnd.randint(-8, 8) for _ in range(N_ALL)] for _ in range(K)]
+regs = [[0] * 128 for _ in range(128 * CONSUMERS)]
+for kt in range(K // BK):
+    stage = 1024 * (kt + 2) + kt * STAGE_BYTES
+    smem = {}
+    load_stage(smem, stage, lambda r, c: a_int[r][c], lambda r, c: b_int[r][c], row0, col0, kt)
+    for consumer in range(CONSUMERS):
+        for kk in range(BK // 16):
+            da, db = kernel_descs(stage, consumer, kk)
+            A = [[hw_read(smem, da, "K", mm, k) for k in range(16)] for mm in range(64)]
+            B = [[hw_read(smem, db, "MN", nn, k) for nn in range(256)] for k in range(16)]
+            D = [[sum(A[mm][k] * B[k][nn] for k in range(16)) for nn in range(256)] for mm in range(64)]
+            for t in range(128):
+                for v in range(128):
+                    r, c = base.wgmma_d_row_col(t, v, n=256)
+                    regs[consumer * 128 + t][v] += D[r][c]
+out = {}
+for tid in range(128, 128 * (CONSUMERS + 1)):
+    for v in range(128):
+        out[epilogue_row_col(tid, v)] = regs[tid - 128][v]
+wrong = sum(out[(r, c)] != sum(a_int[row0 + r][k] * b_int[k][col0 + c] for k in range(K))
+            for r in range(128) for c in range(256))
+check(wrong == 0, "end to end: %d of %d elements wrong" % (wrong, 128 * 256))
+print("end to end (2 k-tiles of 64): %s" % ("tile == A @ B" if wrong == 0 else "WRONG"))
+
+
+# ---------------------------------------------------------------- 5: the pipeline under random schedules
+class Barrier:
+    """An mbarrier: a phase completes when its pending arrivals and its transaction bytes both reach zero;
+    try_wait.parity(p) succeeds once the phase with parity p has completed, i.e. while the current phase's parity
+    is not p (a fresh barrier is in phase 0, so waiting for parity 1 succeeds at once)."""
+
+    def __init__(self, count):
+        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
+
+    def _complete(self):
+        if self.pending == 0 and self.tx == 0:
+            self.phase, self.pending = self.phase + 1, self.count
+
+    def arrive(self, n=1, expect=0):
+        self.tx += expect
+        self.pending -= n
+        if self.pending < 0:
+            return False  # more arrivals than the phase counts: undefined behaviour
+        self._complete()
+        return True
+
+    def complete_tx(self, n):
+        self.tx -= n
+        self._complete()
+
+    def done(self, parity):
+        return (self.phase & 1) != parity
+
+
+def simulate(tiles, ktiles, seed, release_current=False, producer_parity_xor=1, empty_count=CONSUMERS * 4,
+             wait_depth=1):
+    """One block's pipeline: 'ok', or what went wrong. Agents: the producer thread, each consumer warpgroup (its
+    4 warps arrive together), each TMA in flight, each consumer's oldest wgmma group (groups complete in order, at
+    any time after they are issued). A scheduler picks any agent that can move. The keyword arguments make the
+    wrong variants the model must catch."""
+    rnd = random.Random(seed)
+    full = [Barrier(1) for _ in range(STAGES)]
+    empty = [Barrier(empty_count) for _ in range(STAGES)]
+    boxes = [[None] * 5 for _ in range(STAGES)]  # per stage: the (tile, kt) each of its 5 boxes holds
+    work = [(t, kt) for t in range(tiles) for kt in range(ktiles)]
+    producer = {"i": 0, "step": "wait"}
+    consumers = [{"i": 0, "step": "wait", "groups": []} for _ in range(CONSUMERS)]
+    tma = []  # (stage, box, (tile, kt)) in flight
+
+    def release(c, s):
+        return None if empty[s].arrive(4) else "consumer %d arrived too often on empty[%d]" % (c, s)
+
+    def producer_ready():
+        it = producer["i"]
+        if it >= len(work):
+            return False
+        return producer["step"] == "issue" or empty[it % STAGES].done(((it // STAGES) & 1) ^ producer_parity_xor)
+
+    def consumer_ready(me):
+        it = me["i"]
+        if me["step"] == "wait":
+            return full[it % STAGES].done((it // STAGES) & 1)
+        if me["step"] == "drain":
+            return len(me["groups"]) <= wait_depth
+        return me["step"] == "tile_end" and not me["groups"]
+
+    while True:  # only moves that change the state: no move left with work unfinished is a deadlock
+        moves = [("producer",)] if producer_ready() else []
+        for c in range(CONSUMERS):
+            if consumer_ready(consumers[c]):
+                moves.append(("consumer", c))
+            if consumers[c]["groups"]:
+                moves.append(("retire", c))
+        moves += [("tma", i) for i in range(len(tma))]
+        if not moves:
+            break
+        move = rnd.choice(moves)
+        if move[0] == "producer":
+            it = producer["i"]
+            s = it % STAGES
+            if producer["step"] == "wait":  # barrier_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1)
+                if empty[s].done(((it // STAGES) & 1) ^ producer_parity_xor):
+                    producer["step"] = "issue"
+            else:  # barrier_arrive_expect, then the five tma_load
+                full[s].arrive(expect=STAGE_BYTES)
+                tma += [(s, j, work[it]) for j in range(5)]
+                producer.update(i=it + 1, step="wait")
+        elif move[0] == "tma":
+            s, j, tag = tma.pop(move[1])
+            busy = [c for c in range(CONSUMERS) if s in consumers[c]["groups"]]
+            if busy:
+                return "TMA overwrote stage %d while MMAs of consumers %s read it" % (s, busy)
+            boxes[s][j] = tag
+            full[s].complete_tx(A_BYTES if j == 0 else B_BOX_BYTES)
+        elif move[0] == "retire":
+            consumers[move[1]]["groups"].pop(0)
+        else:
+            c = move[1]
+            me = consumers[c]
+            it = me["i"]
+            if me["step"] == "wait":  # barrier_wait(full + 8 * s, (it / STAGES) & 1), then the stage's MMAs
+                s, (tile, kt) = it % STAGES, work[it]
+                if full[s].done((it // STAGES) & 1):
+                    if any(box != (tile, kt) for box in boxes[s]):
+                        return "consumer %d read stage %d holding %s, wanted %s" % (c, s, boxes[s], (tile, kt))
+                    me["groups"].append(s)
+                    me["step"] = "drain"
+            elif me["step"] == "drain":  # wgmma.wait_group 1, then hand back the previous stage
+                if len(me["groups"]) <= wait_depth:
+                    s, (tile, kt) = it % STAGES, work[it]
+                    back = s if release_current else (it - 1) % STAGES if kt > 0 else None
+                    error = back is not None and release(c, back)
+                    if error:
+                        return error
+                    me.update(i=it + 1, step="tile_end" if kt == ktiles - 1 else "wait")
+            elif me["step"] == "tile_end":  # wgmma.wait_group 0, then hand back the last stage
+                if not me["groups"]:
+                    error = release(c, (it - 1) % STAGES)
+                    if error:
+                        return error
+                    me["step"] = "finished" if it == len(work) else "wait"
+    unfinished = producer["i"] < len(work) or any(c["step"] != "finished" for c in consumers) or tma
+    return "deadlock" if unfinished else "ok"
+
+
+SHAPES = [(1, 1), (1, 3), (1, 4), (1, 5), (2, 3), (3, 4), (2, 9), (3, 1)]
+bad_runs = [(shape, seed, r) for shape in SHAPES for seed in range(40)
+            for r in [simulate(shape[0], shape[1], seed)] if r != "ok"]
+check(not bad_runs, "the pipeline fails: %s" % bad_runs[:3])
+print("pipeline: %d random schedules (tiles x k-tiles in %s): %s"
+      % (len(SHAPES) * 40, SHAPES, "no race, no stale read, no deadlock" if not bad_runs else "FAILS"))
+PROTOCOL_MUTANTS = {"release the stage just issued": dict(release_current=True),
+                    "producer waits parity 0 first": dict(producer_parity_xor=0),
+                    "empty counts one warpgroup": dict(empty_count=4),
+                    "release without waiting (wait_group 2)": dict(wait_depth=2)}
+caught = {name: sum(simulate(t, k, seed, **kw) != "ok" for (t, k) in SHAPES for seed in range(40))
+          for name, kw in PROTOCOL_MUTANTS.items()}
+check(all(caught.values()), "the pipeline model misses wrong protocols: %s"
+      % [name for name, n in caught.items() if n == 0])
+print("wrong protocols caught: %s" % ", ".join("%s (%d runs)" % (name, n) for name, n in caught.items()))
+
+if failures:
+    print("FAILED: %d mismatches" % len(failures))
+    sys.exit(1)
+print("OK: the TMA wgmma experiment's boxes, descriptors, epilogue and pipeline agree with the PTX/CuTe model")
