@@ -18,7 +18,8 @@
 //! cuBLAS again (its layouts are checked on the CPU by `scripts/gemm_wide_model.py`). Last (a trap in it loses the
 //! CUDA context), a second one: `benches/cuda/gemm_tma.cu`, the whole Hopper mainloop around the same tile (TMA loads
 //! by a producer warpgroup, mbarriers, two `wgmma` consumer warpgroups, persistent blocks), modelled on the CPU by
-//! `scripts/gemm_tma_model.py`. `gemm_wide.csv`, `gemm_tma.csv` and `l2.csv` beside `gemm.csv`.
+//! `scripts/gemm_tma_model.py`; then the same with clusters of two CTAs that share B through TMA multicast.
+//! `gemm_wide.csv`, `gemm_tma.csv`, `gemm_tma_cluster.csv` and `l2.csv` beside `gemm.csv`.
 
 use weft_kit::test_kernels::gemm_tiles;
 
@@ -163,24 +164,18 @@ fn main() -> Result<()> {
     }
     // The experiments come after everything else and on their own: a failure of one (a wrong result is printed as
     // such) costs nothing above.
-    match wide_experiment(&ctx, &stream, &blas, Timing { rounds, repeats }, l2, &rows) {
-        Ok(Some(wide_csv)) => {
-            if let Some(dir) = &out_dir {
-                std::fs::write(dir.join("gemm_wide.csv"), wide_csv)?;
-            }
-        }
-        Ok(None) => println!("\n(the 128 x 256-tile experiment needs compute capability 9.0: not run)"),
-        Err(error) => println!("\nthe 128 x 256-tile experiment failed: {error}"),
-    }
-    // Last of all GPU work: a trap in this kernel (its bounded barrier waits) loses the CUDA context.
-    match tma_experiment(&ctx, &stream, &blas, Timing { rounds, repeats }, l2, &rows) {
-        Ok(Some(tma_csv)) => {
-            if let Some(dir) = &out_dir {
-                std::fs::write(dir.join("gemm_tma.csv"), tma_csv)?;
-            }
-        }
-        Ok(None) => println!("\n(the TMA experiment needs compute capability 9.0: not run)"),
-        Err(error) => println!("\nthe TMA experiment failed: {error}"),
+    let timing = Timing { rounds, repeats };
+    let out = out_dir.as_deref();
+    report(
+        wide_experiment(&ctx, &stream, &blas, timing, l2, &rows),
+        out,
+        "gemm_wide.csv",
+        "the 128 x 256-tile experiment",
+    )?;
+    // Last of all GPU work: a trap in these kernels (their bounded barrier waits) loses the CUDA context.
+    for (cluster, file) in [(1, "gemm_tma.csv"), (2, "gemm_tma_cluster.csv")] {
+        let what = if cluster == 1 { "the TMA experiment" } else { "the TMA experiment with clusters of 2" };
+        report(tma_experiment(&ctx, &stream, &blas, timing, l2, &rows, cluster), out, file, what)?;
     }
     // Both sides compute the same products from the same bf16 inputs; they differ by rounding and summation order.
     let worst = rows.iter().map(|r| r.error).fold(0.0, f64::max);
@@ -296,9 +291,24 @@ fn wide_experiment(
     experiment.run(ctx, stream, blas, timing, rows, &|a, b, c, shape| wide.launch(stream, a, b, c, shape)).map(Some)
 }
 
-/// The TMA experiment against cuBLAS at every shape, where the GPU has `wgmma` and TMA: prints its table and returns
-/// its CSV (`None` where it cannot run). `l2` is the measured L2 read bandwidth, `rows` the main results (their
-/// shapes are the experiment's).
+/// Writes an experiment's CSV as `file` in `out` (WEFT_BENCH_OUT), or says why `what` did not run: a failure of an
+/// experiment (a wrong result is printed as such) costs nothing else.
+fn report(result: Result<Option<String>>, out: Option<&std::path::Path>, file: &str, what: &str) -> Result<()> {
+    match result {
+        Ok(Some(csv)) => {
+            if let Some(dir) = out {
+                std::fs::write(dir.join(file), csv)?;
+            }
+        }
+        Ok(None) => println!("\n({what} needs compute capability 9.0: not run)"),
+        Err(error) => println!("\n{what} failed: {error}"),
+    }
+    Ok(())
+}
+
+/// The TMA experiment against cuBLAS at every shape, with clusters of `cluster` CTAs (1, or 2 sharing B through
+/// multicast), where the GPU has `wgmma` and TMA: prints its table and returns its CSV (`None` where it cannot run).
+/// `l2` is the measured L2 read bandwidth, `rows` the main results (their shapes are the experiment's).
 fn tma_experiment(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
@@ -306,16 +316,25 @@ fn tma_experiment(
     timing: Timing,
     l2: f64,
     rows: &[Row],
+    cluster: u32,
 ) -> Result<Option<String>> {
     let Some(tma) = TmaTile::load(ctx)? else { return Ok(None) };
+    // Each CTA of a pair reads its A (16 KB) and half of B (16 KB) per 64-wide stage: 32 KB for 2 * 128 * 256 * 64
+    // FLOP, 128 per byte; alone, 48 KB (85 per byte).
+    let (flop_per_byte, label, how) = if cluster == 1 {
+        (WIDE_TILE_FLOP_PER_BYTE, "tma", format!("persistent blocks (up to {} SMs)", tma.sms))
+    } else {
+        (128.0, "tma2", format!("clusters of 2 CTAs sharing B by TMA multicast ({} clusters at once)", tma.clusters))
+    };
     let intro = format!(
         "Experiment (benches/cuda/gemm_tma.cu, hand-written, not weft's API): 128 x 256 tiles, a TMA producer \
          warpgroup and two wgmma consumer warpgroups (m64n256k16), 4 stages of 64-wide k in 192 KB, mbarriers, \
-         persistent blocks, against cuBLAS again; bound by L2 at {:.0} TFLOP/s (85 FLOP per byte)",
-        l2 * WIDE_TILE_FLOP_PER_BYTE / 1e12
+         {how}, against cuBLAS again; bound by L2 at {:.0} TFLOP/s ({flop_per_byte:.0} FLOP per byte)",
+        l2 * flop_per_byte / 1e12
     );
-    let experiment = Experiment { label: "tma", intro: &intro };
-    experiment.run(ctx, stream, blas, timing, rows, &|a, b, c, shape| tma.launch(stream, a, b, c, shape)).map(Some)
+    let experiment = Experiment { label, intro: &intro };
+    let gemm = |a: &_, b: &_, c: &mut _, shape| tma.launch(stream, a, b, c, shape, cluster);
+    experiment.run(ctx, stream, blas, timing, rows, &gemm).map(Some)
 }
 
 /// `c = a * b` (`m x k` by `k x n`, row-major bf16) by one of the hand-written experiments.
@@ -465,7 +484,11 @@ impl WideTile {
 struct TmaTile {
     _module: Arc<cudarc::driver::CudaModule>,
     function: cudarc::driver::CudaFunction,
+    /// gemm_tma_cluster_bf16: the same with clusters of two CTAs sharing B.
+    cluster_function: cudarc::driver::CudaFunction,
     sms: u32,
+    /// How many clusters of two its blocks can form at once (cuOccupancyMaxActiveClusters).
+    clusters: u32,
 }
 
 impl TmaTile {
@@ -477,14 +500,42 @@ impl TmaTile {
 
     /// Compiles and loads it where the GPU is compute capability 9.0 (the only one with `wgmma`); `None` elsewhere.
     fn load(ctx: &Arc<CudaContext>) -> Result<Option<TmaTile>> {
+        use cudarc::driver::sys;
         let loaded = load_for_sm90a(ctx, "gemm_tma", include_str!("cuda/gemm_tma.cu"), Self::SHARED_BYTES)?;
         let Some((module, function)) = loaded else { return Ok(None) };
-        let sms = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        Ok(Some(TmaTile { _module: module, function, sms: u32::try_from(sms)? }))
+        let cluster_function = weft::host::jit::load_function(&module, "gemm_tma", "gemm_tma_cluster_bf16")?;
+        let attribute = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        cluster_function.set_attribute(attribute, i32::try_from(Self::SHARED_BYTES)?)?;
+        let sms = u32::try_from(ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?)?;
+        // The kernel's cluster size is compiled in (__cluster_dims__), so the configuration names none.
+        let config = sys::CUlaunchConfig {
+            gridDimX: 2 * sms,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: Self::THREADS,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: Self::SHARED_BYTES,
+            hStream: std::ptr::null_mut(),
+            attrs: std::ptr::null_mut(),
+            numAttrs: 0,
+        };
+        let mut clusters = 0;
+        ctx.bind_to_thread()?;
+        // SAFETY: `cluster_function` is a live function of `ctx`'s module, `ctx` is current on this thread, `config`
+        // names no attributes (a null pointer with a count of 0) and no stream, and `clusters` is a live i32 that the
+        // call writes; nothing is launched.
+        unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, cluster_function.cu_function(), &config) }
+            .result()?;
+        if clusters < 1 {
+            return Err("gemm_tma: no cluster of two of its blocks fits on this GPU at once".into());
+        }
+        Ok(Some(TmaTile { _module: module, function, cluster_function, sms, clusters: u32::try_from(clusters)? }))
     }
 
-    /// `c = a * b` (`m x k` by `k x n`, row-major bf16): one block per multiprocessor (fewer where there are fewer
-    /// 128 x 256 tiles), each striding over the tiles.
+    /// `c = a * b` (`m x k` by `k x n`, row-major bf16) with clusters of `cluster` CTAs (1 or 2): one block per
+    /// multiprocessor, or one cluster per cluster that fits at once (fewer where there are fewer tiles), each
+    /// striding over the tiles.
     fn launch(
         &self,
         stream: &Arc<CudaStream>,
@@ -492,21 +543,28 @@ impl TmaTile {
         b: &CudaSlice<bf16>,
         c: &mut CudaSlice<bf16>,
         (m, n, k): (usize, usize, usize),
+        cluster: u32,
     ) -> Result<()> {
+        let rows = 128 * cluster as usize;
         // TMA takes the kernel's coordinates as 32-bit signed integers.
         let fits = m.max(n).max(k) <= i32::MAX as usize;
-        if !(m > 0 && n > 0 && k > 0 && m % 128 == 0 && n % 256 == 0 && k % 64 == 0 && fits)
+        if !(cluster == 1 || cluster == 2)
+            || !(m > 0 && n > 0 && k > 0 && m % rows == 0 && n % 256 == 0 && k % 64 == 0 && fits)
             || !(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n)
         {
             return Err(format!(
-                "gemm_tma: {m} x {n} x {k} needs m, n, k non-zero multiples of 128, 256, 64 (below 2^31) and full \
-                 buffers"
+                "gemm_tma: {m} x {n} x {k} with clusters of {cluster} needs clusters of 1 or 2, m, n, k non-zero \
+                 multiples of {rows}, 256, 64 (below 2^31) and full buffers"
             )
             .into());
         }
-        let tiles = (m / 128) * (n / 256);
-        let grid = u32::try_from(tiles.min(self.sms as usize))?;
-        let cfg = LaunchConfig::linear(grid, Self::THREADS).with_shared_mem(Self::SHARED_BYTES);
+        let tiles = (m / rows) * (n / 256);
+        let (grid, function) = if cluster == 1 {
+            (tiles.min(self.sms as usize), &self.function)
+        } else {
+            (2 * tiles.min(self.clusters as usize), &self.cluster_function)
+        };
+        let cfg = LaunchConfig::linear(u32::try_from(grid)?, Self::THREADS).with_shared_mem(Self::SHARED_BYTES);
         let mut args = ArgBuffer::new();
         let (a_arg, b_arg) = (args.slice_arg(a, stream)?, args.slice_arg(b, stream)?);
         let c_arg = args.slice_arg_mut(c, stream)?;
@@ -520,13 +578,14 @@ impl TmaTile {
         args.push(m);
         args.push(n);
         args.push(k);
-        // SAFETY: the arguments are gemm_tma_bf16's (two tensor maps by value, its __grid_constant__ parameters, then
-        // a pointer and three size_t), in order; the shapes meet its preconditions (checked above: m, n, k non-zero
-        // multiples of 128, 256 and 64, and every tile inside a, b and c), and the maps describe a (k x m) and b
-        // (n x k) as they are, so TMA reads only inside them; 384 threads and the dynamic shared memory it needs (its
+        // SAFETY: the arguments are those of gemm_tma_bf16 and gemm_tma_cluster_bf16 (two tensor maps by value, their
+        // __grid_constant__ parameters, then a pointer and three size_t), in order; the shapes meet their
+        // preconditions (checked above: m, n, k non-zero multiples of 128 (256 with clusters), 256 and 64, and every
+        // tile inside a, b and c), and the maps describe a (k x m) and b (n x k) as they are, so TMA reads only
+        // inside them; 384 threads, an even grid for clusters of 2, and the dynamic shared memory they need (the
         // attribute set at load). The maps hold a's and b's addresses, which `args` (dropped after the launch)
         // keeps in use until the launch is recorded; the buffers are freed only after the stream settles.
-        unsafe { launch_raw(&self.function, stream, &cfg, &mut args)? };
+        unsafe { launch_raw(function, stream, &cfg, &mut args)? };
         Ok(())
     }
 }

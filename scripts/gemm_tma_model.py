@@ -17,7 +17,11 @@ own pieces:
    random schedules, with mbarrier semantics (arrival count, transaction bytes, phase parity): no TMA writes a
    stage whose previous contents an MMA may still read, every MMA reads the k-tile it expects, nothing deadlocks;
    and wrong variants of the protocol (releasing the stage in flight, the producer's first-round parity, an arrival
-   count of one warpgroup, no wait before releasing) are caught.
+   count of one warpgroup, no wait before releasing) are caught. The same for the cluster kernel: two CTAs whose
+   producers multicast half of B each into both, whose consumers release each stage on both CTAs' barriers; and
+   its wrong variants (releasing only one's own stages, no multicast, a count of one CTA, no wait) are caught;
+6. the persistent walk: every 128 x 256 tile of the output is computed exactly once, with and without clusters,
+   for several shapes and grid sizes.
 
 Exit status 1 on any mismatch, or when a line of gemm_tma.cu this model transcribes has changed (model_guard).
 """
@@ -56,7 +60,7 @@ read_transcribed(SOURCE, [
     "const uint32_t stages = raw + ((1024 - (raw & 1023)) & 1023);",
     "const uint32_t full = stages + STAGES * STAGE_BYTES, empty = full + STAGES * 8;",
     "barrier_init(full + 8 * s, 1);",
-    "barrier_init(empty + 8 * s, CONSUMERS * 4);",
+    "barrier_init(empty + 8 * s, CLUSTER * CONSUMERS * 4);",
     "const uint32_t s = it % STAGES, stage = stages + s * STAGE_BYTES;",
     "barrier_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);",
     "barrier_arrive_expect(full + 8 * s, STAGE_BYTES);",
@@ -71,9 +75,21 @@ read_transcribed(SOURCE, [
     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 ",
     "\"%128, %129, 1, 1, 1, 0, 1;\"",
     "asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");",
-    "if (kt > 0 && lane == 0) barrier_arrive(empty + 8 * ((it - 1) % STAGES));",
+    "if (kt > 0) release((it - 1) % STAGES);",
     "asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");",
-    "if (ktiles > 0 && lane == 0) barrier_arrive(empty + 8 * ((it - 1) % STAGES));",
+    "if (ktiles > 0) release((it - 1) % STAGES);",
+    "for (uint32_t r = 0; r < CLUSTER; ++r) barrier_arrive_cluster(empty + 8 * s, r);",
+    "barrier_wait_cluster(empty + 8 * s, ((it / STAGES) & 1) ^ 1);",
+    "} else if (j % CLUSTER == rank) {",
+    "int32_t(kt * BK), uint16_t((1u << CLUSTER) - 1));",
+    "const size_t first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;",
+    "const size_t tiles_m = m / (CLUSTER * BM), tiles_n = n / BN, tiles = tiles_m * tiles_n, ktiles = k / BK;",
+    "tile_origin(t, tiles_m, tiles_n, CLUSTER * BM, row0, col0);",
+    "row0 += rank * BM;",
+    "for (size_t t = first; t < tiles; t += step) {",
+    "size_t rows = tiles_m - first_row < group ? tiles_m - first_row : group;",
+    "row0 = (first_row + within % rows) * band;",
+    "col0 = (within / rows) * BN;",
     "size_t row = row0 + consumer * 64 + warp * 16 + lane / 4;",
     "size_t col = col0 + (lane % 4) * 2;",
     "__floats2bfloat162_rn(acc.d[4 * f], acc.d[4 * f + 1]);",
@@ -294,112 +310,164 @@ class Barrier:
         return (self.phase & 1) != parity
 
 
-def simulate(tiles, ktiles, seed, release_current=False, producer_parity_xor=1, empty_count=CONSUMERS * 4,
-             wait_depth=1):
-    """One block's pipeline: 'ok', or what went wrong. Agents: the producer thread, each consumer warpgroup (its
-    4 warps arrive together), each TMA in flight, each consumer's oldest wgmma group (groups complete in order, at
-    any time after they are issued). A scheduler picks any agent that can move. The keyword arguments make the
-    wrong variants the model must catch."""
+def simulate(tiles, ktiles, seed, cluster=1, release_current=False, producer_parity_xor=1, empty_count=None,
+             wait_depth=1, release_peers=True, multicast=True):
+    """The pipeline of one block, or of the `cluster` CTAs of one cluster: 'ok', or what went wrong. Agents: each
+    CTA's producer thread, each consumer warpgroup (its 4 warps arrive together), each TMA write in flight (a
+    multicast box is one write per CTA it reaches, each completing bytes on that CTA's barrier), each consumer's
+    oldest wgmma group (groups complete in order, at any time after they are issued). A scheduler picks any agent
+    that can move. The keyword arguments make the wrong variants the model must catch."""
     rnd = random.Random(seed)
-    full = [Barrier(1) for _ in range(STAGES)]
-    empty = [Barrier(empty_count) for _ in range(STAGES)]
-    boxes = [[None] * 5 for _ in range(STAGES)]  # per stage: the (tile, kt) each of its 5 boxes holds
-    work = [(t, kt) for t in range(tiles) for kt in range(ktiles)]
-    producer = {"i": 0, "step": "wait"}
-    consumers = [{"i": 0, "step": "wait", "groups": []} for _ in range(CONSUMERS)]
-    tma = []  # (stage, box, (tile, kt)) in flight
+    if empty_count is None:
+        empty_count = cluster * CONSUMERS * 4
+    ctas = range(cluster)
+    full = [[Barrier(1) for _ in range(STAGES)] for _ in ctas]
+    empty = [[Barrier(empty_count) for _ in range(STAGES)] for _ in ctas]
+    boxes = [[[None] * 5 for _ in range(STAGES)] for _ in ctas]  # per CTA and stage: the (tile, kt) of its 5 boxes
+    work = [(t, kt) for t in range(tiles) for kt in range(ktiles)]  # the same walk in every CTA of a cluster
+    producers = [{"i": 0, "step": "wait"} for _ in ctas]
+    consumers = [[{"i": 0, "step": "wait", "groups": []} for _ in range(CONSUMERS)] for _ in ctas]
+    tma = []  # (destination CTA, stage, box, (tile, kt)) in flight
 
-    def release(c, s):
-        return None if empty[s].arrive(4) else "consumer %d arrived too often on empty[%d]" % (c, s)
+    def release(r, c, s):  # the 4 warps of consumer c of CTA r hand stage s back
+        for dst in (ctas if release_peers else [r]):
+            if not empty[dst][s].arrive(4):
+                return "consumer %d of CTA %d arrived too often on empty[%d] of CTA %d" % (c, r, s, dst)
+        return None
 
-    def producer_ready():
-        it = producer["i"]
+    def producer_ready(r):
+        me = producers[r]
+        it = me["i"]
         if it >= len(work):
             return False
-        return producer["step"] == "issue" or empty[it % STAGES].done(((it // STAGES) & 1) ^ producer_parity_xor)
+        return me["step"] == "issue" or empty[r][it % STAGES].done(((it // STAGES) & 1) ^ producer_parity_xor)
 
-    def consumer_ready(me):
+    def consumer_ready(r, me):
         it = me["i"]
         if me["step"] == "wait":
-            return full[it % STAGES].done((it // STAGES) & 1)
+            return full[r][it % STAGES].done((it // STAGES) & 1)
         if me["step"] == "drain":
             return len(me["groups"]) <= wait_depth
         return me["step"] == "tile_end" and not me["groups"]
 
     while True:  # only moves that change the state: no move left with work unfinished is a deadlock
-        moves = [("producer",)] if producer_ready() else []
-        for c in range(CONSUMERS):
-            if consumer_ready(consumers[c]):
-                moves.append(("consumer", c))
-            if consumers[c]["groups"]:
-                moves.append(("retire", c))
+        moves = [("producer", r) for r in ctas if producer_ready(r)]
+        for r in ctas:
+            for c in range(CONSUMERS):
+                if consumer_ready(r, consumers[r][c]):
+                    moves.append(("consumer", r, c))
+                if consumers[r][c]["groups"]:
+                    moves.append(("retire", r, c))
         moves += [("tma", i) for i in range(len(tma))]
         if not moves:
             break
         move = rnd.choice(moves)
         if move[0] == "producer":
-            it = producer["i"]
-            s = it % STAGES
-            if producer["step"] == "wait":  # barrier_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1)
-                if empty[s].done(((it // STAGES) & 1) ^ producer_parity_xor):
-                    producer["step"] = "issue"
-            else:  # barrier_arrive_expect, then the five tma_load
-                full[s].arrive(expect=STAGE_BYTES)
-                tma += [(s, j, work[it]) for j in range(5)]
-                producer.update(i=it + 1, step="wait")
-        elif move[0] == "tma":
-            s, j, tag = tma.pop(move[1])
-            busy = [c for c in range(CONSUMERS) if s in consumers[c]["groups"]]
-            if busy:
-                return "TMA overwrote stage %d while MMAs of consumers %s read it" % (s, busy)
-            boxes[s][j] = tag
-            full[s].complete_tx(A_BYTES if j == 0 else B_BOX_BYTES)
-        elif move[0] == "retire":
-            consumers[move[1]]["groups"].pop(0)
-        else:
-            c = move[1]
-            me = consumers[c]
+            r = move[1]
+            me = producers[r]
             it = me["i"]
+            s = it % STAGES
+            if me["step"] == "wait":  # barrier_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1)
+                me["step"] = "issue"
+            else:  # barrier_arrive_expect, A to this CTA, this CTA's share of B's boxes (multicast with a cluster)
+                full[r][s].arrive(expect=STAGE_BYTES)
+                tma.append((r, s, 0, work[it]))
+                for j in range(BN // 64):
+                    if cluster == 1:
+                        tma.append((r, s, 1 + j, work[it]))
+                    elif j % cluster == r:
+                        tma += [(dst, s, 1 + j, work[it]) for dst in (ctas if multicast else [r])]
+                me.update(i=it + 1, step="wait")
+        elif move[0] == "tma":
+            r, s, j, tag = tma.pop(move[1])
+            busy = [c for c in range(CONSUMERS) if s in consumers[r][c]["groups"]]
+            if busy:
+                return "TMA overwrote stage %d of CTA %d while MMAs of consumers %s read it" % (s, r, busy)
+            boxes[r][s][j] = tag
+            full[r][s].complete_tx(A_BYTES if j == 0 else B_BOX_BYTES)
+        elif move[0] == "retire":
+            consumers[move[1]][move[2]]["groups"].pop(0)
+        else:
+            r, c = move[1], move[2]
+            me = consumers[r][c]
+            it = me["i"]
+            s, (tile, kt) = (it % STAGES, work[it]) if it < len(work) else (None, (None, None))
             if me["step"] == "wait":  # barrier_wait(full + 8 * s, (it / STAGES) & 1), then the stage's MMAs
-                s, (tile, kt) = it % STAGES, work[it]
-                if full[s].done((it // STAGES) & 1):
-                    if any(box != (tile, kt) for box in boxes[s]):
-                        return "consumer %d read stage %d holding %s, wanted %s" % (c, s, boxes[s], (tile, kt))
-                    me["groups"].append(s)
-                    me["step"] = "drain"
+                if any(box != (tile, kt) for box in boxes[r][s]):
+                    return "consumer %d of CTA %d read stage %d holding %s, wanted %s" % (c, r, s, boxes[r][s],
+                                                                                          (tile, kt))
+                me["groups"].append(s)
+                me["step"] = "drain"
             elif me["step"] == "drain":  # wgmma.wait_group 1, then hand back the previous stage
-                if len(me["groups"]) <= wait_depth:
-                    s, (tile, kt) = it % STAGES, work[it]
-                    back = s if release_current else (it - 1) % STAGES if kt > 0 else None
-                    error = back is not None and release(c, back)
-                    if error:
-                        return error
-                    me.update(i=it + 1, step="tile_end" if kt == ktiles - 1 else "wait")
-            elif me["step"] == "tile_end":  # wgmma.wait_group 0, then hand back the last stage
-                if not me["groups"]:
-                    error = release(c, (it - 1) % STAGES)
-                    if error:
-                        return error
-                    me["step"] = "finished" if it == len(work) else "wait"
-    unfinished = producer["i"] < len(work) or any(c["step"] != "finished" for c in consumers) or tma
+                back = s if release_current else (it - 1) % STAGES if kt > 0 else None
+                error = back is not None and release(r, c, back)
+                if error:
+                    return error
+                me.update(i=it + 1, step="tile_end" if kt == ktiles - 1 else "wait")
+            else:  # wgmma.wait_group 0, then hand back the last stage
+                error = release(r, c, (it - 1) % STAGES)
+                if error:
+                    return error
+                me["step"] = "finished" if it == len(work) else "wait"
+    unfinished = any(p["i"] < len(work) for p in producers) or tma or \
+        any(c["step"] != "finished" for cs in consumers for c in cs)
     return "deadlock" if unfinished else "ok"
 
 
 SHAPES = [(1, 1), (1, 3), (1, 4), (1, 5), (2, 3), (3, 4), (2, 9), (3, 1)]
-bad_runs = [(shape, seed, r) for shape in SHAPES for seed in range(40)
-            for r in [simulate(shape[0], shape[1], seed)] if r != "ok"]
-check(not bad_runs, "the pipeline fails: %s" % bad_runs[:3])
-print("pipeline: %d random schedules (tiles x k-tiles in %s): %s"
-      % (len(SHAPES) * 40, SHAPES, "no race, no stale read, no deadlock" if not bad_runs else "FAILS"))
+for cluster in (1, 2):
+    bad_runs = [(shape, seed, r) for shape in SHAPES for seed in range(40)
+                for r in [simulate(shape[0], shape[1], seed, cluster=cluster)] if r != "ok"]
+    check(not bad_runs, "the pipeline (cluster of %d) fails: %s" % (cluster, bad_runs[:3]))
+    print("pipeline, %s: %d random schedules (tiles x k-tiles in %s): %s"
+          % ("one CTA" if cluster == 1 else "a cluster of 2 CTAs sharing B", len(SHAPES) * 40, SHAPES,
+             "no race, no stale read, no deadlock" if not bad_runs else "FAILS"))
 PROTOCOL_MUTANTS = {"release the stage just issued": dict(release_current=True),
                     "producer waits parity 0 first": dict(producer_parity_xor=0),
                     "empty counts one warpgroup": dict(empty_count=4),
-                    "release without waiting (wait_group 2)": dict(wait_depth=2)}
+                    "release without waiting (wait_group 2)": dict(wait_depth=2),
+                    "cluster: each CTA releases its own stages only": dict(cluster=2, release_peers=False,
+                                                                           empty_count=CONSUMERS * 4),
+                    "cluster: B's boxes not multicast": dict(cluster=2, multicast=False),
+                    "cluster: empty counts one CTA": dict(cluster=2, empty_count=CONSUMERS * 4),
+                    "cluster: release without waiting": dict(cluster=2, wait_depth=2)}
 caught = {name: sum(simulate(t, k, seed, **kw) != "ok" for (t, k) in SHAPES for seed in range(40))
           for name, kw in PROTOCOL_MUTANTS.items()}
 check(all(caught.values()), "the pipeline model misses wrong protocols: %s"
       % [name for name, n in caught.items() if n == 0])
 print("wrong protocols caught: %s" % ", ".join("%s (%d runs)" % (name, n) for name, n in caught.items()))
+
+
+# ---------------------------------------------------------------- 6: the persistent walk over the tiles
+def tile_origin(t, tiles_m, tiles_n, band):
+    group = 8
+    first_row = (t // (group * tiles_n)) * group
+    rows = min(tiles_m - first_row, group)
+    within = t % (group * tiles_n)
+    return (first_row + within % rows) * band, (within // rows) * BN
+
+
+def walk(m, n, grid, cluster):
+    """The (row0, col0) of every tile each block of `grid` computes, as the kernel's loops give them."""
+    tiles_m, tiles_n = m // (cluster * BM), n // BN
+    out = []
+    for block in range(grid):
+        rank, first, step = block % cluster, block // cluster, grid // cluster
+        for t in range(first, tiles_m * tiles_n, step):
+            row0, col0 = tile_origin(t, tiles_m, tiles_n, cluster * BM)
+            out.append((row0 + rank * BM, col0))
+    return out
+
+
+bad_walks = []
+for cluster in (1, 2):
+    for m, n in [(256, 256), (1024, 512), (4096, 4096), (2304, 1280), (16384, 8192)]:
+        want = sorted((r, c) for r in range(0, m, BM) for c in range(0, n, BN))
+        for grid in [g for g in (1, 2, 3, 7, 8, 64, 132) if g % cluster == 0]:
+            if sorted(walk(m, n, grid, cluster)) != want:
+                bad_walks.append((cluster, m, n, grid))
+check(not bad_walks, "the persistent walk misses or repeats tiles: %s" % bad_walks[:3])
+print("persistent walk (one CTA and clusters of 2, 5 shapes, grids of 1 to 132 blocks): every tile exactly once")
 
 if failures:
     print("FAILED: %d mismatches" % len(failures))

@@ -86,6 +86,60 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const TensorMap* map, uin
       : "memory");
 }
 
+// The same, written to the same shared offset of every CTA of the cluster in `ctas` (a bit per CTA rank), each
+// completing its bytes on the barrier at `bar`'s offset in that CTA.
+__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const TensorMap* map, uint32_t bar, int32_t c0,
+                                                   int32_t c1, uint16_t ctas) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "h"(ctas)
+      : "memory");
+}
+
+// One arrival on the barrier at `bar`'s offset in the cluster's CTA `rank` (this one included), released to the
+// cluster: this CTA's reads of the stage happen before whatever the arrival lets that CTA's producer do.
+__device__ __forceinline__ void barrier_arrive_cluster(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n\t.reg .b32 remote;\n\t"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t}" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+
+// Waits for the phase of this CTA's `bar` with this parity, acquiring what the cluster's arrivals released.
+__device__ __forceinline__ bool barrier_try_wait_cluster(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+__device__ __forceinline__ void barrier_wait_cluster(uint32_t bar, uint32_t parity) {
+  if (barrier_try_wait_cluster(bar, parity)) return;
+  long long start = clock64();
+  while (!barrier_try_wait_cluster(bar, parity)) {
+    if (clock64() - start > WAIT_LIMIT) __trap();
+  }
+}
+
+// Every thread of the cluster arrives, then waits for all the others (not .aligned: a warp may arrive diverged).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+
 // A wgmma matrix descriptor with the 128-byte swizzle (layout type 1).
 __device__ __forceinline__ uint64_t desc(uint32_t address, uint32_t leading_bytes, uint32_t stride_bytes) {
   return ((address & 0x3FFFF) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3FFF) << 16) |
@@ -101,13 +155,15 @@ __device__ __forceinline__ void fence_operands(Acc& acc) {
   for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(acc.d[i])::"memory");
 }
 
-// Tile t of the grouped order (gemm_tiles' and gemm_wide.cu's): eight 128-row bands at a time, column by column.
-__device__ __forceinline__ void tile_origin(size_t t, size_t tiles_m, size_t tiles_n, size_t& row0, size_t& col0) {
+// Tile t of the grouped order (gemm_tiles' and gemm_wide.cu's): eight bands of `band` rows at a time (BM, or a
+// cluster's CLUSTER * BM), column by column; tiles_m counts those bands.
+__device__ __forceinline__ void tile_origin(size_t t, size_t tiles_m, size_t tiles_n, size_t band, size_t& row0,
+                                            size_t& col0) {
   const size_t group = 8;
   size_t first_row = (t / (group * tiles_n)) * group;
   size_t rows = tiles_m - first_row < group ? tiles_m - first_row : group;
   size_t within = t % (group * tiles_n);
-  row0 = (first_row + within % rows) * BM;
+  row0 = (first_row + within % rows) * band;
   col0 = (within / rows) * BN;
 }
 
@@ -155,42 +211,64 @@ __device__ __forceinline__ void mma_m64n256k16(Acc& c, uint64_t desc_a, uint64_t
 // and the descriptors address absolute bits), and the 2 x STAGES barriers.
 #define GEMM_TMA_SMEM (gemm_tma::STAGES * gemm_tma::STAGE_BYTES + 1024 + 2 * gemm_tma::STAGES * 8)
 
-extern "C" __global__ void __launch_bounds__(GEMM_TMA_THREADS, 1)
-    gemm_tma_bf16(const __grid_constant__ gemm_tma::TensorMap map_a, const __grid_constant__ gemm_tma::TensorMap map_b,
-                  __nv_bfloat16* out, size_t m, size_t n, size_t k) {
+namespace gemm_tma {
 #if defined(GEMM_TMA_HAS_WGMMA)
-  using namespace gemm_tma;
+// The kernel, for clusters of CLUSTER CTAs (1 or 2) along m. With 2, the CTAs of a cluster take the two 128-row
+// halves of one 256 x 256 tile pair and share B: each loads two of B's four boxes per stage and multicasts them to
+// both, so a CTA reads 32 KB of operands per stage instead of 48 (128 FLOP per byte instead of 85). A stage is then
+// free only when the consumers of both CTAs are done with it (each arrives on both CTAs' empty barriers), and both
+// CTAs walk the same tiles and stages in step.
+template <int CLUSTER>
+__device__ __forceinline__ void gemm(const TensorMap& map_a, const TensorMap& map_b, __nv_bfloat16* out, size_t m,
+                                     size_t n, size_t k) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = shared_address(smem_raw);
   const uint32_t stages = raw + ((1024 - (raw & 1023)) & 1023);
   const uint32_t full = stages + STAGES * STAGE_BYTES, empty = full + STAGES * 8;
-  const size_t tiles_m = m / BM, tiles_n = n / BN, tiles = tiles_m * tiles_n, ktiles = k / BK;
+  const uint32_t rank = CLUSTER > 1 ? cluster_rank() : 0;
+  const size_t first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
+  const size_t tiles_m = m / (CLUSTER * BM), tiles_n = n / BN, tiles = tiles_m * tiles_n, ktiles = k / BK;
   const uint32_t warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       barrier_init(full + 8 * s, 1);
-      barrier_init(empty + 8 * s, CONSUMERS * 4);
+      barrier_init(empty + 8 * s, CLUSTER * CONSUMERS * 4);
     }
     // The barriers' initialisation, visible to the async proxy (TMA's completions) and to the other threads.
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  // With a cluster, also the other CTA's: its multicasts and arrivals may reach this one's barriers next.
+  if (CLUSTER > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == 0) {
       uint32_t it = 0;
-      for (size_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+      for (size_t t = first; t < tiles; t += step) {
         size_t row0, col0;
-        tile_origin(t, tiles_m, tiles_n, row0, col0);
+        tile_origin(t, tiles_m, tiles_n, CLUSTER * BM, row0, col0);
+        row0 += rank * BM;
         for (size_t kt = 0; kt < ktiles; ++kt, ++it) {
           const uint32_t s = it % STAGES, stage = stages + s * STAGE_BYTES;
           // A fresh barrier counts its phase -1 as complete, so the first round through the stages does not wait.
-          barrier_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);
+          if (CLUSTER > 1) {
+            barrier_wait_cluster(empty + 8 * s, ((it / STAGES) & 1) ^ 1);
+          } else {
+            barrier_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1);
+          }
           barrier_arrive_expect(full + 8 * s, STAGE_BYTES);
           tma_load(stage, &map_a, full + 8 * s, int32_t(kt * BK), int32_t(row0));
 #pragma unroll
           for (int j = 0; j < BN / 64; ++j) {
-            tma_load(stage + A_BYTES + j * B_BOX_BYTES, &map_b, full + 8 * s, int32_t(col0 + 64 * j), int32_t(kt * BK));
+            if (CLUSTER == 1) {
+              tma_load(stage + A_BYTES + j * B_BOX_BYTES, &map_b, full + 8 * s, int32_t(col0 + 64 * j), int32_t(kt * BK));
+            } else if (j % CLUSTER == rank) {
+              tma_load_multicast(stage + A_BYTES + j * B_BOX_BYTES, &map_b, full + 8 * s, int32_t(col0 + 64 * j),
+                                 int32_t(kt * BK), uint16_t((1u << CLUSTER) - 1));
+            }
           }
         }
       }
@@ -198,10 +276,20 @@ extern "C" __global__ void __launch_bounds__(GEMM_TMA_THREADS, 1)
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const uint32_t consumer = warpgroup - 1;
+    // One arrival of this warp on stage s's empty barrier in every CTA of the cluster.
+    auto release = [&](uint32_t s) {
+      if (lane != 0) return;
+      if (CLUSTER == 1) {
+        barrier_arrive(empty + 8 * s);
+      } else {
+        for (uint32_t r = 0; r < CLUSTER; ++r) barrier_arrive_cluster(empty + 8 * s, r);
+      }
+    };
     uint32_t it = 0;
-    for (size_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (size_t t = first; t < tiles; t += step) {
       size_t row0, col0;
-      tile_origin(t, tiles_m, tiles_n, row0, col0);
+      tile_origin(t, tiles_m, tiles_n, CLUSTER * BM, row0, col0);
+      row0 += rank * BM;
       Acc acc;
 #pragma unroll
       for (int i = 0; i < 128; ++i) acc.d[i] = 0.0f;
@@ -218,11 +306,11 @@ extern "C" __global__ void __launch_bounds__(GEMM_TMA_THREADS, 1)
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         // The previous stage's MMAs are complete once at most this stage's are in flight: hand it back.
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        if (kt > 0 && lane == 0) barrier_arrive(empty + 8 * ((it - 1) % STAGES));
+        if (kt > 0) release((it - 1) % STAGES);
       }
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
       fence_operands(acc);
-      if (ktiles > 0 && lane == 0) barrier_arrive(empty + 8 * ((it - 1) % STAGES));
+      if (ktiles > 0) release((it - 1) % STAGES);
       // Fragment f of the warp: columns 8f.., rows lane / 4 (+ 8 for values 2 and 3), columns 2 (lane % 4) (+ 1).
       size_t row = row0 + consumer * 64 + warp * 16 + lane / 4;
       size_t col = col0 + (lane % 4) * 2;
@@ -235,6 +323,29 @@ extern "C" __global__ void __launch_bounds__(GEMM_TMA_THREADS, 1)
       }
     }
   }
+  // No CTA of a cluster leaves while the other may still multicast into it or arrive on its barriers.
+  if (CLUSTER > 1) cluster_sync();
+}
+#endif
+}  // namespace gemm_tma
+
+extern "C" __global__ void __launch_bounds__(GEMM_TMA_THREADS, 1)
+    gemm_tma_bf16(const __grid_constant__ gemm_tma::TensorMap map_a, const __grid_constant__ gemm_tma::TensorMap map_b,
+                  __nv_bfloat16* out, size_t m, size_t n, size_t k) {
+#if defined(GEMM_TMA_HAS_WGMMA)
+  gemm_tma::gemm<1>(map_a, map_b, out, m, n, k);
+#else
+  __trap();
+#endif
+}
+
+// The same with clusters of two CTAs sharing B (m a multiple of 256, an even grid).
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GEMM_TMA_THREADS, 1)
+    gemm_tma_cluster_bf16(const __grid_constant__ gemm_tma::TensorMap map_a,
+                          const __grid_constant__ gemm_tma::TensorMap map_b, __nv_bfloat16* out, size_t m, size_t n,
+                          size_t k) {
+#if defined(GEMM_TMA_HAS_WGMMA)
+  gemm_tma::gemm<2>(map_a, map_b, out, m, n, k);
 #else
   __trap();
 #endif
