@@ -40,6 +40,8 @@
 #             three times at 8 ranks (both hung once on 2026-12-04; fixes since), examples 08 and 09 with the wgmma
 #             mainloop at 1 (09), 2, 4 and 8 ranks, the GEMM benchmark with its new L2 bandwidth probe and its
 #             experiments; fresh28 and fresh30: only the runs of that release
+#   queues    (not in the default) NCCL 2.30.7, CUDA_DEVICE_MAX_CONNECTIONS=32: the graph timing test at 8 ranks 12
+#             times and the benchmark's zero_adam case at 4 ranks three times, the two runs that still hung on 2026-12-05
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s). WEFT_GPU_CHECK_DEADLINE=s skips the
 # runs that would start after s seconds (each is listed as skipped), so that the summary and the logs still come back
 # from a machine that limits a call's time. WEFT_GPU_CHECK_RANKS="4 8" limits the ranks part to those rank counts.
@@ -272,6 +274,23 @@ fresh() { # release: see the header
   fi
 }
 
+queues() { # the hardware-queue diagnosis of the two hangs left on 2026-12-05: see the header
+  # Both hung with every rank's work enqueued and the device making no progress: the graph timing test at 8 ranks
+  # (1 of 4 runs, every rank in cuGraphLaunch) and the fused benchmark's zero_adam case at 4 ranks (64 MB, every rank
+  # waiting for its stream). If streams of different ranks sharing one of CUDA's hardware queues is the cause
+  # (docs/multi-rank.md), 32 queues make it rarer; the runs without the setting are in the day's earlier summary.
+  export CUDA_DEVICE_MAX_CONNECTIONS=32
+  local i
+  for i in $(seq 1 12); do
+    WEFT_RANKS=8 run "2.30.7 x8 test-gpu_graphs connections=32 #$i" 30 .gpu/bin/test-gpu_graphs --include-ignored \
+      --test-threads=1 --nocapture every_rank
+  done
+  for i in 1 2 3; do
+    WEFT_RANKS=4 WEFT_BENCH_CASES=zero_adam WEFT_BENCH_OUT="$out/bench-x4-zero_adam-connections32-$i" \
+      run "2.30.7 x4 bench-fused-zero_adam connections=32 #$i" 120 .gpu/bin/test-fused
+  done
+}
+
 hangs() { # the runs that hung last time, once each, for their stacks (scripts/symbolize.py)
   export WEFT_TRACE=1
   WEFT_RANKS=2 run "2.30.7 x2 test-gpu" 40 .gpu/bin/test-gpu --include-ignored --test-threads=1 --nocapture every_rank
@@ -339,6 +358,7 @@ case $parts in *,hangs,*) with_nccl 2.30.7 hangs ;; esac
 case $parts in *,fresh,*) with_nccl 2.28.9 fresh 2.28.9; with_nccl 2.30.7 fresh 2.30.7 ;; esac
 case $parts in *,fresh30,*) with_nccl 2.30.7 fresh 2.30.7 ;; esac
 case $parts in *,fresh28,*) with_nccl 2.28.9 fresh 2.28.9 ;; esac
+case $parts in *,queues,*) with_nccl 2.30.7 queues ;; esac
 case $parts in *,gemm,*) with_nccl 2.28.9 gemm 2.28.9; with_nccl 2.30.7 gemm 2.30.7 ;; esac
 case $parts in *,launchers,*) with_nccl 2.28.9 launchers 2.28.9 1; with_nccl 2.30.7 launchers 2.30.7 1 2 4 ;; esac
 case $parts in *,graphs,*) with_nccl 2.28.9 graphs 2.28.9 1; with_nccl 2.30.7 graphs 2.30.7 1 2 4 8 ;; esac

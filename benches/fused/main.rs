@@ -239,9 +239,17 @@ fn measure(ranks: &Ranks, options: &Options, cases: &[&dyn Case]) -> AnyResult<E
 
     let limit_gbps = options.limit_for(nranks, ranks_per_gpu);
     println!("\n{}", report::table(&rows, limit_gbps));
+    // The default limits were measured on an H200: on another GPU the column says so rather than pass them off as
+    // that GPU's own.
+    let elsewhere = if options.limit_gbps.is_none() && !gpu.contains("H200") {
+        format!(", measured on an H200, not this {gpu}: WEFT_BENCH_LIMIT_GBPS sets its own")
+    } else {
+        String::new()
+    };
     println!(
         "speedup = baseline / weft (median µs, slowest rank); GB/s = the fused pass's minimal bytes per rank / weft \
-         time; % limit of {limit_gbps} GB/s ({}); bus GB/s = all-reduce bus bandwidth, size / time x 2(n-1)/n",
+         time; % limit of {limit_gbps} GB/s ({}{elsewhere}); bus GB/s = all-reduce bus bandwidth, size / time x \
+         2(n-1)/n",
         if options.limit_gbps.is_some() {
             "WEFT_BENCH_LIMIT_GBPS"
         } else if nranks == 1 {
