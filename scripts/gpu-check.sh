@@ -40,8 +40,9 @@
 #             three times at 8 ranks (both hung once on 2026-12-04; fixes since), examples 08 and 09 with the wgmma
 #             mainloop at 1 (09), 2, 4 and 8 ranks, the GEMM benchmark with its new L2 bandwidth probe and its
 #             experiments; fresh28 and fresh30: only the runs of that release
-#   queues    (not in the default) NCCL 2.30.7, CUDA_DEVICE_MAX_CONNECTIONS=32: the graph timing test at 8 ranks 12
-#             times and the benchmark's zero_adam case at 4 ranks three times, the two runs that still hung on 2026-12-05
+#   queues    (not in the default) NCCL 2.30.7: the two runs that still stopped on 2026-12-05 (the graph timing test
+#             at 8 ranks, the benchmark's zero_adam case at 4) with weft's 32 hardware queues, several times each, and
+#             a refusal of 8 queues at 2 ranks
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s). WEFT_GPU_CHECK_DEADLINE=s skips the
 # runs that would start after s seconds (each is listed as skipped), so that the summary and the logs still come back
 # from a machine that limits a call's time. WEFT_GPU_CHECK_RANKS="4 8" limits the ranks part to those rank counts.
@@ -274,21 +275,26 @@ fresh() { # release: see the header
   fi
 }
 
-queues() { # the hardware-queue diagnosis of the two hangs left on 2026-12-05: see the header
-  # Both hung with every rank's work enqueued and the device making no progress: the graph timing test at 8 ranks
-  # (1 of 4 runs, every rank in cuGraphLaunch) and the fused benchmark's zero_adam case at 4 ranks (64 MB, every rank
-  # waiting for its stream). If streams of different ranks sharing one of CUDA's hardware queues is the cause
-  # (docs/multi-rank.md), 32 queues make it rarer; the runs without the setting are in the day's earlier summary.
-  export CUDA_DEVICE_MAX_CONNECTIONS=32
+queues() { # the two runs that still stopped on 2026-12-05, with weft's 32 hardware queues: see the header
+  # Both stopped with every rank's work enqueued and the device making no progress: the graph timing test at 8 ranks
+  # (every rank in cuGraphLaunch) and the fused benchmark's zero_adam case at 4 ranks (every rank waiting for its
+  # stream). Streams of different ranks sharing one of CUDA's hardware queues was the cause (docs/multi-rank.md,
+  # "Hardware queues": with CUDA_DEVICE_MAX_CONNECTIONS=1 both stopped every time, even at 2 ranks; with 32 none
+  # did). weft's Placement now asks for 32 where the variable is unset, as here, and refuses fewer.
   local i
-  for i in $(seq 1 12); do
-    WEFT_RANKS=8 run "2.30.7 x8 test-gpu_graphs connections=32 #$i" 30 .gpu/bin/test-gpu_graphs --include-ignored \
-      --test-threads=1 --nocapture every_rank
+  unset CUDA_DEVICE_MAX_CONNECTIONS
+  for i in 1 2 3 4 5 6 7 8; do
+    WEFT_RANKS=8 run "2.30.7 x8 test-gpu_graphs #$i" 30 \
+      .gpu/bin/test-gpu_graphs --include-ignored --test-threads=1 --nocapture every_rank
   done
-  for i in 1 2 3; do
-    WEFT_RANKS=4 WEFT_BENCH_CASES=zero_adam WEFT_BENCH_OUT="$out/bench-x4-zero_adam-connections32-$i" \
-      run "2.30.7 x4 bench-fused-zero_adam connections=32 #$i" 120 .gpu/bin/test-fused
+  for i in 1 2; do
+    WEFT_RANKS=4 WEFT_BENCH_CASES=zero_adam WEFT_BENCH_OUT="$out/bench-x4-zero_adam-$i" \
+      run "2.30.7 x4 bench-fused-zero_adam #$i" 90 .gpu/bin/test-fused
   done
+  # A rank count that shares queues is refused before anything runs (Error::TooFewQueues), not left to hang.
+  CUDA_DEVICE_MAX_CONNECTIONS=8 WEFT_RANKS=2 run "2.30.7 x2 example-quickstart connections=8 (refused)" 60 \
+    bash -c '.gpu/bin/example-quickstart > "$0" 2>&1; rc=$?; cat "$0"; [ $rc -ne 0 ] && grep -q "need 32 hardware queues" "$0"' \
+    "$out/refused-quickstart.txt"
 }
 
 hangs() { # the runs that hung last time, once each, for their stacks (scripts/symbolize.py)

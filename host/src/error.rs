@@ -148,6 +148,27 @@ pub enum Error {
         enabled: bool,
     },
 
+    /// Several ranks that are threads of this process share a GPU, and CUDA was asked for fewer hardware work queues
+    /// than they need: streams of different ranks then share a queue, and a rank's work queued ahead of a peer's
+    /// can wait for that peer's work behind it, forever (docs/multi-rank.md, "Hardware queues").
+    #[error(
+        "{ranks} ranks share CUDA device {device} in this process, and CUDA_DEVICE_MAX_CONNECTIONS is {}: they \
+         need {needs} hardware queues (with fewer, streams of different ranks share one and their work can \
+         deadlock); set CUDA_DEVICE_MAX_CONNECTIONS={needs} before the process first uses CUDA (weft's Placement \
+         sets it where it is unset, if made before that)",
+        if found.is_empty() { "unset (CUDA's default: 8)".to_string() } else { format!("`{found}`") }
+    )]
+    TooFewQueues {
+        /// Ranks of this process on the device.
+        ranks: usize,
+        /// The CUDA device they share.
+        device: usize,
+        /// The value of `CUDA_DEVICE_MAX_CONNECTIONS` found in the environment (empty: unset).
+        found: String,
+        /// The queues ranks sharing a GPU need.
+        needs: usize,
+    },
+
     /// A launch whose blocks could not all be resident next to the blocks of the other ranks sharing its GPU:
     /// its blocks wait at barriers for peers' blocks that might never be scheduled, so it would hang.
     #[error(

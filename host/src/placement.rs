@@ -31,6 +31,17 @@ pub const MULTI_RANK_GPU_NCCL: Version = Version::new(2, 30, 0);
 /// 2.30.7 (docs/multi-rank.md).
 pub const SHARED_GPU_MAX_CTAS: i32 = 4;
 
+/// CUDA's variable for the number of hardware work queues of each context (8 when unset, at most 32): ranks that
+/// are threads of one process and share a GPU need [`SHARED_GPU_QUEUES`] (docs/multi-rank.md, "Hardware queues").
+pub const QUEUES_VARIABLE: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+
+/// The hardware queues ranks that share a GPU as threads of one process need: the most CUDA gives a context.
+/// Streams of different ranks that share a queue can deadlock: a rank's work enqueued ahead of a peer's waits for
+/// that peer's work queued behind it. With CUDA's 8, the CUDA graph test at 8 ranks and the fused benchmark's
+/// `zero_adam` at 4 stopped now and then on an H100 with NCCL 2.30.7; with 1 queue both stopped every time, even at 2
+/// ranks; with 32, none of 10 runs did (2026-12-05).
+pub const SHARED_GPU_QUEUES: usize = 32;
+
 /// Rank `i` of a job runs on CUDA device `devices()[i]`.
 ///
 /// ```
@@ -47,11 +58,19 @@ pub struct Placement {
 impl Placement {
     /// Rank `i` on `devices[i]`; a device may appear several times (ranks sharing that GPU). Fails on an empty
     /// list. Devices are checked against the machine when a communicator is made on them.
+    ///
+    /// A list that repeats a device asks CUDA for [`SHARED_GPU_QUEUES`] hardware queues per context where
+    /// [`QUEUES_VARIABLE`] is unset (see [`SHARED_GPU_QUEUES`]); make the placement before this process first uses
+    /// CUDA, since only contexts created afterwards get them.
     pub fn new(devices: Vec<usize>) -> Result<Placement, Error> {
         if devices.is_empty() {
             return Err(Error::invalid("devices", "place at least one rank (list at least one CUDA device)"));
         }
-        Ok(Placement { devices })
+        let placement = Placement { devices };
+        if placement.shares_gpus() {
+            prefer_shared_gpu_queues();
+        }
+        Ok(placement)
     }
 
     /// One rank per visible GPU.
@@ -62,7 +81,13 @@ impl Placement {
     /// `nranks` ranks over the visible GPUs: one per GPU on the first `nranks` GPUs when there are enough, else
     /// consecutive ranks share a GPU and the GPUs hold as even a share as possible (8 ranks on 1 GPU: all on
     /// device 0; 6 ranks on 4 GPUs: 2, 1, 2, 1).
+    ///
+    /// Several ranks ask CUDA for [`SHARED_GPU_QUEUES`] hardware queues before it is first initialised (where
+    /// [`QUEUES_VARIABLE`] is unset), in case they share a GPU: counting the GPUs initialises CUDA.
     pub fn ranks(nranks: usize) -> Result<Placement, Error> {
+        if nranks > 1 {
+            prefer_shared_gpu_queues();
+        }
         Placement::spread(nranks, crate::cuda::device_count()?)
     }
 
@@ -197,6 +222,47 @@ fn check_sharing_with(ranks: usize, device: usize, found: Version, enabled: bool
     Err(Error::GpuSharing { ranks, device, needs: MULTI_RANK_GPU_NCCL, found, enabled })
 }
 
+/// Sets [`QUEUES_VARIABLE`] to [`SHARED_GPU_QUEUES`] where the environment leaves it unset (once per process): for
+/// a placement that may put several ranks of this process on one GPU, before weft makes their contexts. CUDA reads
+/// the variable when it sets a context up, so contexts that exist already keep their queues: a warning says so.
+pub(crate) fn prefer_shared_gpu_queues() {
+    static ASKED: std::sync::Once = std::sync::Once::new();
+    ASKED.call_once(|| {
+        if std::env::var_os(QUEUES_VARIABLE).is_some() {
+            return;
+        }
+        // Edition 2021's `set_var` is safe to call; what it races with is a C `getenv` on another thread. This runs
+        // before weft's first context and communicator, ahead of the driver's and NCCL's threads.
+        std::env::set_var(QUEUES_VARIABLE, SHARED_GPU_QUEUES.to_string());
+        if crate::cuda::made_a_context() {
+            tracing::warn!(
+                "{QUEUES_VARIABLE} was unset and is now {SHARED_GPU_QUEUES} for ranks sharing a GPU, but this process \
+                 already made a CUDA context, which keeps CUDA's 8 queues: set {QUEUES_VARIABLE}={SHARED_GPU_QUEUES} \
+                 before the first CUDA call (docs/multi-rank.md, \"Hardware queues\")"
+            );
+        } else {
+            tracing::debug!("{QUEUES_VARIABLE}={SHARED_GPU_QUEUES} set for ranks sharing a GPU");
+        }
+    });
+}
+
+/// Refuses `ranks` ranks that are threads of this process on `device` when CUDA was asked for fewer hardware queues
+/// than [`SHARED_GPU_QUEUES`] ([`Error::TooFewQueues`]).
+pub(crate) fn check_queues(ranks: usize, device: usize) -> Result<(), Error> {
+    check_queues_with(ranks, device, std::env::var(QUEUES_VARIABLE).ok().as_deref())
+}
+
+fn check_queues_with(ranks: usize, device: usize, value: Option<&str>) -> Result<(), Error> {
+    if ranks <= 1 {
+        return Ok(());
+    }
+    let text = value.map(str::trim).unwrap_or("");
+    match text.parse::<usize>() {
+        Ok(queues) if queues >= SHARED_GPU_QUEUES => Ok(()),
+        _ => Err(Error::TooFewQueues { ranks, device, found: text.to_string(), needs: SHARED_GPU_QUEUES }),
+    }
+}
+
 /// `config` for a rank that shares its GPU with `ranks_on_gpu - 1` others: NCCL's CTAs per kernel capped at
 /// [`SHARED_GPU_MAX_CTAS`] (and the minimum at 1) where the configuration leaves them to NCCL. One rank per GPU
 /// keeps `config` as it is.
@@ -268,6 +334,22 @@ mod tests {
             let text = error.to_string();
             assert!(text.contains("2.30") && text.contains("NCCL_MULTI_RANK_GPU_ENABLE=1"), "{text}");
             assert!(text.contains(&found.to_string()), "{text}");
+        }
+    }
+
+    #[test]
+    fn ranks_sharing_a_gpu_in_a_process_need_32_queues_and_the_error_names_the_variable() {
+        assert!(check_queues_with(1, 0, None).is_ok(), "one rank never shares a queue with a peer");
+        assert!(check_queues_with(1, 0, Some("1")).is_ok());
+        assert!(check_queues_with(8, 0, Some("32")).is_ok());
+        assert!(check_queues_with(2, 0, Some(" 32 ")).is_ok());
+        for (value, shown) in
+            [(None, "unset"), (Some(""), "unset"), (Some("8"), "`8`"), (Some("1"), "`1`"), (Some("many"), "`many`")]
+        {
+            let error = check_queues_with(4, 1, value).unwrap_err();
+            assert!(matches!(error, Error::TooFewQueues { ranks: 4, device: 1, needs: 32, .. }), "{error:?}");
+            let text = error.to_string();
+            assert!(text.contains("CUDA_DEVICE_MAX_CONNECTIONS=32") && text.contains(shown), "{text}");
         }
     }
 

@@ -15,7 +15,8 @@ use crate::placement::{shared_gpu_config, Placement};
 ///
 /// A device listed several times runs several ranks ([`Placement`] builds such lists; `Placement::from_env()`
 /// reads `WEFT_RANKS`). That needs NCCL ≥ 2.30 and `NCCL_MULTI_RANK_GPU_ENABLE=1`, checked before any rank starts
-/// ([`Error::GpuSharing`] otherwise); each rank's communicator then knows how many ranks share its GPU
+/// ([`Error::GpuSharing`] otherwise), and CUDA's 32 hardware queues per context ([`Error::TooFewQueues`] when
+/// `CUDA_DEVICE_MAX_CONNECTIONS` asks for fewer; where it is unset, [`Placement`] sets it); each rank's communicator then knows how many ranks share its GPU
 /// ([`Communicator::ranks_on_gpu`]), and NCCL's CTAs per kernel are capped as [`shared_gpu_config`] says unless
 /// `config` sets them.
 ///
@@ -30,6 +31,9 @@ pub fn spmd<R: Send>(
     let placement = Placement::new(devices.to_vec())?;
     let library = crate::sys::library()?;
     placement.check_supported(library.version())?;
+    for (rank, &device) in devices.iter().enumerate() {
+        crate::placement::check_queues(placement.ranks_on_gpu(rank), device)?;
+    }
     for &device in devices {
         // Every context exists before any rank starts (docs/multi-rank.md: the first stream of a context waits for
         // the whole device, harmless only while nothing runs).

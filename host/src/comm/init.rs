@@ -168,6 +168,9 @@ impl Communicator<Uninit, Blocking> {
             );
         }
         placement.check_supported(library.version())?;
+        for (rank, &device) in devices.iter().enumerate() {
+            crate::placement::check_queues(placement.ranks_on_gpu(rank), device)?;
+        }
         // SAFETY: every ordinal was checked against the device count; repeats were allowed by the check above.
         let raws = unsafe { result::comm_init_all(library, &ordinals) }?;
         // Wrap every handle first so that a failure below aborts them all (Drop).
@@ -218,7 +221,13 @@ impl<M: Mode> Communicator<Uninit, M> {
     /// all (one [`LocalGroup`](crate::placement::LocalGroup) per GPU, shared by its ranks' threads), and after each
     /// collective setup call (this init, window registration, device communicator creation) every rank waits for
     /// the others to return from it too. [`spmd`](crate::spmd()) does this for you.
+    ///
+    /// Such ranks share the GPU's CUDA context and its hardware queues: with fewer than
+    /// [`SHARED_GPU_QUEUES`](crate::placement::SHARED_GPU_QUEUES) of them this is [`Error::TooFewQueues`]
+    /// (set `CUDA_DEVICE_MAX_CONNECTIONS=32` before the process first uses CUDA; a [`Placement`](crate::Placement)
+    /// made first sets it).
     pub fn sharing_gpu_in(self, group: &Arc<crate::placement::LocalGroup>) -> Result<Self, Error> {
+        crate::placement::check_queues(group.size(), self.context().ordinal())?;
         Ok(self.sharing_gpu(group.size())?.with_local_group(Some(group.clone())))
     }
 
