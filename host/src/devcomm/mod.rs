@@ -303,7 +303,14 @@ impl<C: CapabilitySet, M: Mode> Drop for DevComm<'_, C, M> {
         // A kernel this rank launched may still use it: wait for the last one before destroying. Never for the
         // whole device: on a shared GPU a peer's kernel may be waiting for this rank (docs/multi-rank.md).
         if let Err(error) = self.launches.wait() {
-            tracing::error!(%error, "waiting for the launches that used it before ncclDevCommDestroy failed");
+            // A kernel may still be using it: destroying it now would free its memory under that kernel. Leak it;
+            // NCCL frees it with the communicator (abort or destroy).
+            tracing::error!(
+                %error,
+                "waiting for the launches that used a device communicator failed; leaking it (the communicator's \
+                 abort or destroy frees it)"
+            );
+            return;
         }
         if let Err(error) = self.comm.release_resource(id) {
             tracing::error!(%error, "ncclDevCommDestroy failed");

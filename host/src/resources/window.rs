@@ -389,7 +389,16 @@ impl<T: DeviceRepr, M: Mode> Drop for Window<'_, T, M> {
         // Kernels and collectives this rank enqueued may still use the window: finish them before deregistering.
         // Never the whole device: on a shared GPU a peer's kernel may be waiting for this rank (docs/multi-rank.md).
         if let Some(Err(error)) = self.buffer.as_ref().map(DeviceBuffer::wait_for_uses) {
-            tracing::error!(%error, "waiting for the window's last use before ncclCommWindowDeregister failed");
+            // Work may still read or write the window, this rank's memory or (through its peers' mappings) theirs:
+            // deregistering or freeing it now would pull it from under that work. Leak both; NCCL frees the
+            // registration with the communicator.
+            tracing::error!(
+                %error,
+                "waiting for a window's last use failed; leaking its registration and its memory (the communicator's \
+                 abort or destroy frees the registration)"
+            );
+            std::mem::forget(self.buffer.take());
+            return;
         }
         if let Err(error) = self.comm.release_resource(id) {
             tracing::error!(%error, "ncclCommWindowDeregister failed");
