@@ -28,7 +28,7 @@ use std::sync::Arc;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use half::bf16;
-use weft::host::launch::{launch_raw, ArgBuffer};
+use weft::host::launch::{launch_raw, ArgBuffer, TmaMatrix};
 use weft::host::LaunchConfig;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -565,15 +565,12 @@ impl TmaTile {
             (2 * tiles.min(self.clusters as usize), &self.cluster_function)
         };
         let cfg = LaunchConfig::linear(u32::try_from(grid)?, Self::THREADS).with_shared_mem(Self::SHARED_BYTES);
+        // A's boxes are 128 rows of one 64-wide k step, B's 64 k-rows of 64 columns (four per 256-column tile).
+        let (map_a, map_b) = (TmaMatrix::new(m, k, k, [128, 64])?, TmaMatrix::new(k, n, n, [64, 64])?);
         let mut args = ArgBuffer::new();
-        let (a_arg, b_arg) = (args.slice_arg(a, stream)?, args.slice_arg(b, stream)?);
+        args.push_tma_matrix(a, &map_a, stream)?;
+        args.push_tma_matrix(b, &map_b, stream)?;
         let c_arg = args.slice_arg_mut(c, stream)?;
-        // The kernel's TensorMap is CUtensorMap's 128 bytes at alignas(64); cudarc's struct is aligned to 128 with
-        // CUDA 13, more than an argument may be (MAX_ARG_ALIGN), so the maps go in as bytes.
-        let map_a = tensor_map(a_arg.ptr, [k as u64, m as u64], [64, 128])?;
-        let map_b = tensor_map(b_arg.ptr, [n as u64, k as u64], [64, 64])?;
-        args.push_bytes(&map_a, 64)?;
-        args.push_bytes(&map_b, 64)?;
         args.push(c_arg.ptr);
         args.push(m);
         args.push(n);
@@ -581,42 +578,11 @@ impl TmaTile {
         // SAFETY: the arguments are those of gemm_tma_bf16 and gemm_tma_cluster_bf16 (two tensor maps by value, their
         // __grid_constant__ parameters, then a pointer and three size_t), in order; the shapes meet their
         // preconditions (checked above: m, n, k non-zero multiples of 128 (256 with clusters), 256 and 64, and every
-        // tile inside a, b and c), and the maps describe a (k x m) and b (n x k) as they are, so TMA reads only
-        // inside them; 384 threads, an even grid for clusters of 2, and the dynamic shared memory they need (the
+        // tile inside a, b and c), and the maps describe a (m x k) and b (k x n) inside their buffers (push_tma_matrix
+        // checked the spans), so TMA reads only inside them; 384 threads, an even grid for clusters of 2, and the dynamic shared memory they need (the
         // attribute set at load). The maps hold a's and b's addresses, which `args` (dropped after the launch)
         // keeps in use until the launch is recorded; the buffers are freed only after the stream settles.
         unsafe { launch_raw(function, stream, &cfg, &mut args)? };
         Ok(())
     }
-}
-
-/// A 2-D bf16 tensor map for TMA over the row-major matrix at device `address`: `dims` its extent (innermost first),
-/// `boxes` the box one copy moves, in the 128-byte swizzle; the map's 128 bytes as the kernel takes them.
-fn tensor_map(address: u64, dims: [u64; 2], boxes: [u32; 2]) -> Result<Vec<u8>> {
-    use cudarc::driver::sys::{self, CUtensorMap};
-    let mut map = CUtensorMap { opaque: [0; 16] };
-    // Bytes from one row to the next: the one dimension above the innermost.
-    let strides = [dims[0] * 2];
-    let element_strides = [1u32, 1];
-    // SAFETY: `map` is a CUtensorMap (its size, and an alignment above the 64 bytes the encode asks), and `dims`,
-    // `strides`, `boxes` and `element_strides` are live local arrays of the lengths rank 2 asks (2, 1, 2, 2); the
-    // encode only writes `map` and reads those arrays. It records `address` in the map without dereferencing it.
-    unsafe {
-        sys::cuTensorMapEncodeTiled(
-            &mut map,
-            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-            2,
-            address as usize as *mut std::ffi::c_void,
-            dims.as_ptr(),
-            strides.as_ptr(),
-            boxes.as_ptr(),
-            element_strides.as_ptr(),
-            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    }
-    .result()?;
-    Ok(map.opaque.iter().flat_map(|word| word.to_ne_bytes()).collect())
 }

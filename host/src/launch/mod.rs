@@ -19,9 +19,11 @@ pub mod bounds;
 mod buffers;
 mod kernel_args;
 mod params;
+mod tma;
 pub use buffers::{KernelSlice, KernelSliceMut, KernelWindow};
 pub use kernel_args::{check_block_of_256, length_check_failed, KernelArgs};
 pub use params::ParamSlot;
+pub use tma::{TmaElement, TmaMatrix};
 
 /// A `weft::Window<T>` kernel parameter: an NCCL window and the part of it the kernel sees.
 ///
@@ -352,6 +354,38 @@ impl<'a> ArgBuffer<'a> {
         let (ptr, guard) = buffer.device_ptr_mut(stream);
         self.guards.push(guard);
         Ok(SliceArg { ptr, len })
+    }
+
+    /// Appends the `CUtensorMap` of `matrix` over `buffer` (its 128 bytes, at 64-byte alignment: a kernel's
+    /// `const __grid_constant__ CUtensorMap` parameter), for a kernel on `stream` that reads `buffer` through TMA;
+    /// the read is recorded like [`ArgBuffer::slice_arg`]'s.
+    ///
+    /// Fails if `buffer` belongs to another CUDA context than `stream`, holds fewer elements than `matrix` spans
+    /// ([`TmaMatrix::elements_spanned`]), or does not start on a 16-byte boundary: the map would let TMA read
+    /// outside it.
+    pub fn push_tma_matrix<T: TmaElement>(
+        &mut self,
+        buffer: &'a impl DevicePtr<T>,
+        matrix: &TmaMatrix<T>,
+        stream: &'a CudaStream,
+    ) -> Result<()> {
+        if buffer.len() < matrix.elements_spanned() {
+            return Err(Error::invalid(
+                "buffer",
+                format!(
+                    "holds {} elements, and a {} x {} matrix {} elements from row to row spans {}: pass a larger \
+                     buffer or a smaller matrix",
+                    buffer.len(),
+                    matrix.rows(),
+                    matrix.cols(),
+                    matrix.ld(),
+                    matrix.elements_spanned()
+                ),
+            ));
+        }
+        let arg = self.slice_arg(buffer, stream)?;
+        let map = matrix.encode(arg.ptr)?;
+        self.push_bytes(&map, MAX_ARG_ALIGN)
     }
 
     /// Appends `buffer` as a `weft::Slice<T>` argument (see [`ArgBuffer::slice_arg`]).
