@@ -19,9 +19,9 @@
 //! CUDA context), a second one: `benches/cuda/gemm_tma.cu`, the whole Hopper mainloop around the same tile (TMA loads
 //! by a producer warpgroup, mbarriers, two `wgmma` consumer warpgroups, persistent blocks), modelled on the CPU by
 //! `scripts/gemm_tma_model.py`; then the same with clusters of two CTAs that share B through TMA multicast.
-//! `gemm_wide.csv`, `gemm_tma.csv`, `gemm_tma_cluster.csv` and `l2.csv` beside `gemm.csv`.
+//! `gemm_wide.csv`, `gemm_weft_tma.csv`, `gemm_tma.csv`, `gemm_tma_cluster.csv` and `l2.csv` beside `gemm.csv`.
 
-use weft_kit::test_kernels::gemm_tiles;
+use weft_kit::test_kernels::{gemm_tiles, gemm_tma};
 
 use std::sync::Arc;
 
@@ -173,6 +173,7 @@ fn main() -> Result<()> {
         "the 128 x 256-tile experiment",
     )?;
     // Last of all GPU work: a trap in these kernels (their bounded barrier waits) loses the CUDA context.
+    report(weft_tma(&ctx, &stream, &blas, timing, &rows), out, "gemm_weft_tma.csv", "weft's TMA loop")?;
     for (cluster, file) in [(1, "gemm_tma.csv"), (2, "gemm_tma_cluster.csv")] {
         let what = if cluster == 1 { "the TMA experiment" } else { "the TMA experiment with clusters of 2" };
         report(tma_experiment(&ctx, &stream, &blas, timing, l2, &rows, cluster), out, file, what)?;
@@ -289,6 +290,35 @@ fn wide_experiment(
     );
     let experiment = Experiment { label: "wide", intro: &intro };
     experiment.run(ctx, stream, blas, timing, rows, &|a, b, c, shape| wide.launch(stream, a, b, c, shape)).map(Some)
+}
+
+/// weft's own TMA loop (`a.gemm_tiles(&b)`, kit's `gemm_tma`: the TMA experiment's design behind weft's API, the
+/// epilogue written in the kernel) against cuBLAS at every shape, where the GPU has `wgmma` and the process compiles
+/// for it (`WEFT_GEMM_MAINLOOP=wgmma`): prints its table and returns its CSV (`None` where it cannot run).
+fn weft_tma(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    blas: &CudaBlas,
+    timing: Timing,
+    rows: &[Row],
+) -> Result<Option<String>> {
+    use weft::host::jit::{gemm_mainloop, GemmMainloop};
+    use weft::host::launch::{gemm_tiles_config, TmaOperand};
+    if ctx.compute_capability()? != (9, 0) || gemm_mainloop()? != GemmMainloop::Wgmma {
+        return Ok(None);
+    }
+    let intro =
+        "weft's TMA loop (kit's `gemm_tma`: `a.gemm_tiles(&b)` with the epilogue in the kernel; a TMA producer \
+                 warpgroup, two m64n256k16 consumer warpgroups, 4 stages of 64-wide k, persistent blocks), against \
+                 cuBLAS again";
+    let experiment = Experiment { label: "weft_tma", intro };
+    experiment
+        .run(ctx, stream, blas, timing, rows, &|a, b, c, (m, n, k)| {
+            let (ta, tb) = (TmaOperand::gemm_a(a, m, k, k)?, TmaOperand::gemm_b(b, k, n, n)?);
+            gemm_tma::launch(stream, gemm_tiles_config(stream, m, n)?, &ta, &tb, c)?;
+            Ok(())
+        })
+        .map(Some)
 }
 
 /// Writes an experiment's CSV as `file` in `out` (WEFT_BENCH_OUT), or says why `what` did not run: a failure of an

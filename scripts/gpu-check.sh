@@ -241,6 +241,10 @@ fresh() { # release: see the header
   local release=$1 n i
   export LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}"
   if [ "$release" = 2.28.9 ]; then
+    # weft's TMA loop (`a.gemm_tiles(&b)`, kit's gemm_tma) against the f64 reference, and the rest of the tensor-core
+    # tests with the wgmma mainloop; then the benchmark, which times it against cuBLAS.
+    WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 test-gpu_mma wgmma" 300 .gpu/bin/test-gpu_mma --include-ignored \
+      --test-threads=1 --nocapture
     WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 example-gemm_reduce_scatter wgmma" 180 .gpu/bin/example-gemm_reduce_scatter
     # The GEMM benchmark now also measures the L2 -> SM read bandwidth and the bound it sets (docs/gemm.md).
     [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=wgmma WEFT_BENCH_OUT="$out/bench-gemm-wgmma" \

@@ -145,6 +145,37 @@ fn the_wgmma_form_of_the_gemm_kernels_is_not_serialized_by_ptxas() {
     }
 }
 
+/// weft's own TMA GEMM (`a.gemm_tiles(&b)`, kit's `gemm_tma` with its epilogue written in the kernel) compiles for
+/// sm_90a in both bounds-check forms without spills, without ptxas serializing its `wgmma` (C7510, C7518), and with
+/// the producer's registers handed to the consumers (ptxas ignores `setmaxnreg` when the producer's path could reach
+/// the consumers' code: C7507).
+#[test]
+fn the_tma_gemm_loop_compiles_for_sm90a_without_spills_serialized_mmas_or_ignored_setmaxnreg() {
+    let nvcc = std::env::var("WEFT_NVCC").expect("WEFT_NVCC is not set: run the tests through `cargo xtask test`");
+    let (version, include) = include_sets().into_iter().next().expect("an NCCL header set");
+    let toolchain = Toolchain::from_paths(&nvcc, &include, None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(weft::device::WEFT_CUH_NAME), weft::device::WEFT_CUH).unwrap();
+    let (name, source) = (kernels::gemm_tma::NAME, kernels::gemm_tma::SOURCE);
+    assert!(
+        source.contains("const __grid_constant__ weft::TmaMatrix<"),
+        "the maps must stay in parameter space:\n{source}"
+    );
+    let path = dir.path().join(format!("{name}.cu"));
+    std::fs::write(&path, source).unwrap();
+    for check in [BoundsChecks::Off, BoundsChecks::On] {
+        let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90)
+            .with_flags(ArgAlignment::Aligned16.flags_with(check))
+            .with_gemm_mainloop(GemmMainloop::Wgmma);
+        let (compiled, text) = ptxas_report(&toolchain, dir.path(), &path, &request);
+        assert!(compiled, "`{name}` ({check:?}, NCCL {version}) did not compile:\n{text}");
+        assert!(text.contains("0 bytes spill stores, 0 bytes spill loads"), "`{name}` ({check:?}) spills:\n{text}");
+        for note in ["C7510", "C7518", "C7507", "serialized"] {
+            assert!(!text.contains(note), "`{name}` ({check:?}): ptxas says {note}:\n{text}");
+        }
+    }
+}
+
 /// The GEMM benchmark's hand-written experiments, the 128 × 256-tile `wgmma` mainloop (benches/cuda/gemm_wide.cu) and
 /// the TMA + mbarrier pipeline around the same tile (benches/cuda/gemm_tma.cu), compile for sm_90a as the benchmark
 /// compiles them, without spills and without ptxas serializing their `wgmma`.

@@ -2,9 +2,10 @@
 //! device/src/gemm.rs), one rank: GEMMs written with it (kit's `mma_gemm`, one warp per 16 x 8 tile;
 //! `mma_gemm_shared`, through shared tiles and `ldmatrix`; `gemm_tiles`, 128 x 128 block tiles through
 //! `gemm_block`) against an f64 host reference in f16 and bf16, a tile that reaches past its buffer stopping the
-//! kernel instead of reading beyond it, and `gemm_block` refusing a block of the wrong size.
+//! kernel instead of reading beyond it, and `gemm_block` refusing a block of the wrong size; and the persistent TMA
+//! loop (`gemm_tma`, `a.gemm_tiles(&b)`) against the same reference where the GPU and `WEFT_GEMM_MAINLOOP` allow it.
 
-use weft_kit::test_kernels::{gemm_tiles, mma_gemm, mma_gemm_shared};
+use weft_kit::test_kernels::{gemm_tiles, gemm_tma, mma_gemm, mma_gemm_shared};
 
 use cudarc::driver::DeviceRepr;
 use weft::host::jit::BoundsChecks;
@@ -162,6 +163,71 @@ fn check_block_gemm<T: weft::device::MmaElement + DeviceRepr + weft::host::Eleme
         // errors of order 1.
         assert!(error < 1e-2, "gemm_tiles {m}x{n}x{k}: {error}");
     }
+}
+
+/// `gemm_tma` (the persistent TMA loop: a producer warpgroup, two `m64n256k16` consumer warpgroups, 128 x 256
+/// tiles) against the f64 host reference: one tile, several tiles per block (a grid smaller than the tiles), `k`
+/// from one stage to more than the four stages hold, and a sub-matrix of a wider `a` (`ld` past `k`). Skips, saying
+/// why, on a GPU that is not compute capability 9.0 or without `WEFT_GEMM_MAINLOOP=wgmma`; checks first that a launch
+/// with the wrong block size is refused before it runs.
+fn check_tma_gemm<
+    T: weft::device::MmaElement
+        + DeviceRepr
+        + weft::host::Element
+        + weft::host::launch::TmaElement
+        + gemm_tma::Instantiated,
+>(
+    to: fn(f32) -> T,
+    from: fn(T) -> f64,
+) {
+    let comm = one_rank();
+    let s = comm.context().new_stream().unwrap();
+    let capability = (
+        comm.context().attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+        comm.context().attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+    );
+    if capability != (Ok(9), Ok(0)) {
+        println!("skipped: gemm_tiles needs compute capability 9.0 (sm_90a); this GPU is {capability:?}");
+        return;
+    }
+    if weft::host::jit::gemm_mainloop().ok() != Some(weft::host::jit::GemmMainloop::Wgmma) {
+        println!("skipped: gemm_tiles needs WEFT_GEMM_MAINLOOP=wgmma (kernels compiled for sm_90a)");
+        return;
+    }
+    // (m, n, k, lda, blocks): one tile; 4 tiles on 3 blocks with k past the four stages; 12 tiles on 5 blocks with a
+    // of lda 320 (a sub-matrix: the map must skip the columns past k).
+    for (m, n, k, lda, blocks) in [(128, 256, 64, 64, 1), (256, 512, 640, 640, 3), (384, 1024, 256, 320, 5)] {
+        let a: Vec<T> = weft_kit::common::random(m * lda, 5).into_iter().map(to).collect();
+        let b: Vec<T> = weft_kit::common::random(k * n, 6).into_iter().map(to).collect();
+        let a_rows: Vec<f64> = (0..m * k).map(|i| from(a[(i / k) * lda + i % k])).collect();
+        let want = reference(&a_rows, &b.iter().map(|&v| from(v)).collect::<Vec<_>>(), m, n, k);
+        let (ad, bd) = (DeviceBuffer::from_host(&s, &a).unwrap(), DeviceBuffer::from_host(&s, &b).unwrap());
+        let mut out = DeviceBuffer::from_host(&s, &vec![to(f32::NAN); m * n]).unwrap();
+        let (ta, tb) = (
+            weft::host::launch::TmaOperand::gemm_a(&ad, m, k, lda).unwrap(),
+            weft::host::launch::TmaOperand::gemm_b(&bd, k, n, n).unwrap(),
+        );
+        let cfg = weft::host::launch::gemm_tiles_config(&s, m, n).unwrap();
+        let err = gemm_tma::launch(&s, LaunchConfig::linear(1, 256), &ta, &tb, &mut out).unwrap_err();
+        assert!(matches!(&err, Error::InvalidArgument { argument: "cfg", .. }), "{err}");
+        let cfg = LaunchConfig { grid_dim: (blocks.min(cfg.grid_dim.0), 1, 1), ..cfg };
+        gemm_tma::launch(&s, cfg, &ta, &tb, &mut out).unwrap();
+        let got = out.copy_to_host().unwrap();
+        let error = frobenius_error(got.iter().map(|&g| from(g)), &want, (m, n, k));
+        println!(
+            "gemm_tma {} {m}x{n}x{k} (lda {lda}) on {} blocks: relative error {error:.2e}",
+            <T as weft::device::Element>::NAME,
+            cfg.grid_dim.0
+        );
+        assert!(error < 1e-2, "gemm_tma {m}x{n}x{k}: {error}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_tma_gemm_loop_matches_the_host_reference() {
+    check_tma_gemm::<half::bf16>(half::bf16::from_f32, |v| f64::from(v.to_f32()));
+    check_tma_gemm::<half::f16>(half::f16::from_f32, |v| f64::from(v.to_f32()));
 }
 
 #[test]

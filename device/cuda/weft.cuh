@@ -2529,4 +2529,277 @@ WEFT_FN GemmTile gemm_block(CA const& ca, size_t row0, size_t lda, CB const& cb,
 }
 }  // namespace detail
 
+// The persistent Hopper GEMM behind `a.gemm_tiles(&b)` (tma.rs): a (m x k) x b (k x n), row-major f16 or bf16, in
+// 128 x 256 tiles accumulated in f32, each block walking the tiles blockIdx.x, blockIdx.x + gridDim.x, ... in the
+// grouped order (eight 128-row bands at a time, column by column). A block is three warpgroups: the first is the
+// producer (one thread issues TMA copies of each 64-wide k step into one of 4 stages of 48 KB of dynamic shared
+// memory; the other 127 threads have nothing to do), the other two are consumers (each multiplies a 64-row half of
+// the tile with m64n256k16 and then runs the kernel's epilogue on its 128 values per thread). Stages pass between
+// them through mbarriers (full: the producer's expected bytes and TMA's completions; empty: one arrival per consumer
+// warp), the MMAs of one stage overlap the next, and the producer fills the next tile's stages while the consumers
+// run this tile's epilogue. Every barrier wait is bounded: a wait that outlasts about 2 s traps with a report.
+// Preconditions, checked when the loop is opened (a failed one traps with a report naming the rule): blocks of 384
+// threads in x, at least GemmTiles<T>::SHARED_BYTES of dynamic shared memory, a.cols() == b.rows(), m a multiple of
+// 128, n of 256, k a positive multiple of 64, and maps made for this loop (the host's gemm_a/gemm_b boxes).
+// The tensor maps are the host's (host/src/launch/tma.rs): a TmaMatrix kernel parameter is __grid_constant__, so
+// its map stays in parameter space, where TMA reads it.
+struct alignas(64) TmaMap {
+  unsigned long long opaque[16];
+};
+template <class T>
+class GemmTiles;
+template <class T>
+struct alignas(64) TmaMatrix {
+  TmaMap map;
+  unsigned long long rows_, cols_;
+  unsigned int box_rows, box_cols;
+  WEFT_FN size_t rows() const { return rows_; }
+  WEFT_FN size_t cols() const { return cols_; }
+  // The persistent GEMM loop over this (m x k) times b (k x n): see GemmTiles.
+  WEFT_FN GemmTiles<T> gemm_tiles(TmaMatrix const& b) const;
+};
+static_assert(sizeof(TmaMatrix<__nv_bfloat16>) == 192 && offsetof(TmaMatrix<__nv_bfloat16>, rows_) == 128 &&
+                  offsetof(TmaMatrix<__nv_bfloat16>, box_rows) == 144,
+              "host/src/launch/tma.rs writes this layout");
+
+namespace detail {
+// The rules GemmTiles checks, by code (the host's copy, host/src/trap.rs, is checked against these lines).
+WEFT_FN const char* gemm_tiles_misuse_text(unsigned code) {
+  switch (code) {
+    case 0: return "launch it with blocks of exactly 384 threads in x (a producer and two consumer warpgroups)";
+    case 1: return "launch it with GemmTiles::SHARED_BYTES (197696) bytes of dynamic shared memory";
+    case 2: return "a.cols() must equal b.rows() (the k both operands share)";
+    case 3: return "m must be a multiple of 128, n of 256 and k a positive multiple of 64";
+    case 4: return "a's map must copy 128 x 64 boxes and b's 64 x 64 (make them with TmaOperand::gemm_a and gemm_b)";
+    case 5: return "it needs sm_90a (WEFT_GEMM_MAINLOOP=wgmma on a Hopper GPU)";
+    default: return "a pipeline barrier waited for about 2 s: a stage was never filled or never released";
+  }
+}
+WEFT_FN void gemm_tiles_misuse(unsigned code) {
+  trap_report(3, 0, code, 0, 0);
+  __trap();
+}
+WEFT_FN uint32_t shared_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+WEFT_FN void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+WEFT_FN void mbar_arrive_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+WEFT_FN void mbar_arrive(uint32_t bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory"); }
+WEFT_FN bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Waits for the phase of `bar` with this parity (acquire); traps with a report after about 2^32 clocks.
+WEFT_FN void mbar_wait(uint32_t bar, uint32_t parity) {
+  if (mbar_try_wait(bar, parity)) return;
+  long long start = clock64();
+  while (!mbar_try_wait(bar, parity)) {
+    if (clock64() - start > (1ll << 32)) gemm_tiles_misuse(6);
+  }
+}
+WEFT_FN void tma_load_2d(uint32_t dst, const TmaMap* map, uint32_t bar, int32_t c0, int32_t c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+// A wgmma matrix descriptor in the 128-byte swizzle (layout type 1).
+WEFT_FN uint64_t swizzle128_desc(uint32_t address, uint32_t leading_bytes, uint32_t stride_bytes) {
+  return ((address & 0x3FFFF) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3FFF) << 16) |
+         (uint64_t((stride_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
+}
+#if defined(WEFT_GEMM_USES_WGMMA)
+#define WEFT_M64N256K16(TYPE)                                                                                      \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {" WEFT_REGS_128 "}, %128, %129, " \
+               "1, 1, 1, 0, 1;"                                                                                    \
+               : WEFT_OPS_128                                                                                      \
+               : "l"(desc_a), "l"(desc_b))
+#define WEFT_REGS_128 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define WEFT_OPS_128 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+// d (a warpgroup's 64 x 256 f32, this thread's 128 values) += A (64 x 16, K-major) x B (16 x 256, N-major).
+template <class T>
+WEFT_FN void mma_m64n256k16(float* d, uint64_t desc_a, uint64_t desc_b) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    WEFT_M64N256K16("bf16");
+  } else {
+    WEFT_M64N256K16("f16");
+  }
+}
+#undef WEFT_M64N256K16
+#undef WEFT_REGS_128
+#undef WEFT_OPS_128
+#endif
+}  // namespace detail
+
+extern __shared__ __align__(1024) unsigned char weft_dynamic_shared[];
+
+template <class T>
+class GemmTiles {
+ public:
+  static constexpr uint32_t BM = 128, BN = 256, BK = 64, STAGES = 4, THREADS = 384, PER_THREAD = 128;
+  static constexpr uint32_t A_BYTES = BM * BK * 2, B_BOX_BYTES = BK * 64 * 2, STAGE_BYTES = A_BYTES + BK * BN * 2;
+  // The stages, 1 KB to align them to 1024 bytes (the swizzle and the descriptors address absolute bits), and the
+  // 2 x STAGES barriers: host/src/launch/tma.rs's GEMM_TILES_SHARED_BYTES.
+  static constexpr uint32_t SHARED_BYTES = STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8;
+
+  // Opened by every thread of the block together (it synchronises the block once).
+  WEFT_FN GemmTiles(TmaMatrix<T> const& a, TmaMatrix<T> const& b) : a_(&a), b_(&b) {
+    static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value,
+                  "gemm_tiles multiplies f16 or bf16 matrices");
+#if !defined(WEFT_GEMM_USES_WGMMA)
+    detail::gemm_tiles_misuse(5);
+#endif
+    uint32_t dynamic_bytes;
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
+    const size_t m = a.rows(), n = b.cols(), k = a.cols();
+    if (blockDim.x != THREADS || blockDim.y != 1 || blockDim.z != 1) detail::gemm_tiles_misuse(0);
+    if (dynamic_bytes < SHARED_BYTES) detail::gemm_tiles_misuse(1);
+    if (b.rows() != k) detail::gemm_tiles_misuse(2);
+    if (m % BM != 0 || n % BN != 0 || k % BK != 0 || k == 0) detail::gemm_tiles_misuse(3);
+    if (a.box_rows != BM || a.box_cols != BK || b.box_rows != BK || b.box_cols != 64) detail::gemm_tiles_misuse(4);
+    const uint32_t raw = detail::shared_u32(weft_dynamic_shared);
+    stages_ = raw + ((1024 - (raw & 1023)) & 1023);
+    full_ = stages_ + STAGES * STAGE_BYTES;
+    empty_ = full_ + STAGES * 8;
+    tiles_m_ = m / BM;
+    tiles_n_ = n / BN;
+    tiles_ = tiles_m_ * tiles_n_;
+    ktiles_ = k / BK;
+    t_ = blockIdx.x;
+    warpgroup_ = threadIdx.x / 128;
+    // This thread's first value: consumer (warpgroup - 1) holds rows 64 (warpgroup - 1).., its warp w rows 16w..
+    row_base_ = (warpgroup_ > 0 ? warpgroup_ - 1 : 0) * 64 + ((threadIdx.x / 32) % 4) * 16 + (threadIdx.x % 32) / 4;
+    col_base_ = (threadIdx.x % 4) * 2;
+    if (threadIdx.x == 0) {
+      for (uint32_t s = 0; s < STAGES; ++s) {
+        detail::mbar_init(full_ + 8 * s, 1);
+        detail::mbar_init(empty_ + 8 * s, 2 * 4);
+      }
+      // Visible to the async proxy (TMA's completions) and to the other threads.
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+#if defined(WEFT_GEMM_USES_WGMMA)
+    // The producer issues the block's whole walk here, before the kernel's loop, and leaves the kernel: with no path
+    // from its threads into the consumers' code, ptxas honours setmaxnreg (tests/codegen.rs checks it does).
+    if (warpgroup_ == 0) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+      if (threadIdx.x == 0) produce();
+      asm volatile("exit;" ::: "memory");
+    } else {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    }
+#endif
+  }
+
+  // The next tile of this block, computed: true while tiles are left (then row0(), col0() and value(i) describe
+  // it), false once the walk is over. Only consumer threads get here (the producer has left the kernel).
+  WEFT_FN bool next_tile() {
+#if defined(WEFT_GEMM_USES_WGMMA)
+    if (warpgroup_ == 0) return false;
+    if (t_ >= tiles_) return false;
+    origin(t_, row0_, col0_);
+    consume();
+    t_ += gridDim.x;
+    return true;
+#else
+    return false;
+#endif
+  }
+
+  WEFT_FN size_t row0() const { return row0_; }
+  WEFT_FN size_t col0() const { return col0_; }
+  WEFT_FN size_t len() const { return PER_THREAD; }
+  WEFT_FN bool is_empty() const { return false; }
+  // Fragment f = i / 4 of the warp: columns 8f.., rows lane / 4 (+ 8 for values 2 and 3), columns 2 (lane % 4) (+ 1).
+  WEFT_FN size_t row(size_t i) const { return row_base_ + ((i % 4) >= 2 ? 8u : 0u); }
+  WEFT_FN size_t col(size_t i) const { return col_base_ + uint32_t(i / 4) * 8 + uint32_t(i & 1); }
+  WEFT_FN float value(size_t i) const { return d_[i]; }
+
+ private:
+  // Tile t of the grouped order: eight bands of 128 rows at a time, column by column.
+  WEFT_FN void origin(size_t t, size_t& row0, size_t& col0) const {
+    const size_t group = 8, first = (t / (group * tiles_n_)) * group;
+    const size_t rows = tiles_m_ - first < group ? tiles_m_ - first : group, within = t % (group * tiles_n_);
+    row0 = (first + within % rows) * BM;
+    col0 = (within / rows) * BN;
+  }
+
+#if defined(WEFT_GEMM_USES_WGMMA)
+  WEFT_FN void produce() {
+    uint32_t it = 0;
+    for (size_t t = blockIdx.x; t < tiles_; t += gridDim.x) {
+      size_t row0, col0;
+      origin(t, row0, col0);
+      for (size_t kt = 0; kt < ktiles_; ++kt, ++it) {
+        const uint32_t s = it % STAGES, stage = stages_ + s * STAGE_BYTES;
+        // A fresh barrier counts its phase -1 as complete: the first round through the stages does not wait.
+        detail::mbar_wait(empty_ + 8 * s, ((it / STAGES) & 1) ^ 1);
+        detail::mbar_arrive_expect(full_ + 8 * s, STAGE_BYTES);
+        detail::tma_load_2d(stage, &a_->map, full_ + 8 * s, int32_t(kt * BK), int32_t(row0));
+#pragma unroll
+        for (uint32_t j = 0; j < BN / 64; ++j) {
+          detail::tma_load_2d(stage + A_BYTES + j * B_BOX_BYTES, &b_->map, full_ + 8 * s, int32_t(col0 + 64 * j),
+                              int32_t(kt * BK));
+        }
+      }
+    }
+  }
+
+  WEFT_FN void fence_operands() {
+#pragma unroll
+    for (int i = 0; i < int(PER_THREAD); ++i) asm volatile("" : "+f"(d_[i])::"memory");
+  }
+
+  WEFT_FN void release(uint32_t s) {
+    if (threadIdx.x % 32 == 0) detail::mbar_arrive(empty_ + 8 * s);
+  }
+
+  WEFT_FN void consume() {
+    const uint32_t consumer = warpgroup_ - 1;
+#pragma unroll
+    for (int i = 0; i < int(PER_THREAD); ++i) d_[i] = 0.0f;
+    for (size_t kt = 0; kt < ktiles_; ++kt, ++it_) {
+      const uint32_t s = it_ % STAGES, stage = stages_ + s * STAGE_BYTES;
+      detail::mbar_wait(full_ + 8 * s, (it_ / STAGES) & 1);
+      fence_operands();
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (uint32_t kk = 0; kk < BK / 16; ++kk) {
+        detail::mma_m64n256k16<T>(d_, detail::swizzle128_desc(stage + consumer * 64 * 128 + kk * 32, 16, 1024),
+                                  detail::swizzle128_desc(stage + A_BYTES + kk * 2048, B_BOX_BYTES, 1024));
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      // The previous stage's MMAs are complete once at most this stage's are in flight: hand it back.
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      if (kt > 0) release((it_ - 1) % STAGES);
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    fence_operands();
+    release((it_ - 1) % STAGES);
+  }
+#endif
+
+  const TmaMatrix<T>* a_;
+  const TmaMatrix<T>* b_;
+  uint32_t stages_ = 0, full_ = 0, empty_ = 0, it_ = 0, warpgroup_ = 0, row_base_ = 0, col_base_ = 0;
+  size_t tiles_m_ = 0, tiles_n_ = 0, tiles_ = 0, ktiles_ = 0, t_ = 0, row0_ = 0, col0_ = 0;
+  float d_[PER_THREAD];
+};
+
+template <class T>
+WEFT_FN GemmTiles<T> TmaMatrix<T>::gemm_tiles(TmaMatrix<T> const& b) const {
+  return GemmTiles<T>(*this, b);
+}
+
 }  // namespace weft

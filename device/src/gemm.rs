@@ -108,3 +108,103 @@ macro_rules! gemm_operands {
     )*};
 }
 gemm_operands!([T], WindowView<'_, T>);
+
+/// A row-major f16 or bf16 matrix described for Hopper's tensor memory accelerator (TMA): a kernel parameter
+/// (`a: TmaMatrix<bf16>`) that the host builds from a buffer and its shape (`weft::host::launch::TmaOperand`), and
+/// that the kernel reads only through [`gemm_tiles`](TmaMatrix::gemm_tiles). C++ `weft::TmaMatrix<T>`, passed as a
+/// `__grid_constant__` parameter (TMA reads its tensor map where the launch put it).
+#[derive(Debug, Clone, Copy)]
+pub struct TmaMatrix<T> {
+    _device_only: PhantomData<T>,
+}
+
+impl<T: MmaElement> TmaMatrix<T> {
+    /// Rows of the matrix. C++ `a.rows()`.
+    pub fn rows(&self) -> usize {
+        device_only("TmaMatrix::rows")
+    }
+
+    /// Columns of the matrix. C++ `a.cols()`.
+    pub fn cols(&self) -> usize {
+        device_only("TmaMatrix::cols")
+    }
+
+    /// The persistent Hopper GEMM `self (m × k) × b (k × n)` in 128 × 256 tiles, opened by every thread of the block
+    /// together; the kernel's loop `while gemm.next_tile() { … }` gets each of the block's tiles in turn, computed in
+    /// `f32`, and its body is the epilogue. C++ `a.gemm_tiles(b)` (weft.cuh, `GemmTiles`).
+    ///
+    /// A block is three warpgroups: the first loads stages with TMA and **leaves the kernel here** (so code after this
+    /// call runs on threads 128–383 only: `thread_idx_x() == 0` is never true after it); the other two multiply, 64
+    /// rows of the tile each. Blocks are persistent: block `b` takes tiles `b`, `b + grid`, …, so launch at most one
+    /// block per multiprocessor (`weft::host::launch::gemm_tiles_config`).
+    ///
+    /// Preconditions, checked when it opens (a failed one stops the kernel with a trap report naming the rule):
+    /// blocks of exactly 384 threads with `GemmTiles::SHARED_BYTES` of dynamic shared memory, the kernel compiled for
+    /// sm_90a (`WEFT_GEMM_MAINLOOP=wgmma` on a Hopper GPU), `self.cols() == b.rows()`, `m` a multiple of 128, `n` of
+    /// 256, `k` a positive multiple of 64, and both maps made for it (`TmaOperand::gemm_a`, `TmaOperand::gemm_b`).
+    /// Kernels that call it declare `#[weft::kernel(launch_bounds(384, 1))]`. The loop body must not synchronise
+    /// the whole block (`sync_threads`): the loading warpgroup has left.
+    pub fn gemm_tiles(&self, b: &TmaMatrix<T>) -> GemmTiles {
+        device_only("TmaMatrix::gemm_tiles")
+    }
+}
+
+/// A block's walk over its 128 × 256 tiles of a [`TmaMatrix::gemm_tiles`] product, and this thread's share (128
+/// values) of the current one. C++ `weft::GemmTiles<T>`.
+#[derive(Debug)]
+pub struct GemmTiles {
+    _device_only: PhantomData<f32>,
+}
+
+impl GemmTiles {
+    /// Rows of a tile. C++ `GemmTiles::BM`.
+    pub const ROWS: usize = 128;
+    /// Columns of a tile. C++ `GemmTiles::BN`.
+    pub const COLS: usize = 256;
+    /// Threads per block. C++ `GemmTiles::THREADS`.
+    pub const THREADS: u32 = 384;
+    /// Dynamic shared memory per block: four 48 KB stages, 1 KB for their alignment and eight 8-byte barriers.
+    /// C++ `GemmTiles::SHARED_BYTES`.
+    pub const SHARED_BYTES: u32 = 4 * (128 * 64 + 64 * 256) * 2 + 1024 + 2 * 4 * 8;
+
+    /// Computes the block's next tile: `true` while one is left (then [`row0`](Self::row0), [`col0`](Self::col0)
+    /// and the values describe it). C++ `gemm.next_tile()`.
+    pub fn next_tile(&mut self) -> bool {
+        device_only("GemmTiles::next_tile")
+    }
+
+    /// The first row of the current tile in the product. C++ `gemm.row0()`.
+    pub fn row0(&self) -> usize {
+        device_only("GemmTiles::row0")
+    }
+
+    /// The first column of the current tile in the product. C++ `gemm.col0()`.
+    pub fn col0(&self) -> usize {
+        device_only("GemmTiles::col0")
+    }
+
+    /// How many of the tile's values this thread holds (128). C++ `gemm.len()`.
+    pub fn len(&self) -> usize {
+        device_only("GemmTiles::len")
+    }
+
+    /// Always false: every multiplying thread holds a share. C++ `gemm.is_empty()`.
+    pub fn is_empty(&self) -> bool {
+        device_only("GemmTiles::is_empty")
+    }
+
+    /// The tile row (`0..128`) of this thread's value `i`. C++ `gemm.row(i)`.
+    pub fn row(&self, i: usize) -> usize {
+        device_only("GemmTiles::row")
+    }
+
+    /// The tile column (`0..256`) of this thread's value `i`. C++ `gemm.col(i)`.
+    pub fn col(&self, i: usize) -> usize {
+        device_only("GemmTiles::col")
+    }
+
+    /// This thread's value `i` of the current tile. C++ `gemm.value(i)`.
+    pub fn value(&self, i: usize) -> f32 {
+        device_only("GemmTiles::value")
+    }
+}

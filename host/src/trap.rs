@@ -38,6 +38,7 @@ const COMPLETE: u32 = 2;
 /// `kind`s.
 const OUT_OF_BOUNDS: u32 = 1;
 const GEMM_MISUSE: u32 = 2;
+const GEMM_TILES_MISUSE: u32 = 3;
 
 /// The rules `gemm_block` checks on the device, by code: weft.cuh's `gemm_misuse_text` (a test compares the two).
 pub(crate) const GEMM_MISUSE_TEXT: [&str; 6] = [
@@ -48,6 +49,18 @@ pub(crate) const GEMM_MISUSE_TEXT: [&str; 6] = [
     "col0 must be a multiple of 8 (16-byte rows)",
     "a tile lies outside its operand: a needs rows row0..row0+128 of lda >= k elements, b needs k rows of ldb >= \
      col0 + 128 elements",
+];
+
+/// The rules `gemm_tiles` checks on the device, by code: weft.cuh's `gemm_tiles_misuse_text` (a test compares the
+/// two). The last is not a rule but the pipeline's bounded wait running out.
+pub(crate) const GEMM_TILES_MISUSE_TEXT: [&str; 7] = [
+    "launch it with blocks of exactly 384 threads in x (a producer and two consumer warpgroups)",
+    "launch it with GemmTiles::SHARED_BYTES (197696) bytes of dynamic shared memory",
+    "a.cols() must equal b.rows() (the k both operands share)",
+    "m must be a multiple of 128, n of 256 and k a positive multiple of 64",
+    "a's map must copy 128 x 64 boxes and b's 64 x 64 (make them with TmaOperand::gemm_a and gemm_b)",
+    "it needs sm_90a (WEFT_GEMM_MAINLOOP=wgmma on a Hopper GPU)",
+    "a pipeline barrier waited for about 2 s: a stage was never filled or never released",
 ];
 
 /// What a trapped kernel reported: which kernel, where in its grid, and why.
@@ -89,6 +102,10 @@ impl TrapReport {
             GEMM_MISUSE => match GEMM_MISUSE_TEXT.get(raw.code as usize) {
                 Some(text) => format!("gemm_block: {text}"),
                 None => format!("gemm_block: broken rule {}", raw.code),
+            },
+            GEMM_TILES_MISUSE => match GEMM_TILES_MISUSE_TEXT.get(raw.code as usize) {
+                Some(text) => format!("gemm_tiles: {text}"),
+                None => format!("gemm_tiles: broken rule {}", raw.code),
             },
             other => format!("trap of unknown kind {other}"),
         };
@@ -229,6 +246,15 @@ mod tests {
             .filter_map(|l| l.split_once("return \"").map(|(_, rest)| rest.trim_end().trim_end_matches("\";")))
             .collect();
         assert_eq!(texts, GEMM_MISUSE_TEXT.to_vec());
+        let body = &cuh[cuh.find("WEFT_FN const char* gemm_tiles_misuse_text").expect("gemm_tiles_misuse_text")..];
+        let body = &body[..body.find("\n}\n").expect("end of gemm_tiles_misuse_text")];
+        let texts: Vec<&str> = body
+            .lines()
+            .filter_map(|l| l.split_once("return \"").map(|(_, rest)| rest.trim_end().trim_end_matches("\";")))
+            .collect();
+        assert_eq!(texts, GEMM_TILES_MISUSE_TEXT.to_vec());
+        let raw = RawReport { kind: GEMM_TILES_MISUSE, code: 1, ..RawReport::default() };
+        assert!(TrapReport::from_raw(&raw, None).reason.contains("gemm_tiles: launch it with GemmTiles::SHARED_BYTES"));
         for field in [
             "unsigned int state;",
             "unsigned int kind;",

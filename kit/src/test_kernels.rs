@@ -236,8 +236,27 @@ pub fn gemm_tiles<T: MmaElement>(a: &[T], b: &[T], out: &mut [T], m: usize, n: u
     }
 }
 
+/// `out (m x n) = a (m x k) * b (k x n)`, row-major, f32 accumulate, rounded once: the persistent Hopper loop
+/// (`a.gemm_tiles(&b)`: TMA loads by a producer warpgroup, `m64n256k16` by two consumer warpgroups, 128 x 256 tiles)
+/// with the epilogue written here. `m` a multiple of 128, `n` of 256, `k` of 64; launch with
+/// `weft::host::launch::gemm_tiles_config(stream, m, n)`, operands made with `TmaOperand::gemm_a` and `gemm_b`.
+#[weft::kernel(types(f16, bf16), launch_bounds(384, 1))]
+pub fn gemm_tma<T: MmaElement>(a: TmaMatrix<T>, b: TmaMatrix<T>, out: &mut [T]) {
+    let n = b.cols();
+    let mut gemm = a.gemm_tiles(&b);
+    while gemm.next_tile() {
+        let (row0, col0) = (gemm.row0(), gemm.col0());
+        let mut i = 0;
+        while i < gemm.len() {
+            out[(row0 + gemm.row(i)) * n + col0 + gemm.col(i)] = T::from_f32(gemm.value(i));
+            i += 1;
+        }
+    }
+}
+
 /// Every kernel's name and generated CUDA C++, for the codegen test.
 pub const ALL: &[(&str, &str)] = &[
+    (gemm_tma::NAME, gemm_tma::SOURCE),
     (copy_from_next_peer::NAME, copy_from_next_peer::SOURCE),
     (barrier_round_trips::NAME, barrier_round_trips::SOURCE),
     (fill_window::NAME, fill_window::SOURCE),

@@ -186,6 +186,33 @@ impl<'a> KernelArgs<'a> {
         self.args.push(value);
     }
 
+    /// A `TmaMatrix<T>` parameter: the tensor map of `operand` over its buffer (encoded now, with the buffer's
+    /// address) and the matrix's shape, as C++ `weft::TmaMatrix<T>`. The read is recorded like a `&[T]`'s. Not for
+    /// launches recorded into a CUDA graph yet: that is an error naming the parameter.
+    pub fn push_tma<T: super::TmaElement>(
+        &mut self,
+        parameter: &'static str,
+        operand: &'a super::TmaOperand<'a, T>,
+    ) -> Result<()> {
+        if self.capture.is_some() {
+            return Err(Error::invalid(
+                parameter,
+                format!(
+                    "`{}` takes a TmaMatrix, and kernels that read through TMA cannot be recorded into a CUDA graph \
+                     yet: launch it on a stream",
+                    self.kernel
+                ),
+            ));
+        }
+        let buffer = operand.buffer();
+        super::check_same_context(buffer.buffer_stream(), self.stream)
+            .map_err(|_| self.wrong_device(parameter, buffer.buffer_stream().context().ordinal()))?;
+        let (ptr, guard) = buffer.read_address(self.stream);
+        self.args.keep(guard);
+        let image = super::tma::kernel_image(operand.matrix(), ptr)?;
+        self.args.push_bytes(&image, super::MAX_ARG_ALIGN)
+    }
+
     /// An `LlA2aHandle` parameter, by value.
     pub fn push_ll_a2a_handle<T: Copy + 'static>(&mut self, parameter: &'static str, handle: T) {
         let _ = parameter;

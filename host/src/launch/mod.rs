@@ -23,7 +23,9 @@ mod tma;
 pub use buffers::{KernelSlice, KernelSliceMut, KernelWindow};
 pub use kernel_args::{check_block_of_256, length_check_failed, KernelArgs};
 pub use params::ParamSlot;
-pub use tma::{TmaElement, TmaMatrix};
+pub use tma::{
+    check_gemm_tiles, gemm_tiles_config, TmaElement, TmaMatrix, TmaOperand, GEMM_TILES_SHARED_BYTES, GEMM_TILES_THREADS,
+};
 
 /// A `weft::Window<T>` kernel parameter: an NCCL window and the part of it the kernel sees.
 ///

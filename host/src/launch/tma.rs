@@ -195,6 +195,129 @@ impl<T: TmaElement> TmaMatrix<T> {
     }
 }
 
+/// A [`TmaMatrix`] over the buffer it describes: what a kernel's `TmaMatrix<T>` parameter takes. Made only when the
+/// matrix lies inside the buffer, so the map a launch encodes from it lets TMA read that buffer and nothing else.
+pub struct TmaOperand<'a, T> {
+    buffer: &'a dyn super::buffers::sealed::Buffer<T>,
+    matrix: TmaMatrix<T>,
+}
+
+impl<T> std::fmt::Debug for TmaOperand<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TmaOperand")
+            .field("rows", &self.matrix.rows)
+            .field("cols", &self.matrix.cols)
+            .field("ld", &self.matrix.ld)
+            .field("box", &[self.matrix.box_rows, self.matrix.box_cols])
+            .field("buffer_len", &self.buffer.buffer_len())
+            .finish()
+    }
+}
+
+impl<'a, T: TmaElement> TmaOperand<'a, T> {
+    /// `matrix` over `buffer`; fails if `buffer` holds fewer elements than the matrix spans.
+    pub fn new(buffer: &'a impl super::KernelSlice<T>, matrix: TmaMatrix<T>) -> Result<TmaOperand<'a, T>> {
+        let len = super::buffers::sealed::Buffer::buffer_len(buffer);
+        if len < matrix.elements_spanned() {
+            return Err(Error::invalid(
+                "buffer",
+                format!(
+                    "holds {len} elements, and a {} x {} matrix {} elements from row to row spans {}: pass a larger \
+                     buffer or a smaller matrix",
+                    matrix.rows,
+                    matrix.cols,
+                    matrix.ld,
+                    matrix.elements_spanned()
+                ),
+            ));
+        }
+        Ok(TmaOperand { buffer, matrix })
+    }
+
+    /// The left operand of `gemm_tiles`: the `rows × cols` matrix (`m × k`) at the start of `buffer`, `ld` elements
+    /// from row to row, copied in the 128 × 64 boxes its stages take.
+    pub fn gemm_a(buffer: &'a impl super::KernelSlice<T>, rows: usize, cols: usize, ld: usize) -> Result<Self> {
+        TmaOperand::new(buffer, TmaMatrix::new(rows, cols, ld, [128, 64])?)
+    }
+
+    /// The right operand of `gemm_tiles`: the `rows × cols` matrix (`k × n`) at the start of `buffer`, in 64 × 64
+    /// boxes (four per 256-column tile).
+    pub fn gemm_b(buffer: &'a impl super::KernelSlice<T>, rows: usize, cols: usize, ld: usize) -> Result<Self> {
+        TmaOperand::new(buffer, TmaMatrix::new(rows, cols, ld, [64, 64])?)
+    }
+
+    /// The description.
+    pub fn matrix(&self) -> &TmaMatrix<T> {
+        &self.matrix
+    }
+
+    pub(crate) fn buffer(&self) -> &'a dyn super::buffers::sealed::Buffer<T> {
+        self.buffer
+    }
+}
+
+/// The bytes of C++ `weft::TmaMatrix<T>` (weft.cuh): the tensor map, then rows and columns (`u64`) and the box
+/// (`u32` rows, `u32` columns), 192 bytes at 64-byte alignment.
+pub(crate) fn kernel_image<T: TmaElement>(matrix: &TmaMatrix<T>, address: u64) -> Result<[u8; 192]> {
+    let mut image = [0u8; 192];
+    image[..128].copy_from_slice(&matrix.encode(address)?);
+    image[128..136].copy_from_slice(&(matrix.rows as u64).to_ne_bytes());
+    image[136..144].copy_from_slice(&(matrix.cols as u64).to_ne_bytes());
+    image[144..148].copy_from_slice(&matrix.box_rows.to_ne_bytes());
+    image[148..152].copy_from_slice(&matrix.box_cols.to_ne_bytes());
+    Ok(image)
+}
+
+/// Threads per block of a kernel that opens `gemm_tiles` (weft.cuh's `GemmTiles::THREADS`).
+pub const GEMM_TILES_THREADS: u32 = 384;
+/// The dynamic shared memory it needs: four 48 KB stages, 1 KB to align them, eight 8-byte barriers
+/// (`GemmTiles::SHARED_BYTES`).
+pub const GEMM_TILES_SHARED_BYTES: u32 = 4 * (128 * 64 + 64 * 256) * 2 + 1024 + 2 * 4 * 8;
+
+/// The launch of a kernel that opens `gemm_tiles` for an `m × n` product on `stream`'s GPU: one block of 384
+/// threads per multiprocessor (fewer if there are fewer 128 × 256 tiles), each with the loop's shared memory.
+pub fn gemm_tiles_config(stream: &cudarc::driver::CudaStream, m: usize, n: usize) -> Result<super::LaunchConfig> {
+    let sms = stream.context().attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let tiles = (m / 128).max(1) * (n / 256).max(1);
+    let blocks = u32::try_from(tiles.min(usize::try_from(sms.max(1)).unwrap_or(1))).unwrap_or(u32::MAX);
+    Ok(super::LaunchConfig::linear(blocks, GEMM_TILES_THREADS).with_shared_mem(GEMM_TILES_SHARED_BYTES))
+}
+
+/// Refuses a launch of `kernel`, which opens `gemm_tiles`, with blocks other than 384 × 1 × 1 or less dynamic shared
+/// memory than the loop needs, or without `WEFT_GEMM_MAINLOOP=wgmma` (the loop is Hopper's `wgmma` and TMA: other
+/// builds stop at it), before the device would stop it.
+pub fn check_gemm_tiles(kernel: &'static str, cfg: &super::LaunchConfig) -> Result<()> {
+    check_gemm_tiles_with(kernel, cfg, crate::jit::gemm_mainloop()?)
+}
+
+fn check_gemm_tiles_with(
+    kernel: &'static str,
+    cfg: &super::LaunchConfig,
+    mainloop: crate::jit::GemmMainloop,
+) -> Result<()> {
+    if mainloop != crate::jit::GemmMainloop::Wgmma {
+        return Err(Error::invalid(
+            "WEFT_GEMM_MAINLOOP",
+            format!(
+                "`{kernel}` opens gemm_tiles, Hopper's TMA and wgmma loop, which exists only in kernels compiled for \
+                 sm_90a: set WEFT_GEMM_MAINLOOP=wgmma (on a GPU of compute capability 9.0)"
+            ),
+        ));
+    }
+    if cfg.block_dim == (GEMM_TILES_THREADS, 1, 1) && cfg.shared_mem_bytes >= GEMM_TILES_SHARED_BYTES {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "cfg",
+        format!(
+            "`{kernel}` opens gemm_tiles, which runs blocks of exactly 384 threads in x (a loading warpgroup and two \
+             multiplying ones) with {GEMM_TILES_SHARED_BYTES} bytes of dynamic shared memory, but this launch has \
+             blocks of {:?} and {} bytes: launch it with `weft::host::launch::gemm_tiles_config(stream, m, n)`",
+            cfg.block_dim, cfg.shared_mem_bytes
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,6 +350,23 @@ mod tests {
             let (named, text) = problem(result);
             assert_eq!(named, argument, "{text}");
             assert!(text.contains(says), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_gemm_tiles_launch_needs_384_threads_and_the_loops_shared_memory() {
+        use crate::jit::GemmMainloop::{MmaSync, Wgmma};
+        let good = super::super::LaunchConfig::linear(132, 384).with_shared_mem(GEMM_TILES_SHARED_BYTES);
+        assert!(check_gemm_tiles_with("k", &good, Wgmma).is_ok());
+        let text = check_gemm_tiles_with("k", &good, MmaSync).unwrap_err().to_string();
+        assert!(text.contains("WEFT_GEMM_MAINLOOP=wgmma"), "{text}");
+        assert_eq!(GEMM_TILES_SHARED_BYTES, 197_696);
+        for bad in [
+            super::super::LaunchConfig::linear(132, 256).with_shared_mem(GEMM_TILES_SHARED_BYTES),
+            super::super::LaunchConfig::linear(132, 384),
+        ] {
+            let text = check_gemm_tiles_with("k", &bad, Wgmma).unwrap_err().to_string();
+            assert!(text.contains("gemm_tiles_config") && text.contains("384"), "{text}");
         }
     }
 

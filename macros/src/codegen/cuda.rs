@@ -63,9 +63,16 @@ fn params(sig: &Signature, names: &[String], entry: bool, substitute: &[(String,
         .iter()
         .zip(names)
         .map(|(p, name)| {
+            let mapped = || mapper.map(&p.rust_ty, position).map(|(c, _)| c).unwrap_or_else(|| p.cpp_ty.clone());
             let ty = match (&p.kind, sig.kind) {
                 (ParamKind::DevComm { .. }, FnKind::Kernel) if !entry => "ncclDevComm const&".to_string(),
-                _ => mapper.map(&p.rust_ty, position).map(|(c, _)| c).unwrap_or_else(|| p.cpp_ty.clone()),
+                // TMA reads the tensor map where the launch put it: a `__grid_constant__` parameter, lent to the body
+                // by reference (a copy would be in local memory, where TMA cannot read a map).
+                (ParamKind::TmaMatrix { .. }, FnKind::Kernel) if entry => {
+                    format!("const __grid_constant__ {}", mapped())
+                }
+                (ParamKind::TmaMatrix { .. }, FnKind::Kernel) => format!("{} const&", mapped()),
+                _ => mapped(),
             };
             format!("{ty} {name}")
         })

@@ -9,7 +9,7 @@ use syn::{Ident, Lifetime};
 use super::ast::{ParamKind, Signature};
 use super::attr::Attributes;
 use super::bounds::{Bounds, Site};
-use super::usage::{Resource, BLOCK_OF_256_BIT, DEVICE_CHECKS_BIT};
+use super::usage::{Resource, BLOCK_OF_256_BIT, DEVICE_CHECKS_BIT, GEMM_TILES_BIT};
 
 /// Host paths, in one place.
 pub(crate) mod host {
@@ -36,6 +36,9 @@ pub(crate) mod host {
     }
     pub(super) fn kernel_window() -> TokenStream {
         quote!(::weft::host::launch::KernelWindow)
+    }
+    pub(super) fn tma_operand() -> TokenStream {
+        quote!(::weft::host::launch::TmaOperand)
     }
     pub(super) fn kernel_slice() -> TokenStream {
         quote!(::weft::host::launch::KernelSlice)
@@ -170,6 +173,14 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
         if by_value {
             bounds.push(host::host_element());
         }
+        // A `TmaMatrix<T>` parameter's map is encoded for `T` on the host.
+        let through_tma = sig.params.iter().any(|p| match &p.kind {
+            ParamKind::TmaMatrix { elem } => super::types::last_ident(elem).is_some_and(|n| e.ident == n),
+            _ => false,
+        });
+        if through_tma {
+            bounds.push(quote!(::weft::host::launch::TmaElement));
+        }
         generics.push(quote!(#ident: #(#bounds)+*));
     }
     let mut params = Vec::new();
@@ -230,6 +241,13 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
                 pushes.push(quote!(__weft_args.push_ll_a2a_handle(#name, #ident);));
                 record_pushes.push(quote!(__weft_args.push_ll_a2a_handle(#name, #ident);));
             }
+            ParamKind::TmaMatrix { elem } => {
+                let operand = host::tma_operand();
+                params.push(quote!(#ident: &#operand<'_, #elem>));
+                record_params.push(quote!(#ident: &#graph #operand<'_, #elem>));
+                pushes.push(quote!(__weft_args.push_tma(#name, #ident)?;));
+                record_pushes.push(quote!(__weft_args.push_tma(#name, #ident)?;));
+            }
             ParamKind::Other => {}
         }
     }
@@ -255,6 +273,9 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
             let __weft_entry: &'static str = #entry;
             if __WEFT_USAGE[1] & #BLOCK_OF_256_BIT != 0 {
                 ::weft::host::launch::check_block_of_256(NAME, &#cfg)?;
+            }
+            if __WEFT_USAGE[1] & #GEMM_TILES_BIT != 0 {
+                ::weft::host::launch::check_gemm_tiles(NAME, &#cfg)?;
             }
             #(#checks)*
             let mut __weft_args = #start;

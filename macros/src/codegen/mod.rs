@@ -30,7 +30,7 @@ use quote::quote;
 use syn::ItemFn;
 
 use ast::{FnKind, ParamKind, Signature};
-use attr::{AttrKind, Attributes, Declared};
+use attr::{AttrKind, Attributes, Declared, LaunchBounds};
 use ctxt::Ctxt;
 use lower::{LoweredBody, Options};
 use usage::Usage;
@@ -57,6 +57,19 @@ pub(crate) fn analyze(kind: FnKind, attr: TokenStream, item: &ItemFn, options: O
     // with the rest, all at once.
     let lowered = lower::lower_body(&sig, item, &attrs, options, cx);
     if !complete {
+        return None;
+    }
+    // `gemm_tiles` hands the producer's registers to the consumers (setmaxnreg): ptxas must compile the kernel for
+    // 384 threads and one block per SM, or the launch asks for more registers than an SM has.
+    if kind == FnKind::Kernel
+        && lowered.usage.gemm_tiles
+        && !matches!(attrs.launch_bounds, Some(LaunchBounds { max_threads: 384, min_blocks: Some(1) }))
+    {
+        cx.error_spanned_by(
+            &item.sig.ident,
+            "a kernel that opens `gemm_tiles` runs 384 threads, one block per multiprocessor: declare \
+             `#[weft::kernel(launch_bounds(384, 1))]`",
+        );
         return None;
     }
     let mut usage = lowered.usage.clone();

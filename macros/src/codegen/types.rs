@@ -386,8 +386,8 @@ impl TypeMapper<'_> {
             Position::KernelParam => {
                 self.cx.error_spanned_by(
                     ty,
-                    "kernel parameters are `&DevComm<C>`, `&Window<T>`, `&[T]`, `&mut [T]`, `LlA2aHandle` or \
-                     scalars: pass this by value or through a window",
+                    "kernel parameters are `&DevComm<C>`, `&Window<T>`, `&[T]`, `&mut [T]`, `LlA2aHandle`, \
+                     `TmaMatrix<T>` or scalars: pass this by value or through a window",
                 );
                 None
             }
@@ -496,9 +496,14 @@ impl TypeMapper<'_> {
             ("WindowView", Some(e)) => Ty::Indexable(Container::View, e),
             ("SharedArray", Some(e)) => Ty::Indexable(Container::Shared, e),
             (_, elem) => match Vocab::from_name(&name) {
-                Some(v @ (Vocab::Pack | Vocab::WidePack | Vocab::MultimemView | Vocab::MmaA | Vocab::MmaB)) => {
-                    Ty::Vocab(v, elem)
-                }
+                Some(
+                    v @ (Vocab::Pack
+                    | Vocab::WidePack
+                    | Vocab::MultimemView
+                    | Vocab::MmaA
+                    | Vocab::MmaB
+                    | Vocab::TmaMatrix),
+                ) => Ty::Vocab(v, elem),
                 Some(v) => Ty::Vocab(v, None),
                 None => {
                     self.cx.error_spanned_by(

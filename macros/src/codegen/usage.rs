@@ -166,12 +166,17 @@ pub(crate) struct Usage {
     /// The body (or a device fn it calls) runs `gemm_block`, whose shared-memory stages are laid out for blocks of
     /// exactly 256 threads: the launcher refuses any other block (bit 4 of the capability word).
     pub(crate) block_of_256: bool,
+    /// The body (or a device fn it calls) opens `gemm_tiles`, which needs blocks of exactly 384 threads and its
+    /// dynamic shared memory: the launcher refuses others (bit 5 of the capability word).
+    pub(crate) gemm_tiles: bool,
 }
 
 /// The bit of the capability word that says some access is checked on the device.
 pub(crate) const DEVICE_CHECKS_BIT: u32 = 1 << 3;
 /// The bit of the capability word that says the kernel needs blocks of exactly 256 threads (`gemm_block`).
 pub(crate) const BLOCK_OF_256_BIT: u32 = 1 << 4;
+/// The bit of the capability word that says the kernel opens `gemm_tiles` (blocks of 384, its shared memory).
+pub(crate) const GEMM_TILES_BIT: u32 = 1 << 5;
 
 /// Version tag of [`Usage::encode`]'s layout, first word of every encoded usage.
 pub(crate) const USAGE_FORMAT: u32 = 1;
@@ -203,7 +208,8 @@ impl Usage {
     pub(crate) fn encode(&self) -> Vec<u32> {
         let checks = if self.device_checks { DEVICE_CHECKS_BIT } else { 0 };
         let block = if self.block_of_256 { BLOCK_OF_256_BIT } else { 0 };
-        let mut words = vec![USAGE_FORMAT, self.caps.bits() | checks | block];
+        let tiles = if self.gemm_tiles { GEMM_TILES_BIT } else { 0 };
+        let mut words = vec![USAGE_FORMAT, self.caps.bits() | checks | block | tiles];
         for r in &self.resources {
             words.push(r.constant);
             words.push(u32::from(r.grid_axes));

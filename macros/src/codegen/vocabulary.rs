@@ -23,6 +23,10 @@ pub(crate) enum Vocab {
     MmaAcc,
     /// A thread's share of a block's 128 x 128 GEMM tile (gemm.rs).
     GemmTile,
+    /// A matrix described for TMA (a kernel parameter, with its element type) and the persistent GEMM loop over
+    /// two of them (gemm.rs).
+    TmaMatrix,
+    GemmTiles,
     Thread,
     Warp,
     Cta,
@@ -56,7 +60,7 @@ pub(crate) const ACTIONS: &[(&str, usize)] = &[
 ];
 
 impl Vocab {
-    const NAMED: [Vocab; 23] = [
+    const NAMED: [Vocab; 25] = [
         Vocab::Team,
         Vocab::LsaBarrier,
         Vocab::GinBarrier,
@@ -72,6 +76,8 @@ impl Vocab {
         Vocab::MmaB,
         Vocab::MmaAcc,
         Vocab::GemmTile,
+        Vocab::TmaMatrix,
+        Vocab::GemmTiles,
         Vocab::Thread,
         Vocab::Warp,
         Vocab::Cta,
@@ -108,6 +114,8 @@ impl Vocab {
             Vocab::MmaB => "MmaB",
             Vocab::MmaAcc => "MmaAcc",
             Vocab::GemmTile => "GemmTile",
+            Vocab::TmaMatrix => "TmaMatrix",
+            Vocab::GemmTiles => "GemmTiles",
             Vocab::Thread => "Thread",
             Vocab::Warp => "Warp",
             Vocab::Cta => "Cta",

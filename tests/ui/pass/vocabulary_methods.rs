@@ -154,3 +154,20 @@ fn main() {
     assert!(multimem::CAPABILITIES.multimem);
     assert_eq!(packs_shared_all_to_all::ENTRY_POINTS, ["packs_shared_all_to_all__f32", "packs_shared_all_to_all__bf16"]);
 }
+
+// The persistent TMA GEMM: a matrix's shape, the loop, and a thread's share of each tile.
+#[weft::kernel(launch_bounds(384, 1))]
+pub fn tma_gemm_tiles(a: TmaMatrix<bf16>, b: TmaMatrix<bf16>, out: &mut [f32]) {
+    let n = b.cols() + a.rows() * 0;
+    let mut gemm = a.gemm_tiles(&b);
+    while gemm.next_tile() {
+        if gemm.is_empty() {
+            return;
+        }
+        let mut i = 0;
+        while i < gemm.len() {
+            out[(gemm.row0() + gemm.row(i)) * n + gemm.col0() + gemm.col(i)] = gemm.value(i);
+            i += 1;
+        }
+    }
+}

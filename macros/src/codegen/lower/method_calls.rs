@@ -92,6 +92,9 @@ impl Lowerer<'_> {
                 if matches!(found.ret, Ty::Vocab(Vocab::GemmTile, _)) {
                     self.usage.block_of_256 = true;
                 }
+                if matches!(found.ret, Ty::Vocab(Vocab::GemmTiles, _)) {
+                    self.usage.gemm_tiles = true;
+                }
                 let elem = match &recv.ty {
                     Ty::Vocab(_, Some(e)) | Ty::Window(e) | Ty::Indexable(_, e) => Some((**e).clone()),
                     _ => None,

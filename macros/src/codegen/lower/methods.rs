@@ -195,6 +195,13 @@ fn vocab_method(
         (Vocab::GemmTile, "row" | "col", 1) => of(Ty::Scalar(Usize), &[(0, Usize)]),
         (Vocab::GemmTile, "value", 1) => of(Ty::Scalar(F32), &[(0, Usize)]),
 
+        (Vocab::TmaMatrix, "rows" | "cols", 0) => of(Ty::Scalar(Usize), &[]),
+        (Vocab::TmaMatrix, "gemm_tiles", 1) => of(vocab(Vocab::GemmTiles), &[]),
+        (Vocab::GemmTiles, "next_tile" | "is_empty", 0) => of(Ty::Scalar(Bool), &[]),
+        (Vocab::GemmTiles, "row0" | "col0" | "len", 0) => of(Ty::Scalar(Usize), &[]),
+        (Vocab::GemmTiles, "row" | "col", 1) => of(Ty::Scalar(Usize), &[(0, Usize)]),
+        (Vocab::GemmTiles, "value", 1) => of(Ty::Scalar(F32), &[(0, Usize)]),
+
         (Vocab::Lanes, "mask", 0) => of(u32_, &[]),
         (Vocab::WarpSpan, "first_warp" | "warp_count" | "id", 0) => of(u32_, &[]),
         _ => None,

@@ -200,8 +200,20 @@ fn signature_errors() {
     let e = kernel_errors(quote!(), quote! { fn k(x: &u32) {} });
     assert_one_error(
         &e,
-        "kernel parameters are `&DevComm<C>`, `&Window<T>`, `&[T]`, `&mut [T]`, `LlA2aHandle` or scalars",
+        "kernel parameters are `&DevComm<C>`, `&Window<T>`, `&[T]`, `&mut [T]`, `LlA2aHandle`, `TmaMatrix<T>` or \
+         scalars",
     );
+    // `gemm_tiles` hands registers between warpgroups: its kernels must be compiled for 384 threads, one block per SM.
+    let e = kernel_errors(
+        quote!(),
+        quote! {
+            fn k(a: TmaMatrix<bf16>, b: TmaMatrix<bf16>, out: &mut [f32]) {
+                let mut g = a.gemm_tiles(&b);
+                while g.next_tile() { out[g.row0()] = g.value(0); }
+            }
+        },
+    );
+    assert_one_error(&e, "declare `#[weft::kernel(launch_bounds(384, 1))]`");
     let e = kernel_errors(quote!(), quote! { fn k((a, b): (u32, u32)) {} });
     assert_one_error(&e, "parameters must be plain names");
     let e = kernel_errors(quote!(), quote! { fn k<const N: usize>(x: &[u32]) {} });
