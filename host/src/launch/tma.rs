@@ -35,10 +35,10 @@ impl TmaElement for half::bf16 {
 
 /// The bytes of a box row in the 128-byte swizzle: TMA writes each box row as 128 bytes whose 16-byte chunks are
 /// permuted by the row's index, the layout `wgmma` reads as its 128-byte-swizzle operand.
-pub const SWIZZLE_BYTES: usize = 128;
+pub(crate) const SWIZZLE_BYTES: usize = 128;
 
 /// A row-major `rows × cols` matrix of `T` with `ld` elements from one row to the next, that TMA copies into shared
-/// memory `box_rows × box_cols` elements at a time, in the 128-byte swizzle ([`SWIZZLE_BYTES`]).
+/// memory `box_rows × box_cols` elements at a time, in the 128-byte swizzle (a box row at most 128 bytes).
 ///
 /// ```
 /// use weft_host::launch::TmaMatrix;
