@@ -120,22 +120,12 @@ fn the_gemm_kernels_compile_with_the_wgmma_mainloop() {
 /// cause. Both bounds-check forms of each `gemm_block` kernel, against the first NCCL header set.
 #[test]
 fn the_wgmma_form_of_the_gemm_kernels_is_not_serialized_by_ptxas() {
-    let nvcc = std::env::var("WEFT_NVCC").expect("WEFT_NVCC is not set: run the tests through `cargo xtask test`");
-    let (version, include) = include_sets().into_iter().next().expect("an NCCL header set");
-    let toolchain = Toolchain::from_paths(&nvcc, &include, None).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join(weft::device::WEFT_CUH_NAME), weft::device::WEFT_CUH).unwrap();
+    let ptxas = Ptxas::new();
     let gemm: Vec<&(&str, &str)> =
         kernels::ALL.iter().chain(example_kernels::ALL).filter(|(_, source)| source.contains("gemm_block")).collect();
     for (name, source) in &gemm {
-        let path = dir.path().join(format!("{name}.cu"));
-        std::fs::write(&path, source).unwrap();
         for check in [BoundsChecks::Off, BoundsChecks::On] {
-            let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90)
-                .with_flags(ArgAlignment::Aligned16.flags_with(check))
-                .with_gemm_mainloop(GemmMainloop::Wgmma);
-            let (compiled, text) = ptxas_report(&toolchain, dir.path(), &path, &request);
-            assert!(compiled, "`{name}` ({check:?}, NCCL {version}) did not compile:\n{text}");
+            let text = ptxas.compile(name, source, Some(check));
             assert!(text.contains("Used"), "ptxas -v printed no resource usage for `{name}`:\n{text}");
             assert!(
                 !text.contains("C7510") && !text.contains("serialized"),
@@ -151,24 +141,14 @@ fn the_wgmma_form_of_the_gemm_kernels_is_not_serialized_by_ptxas() {
 /// the consumers' code: C7507).
 #[test]
 fn the_tma_gemm_loop_compiles_for_sm90a_without_spills_serialized_mmas_or_ignored_setmaxnreg() {
-    let nvcc = std::env::var("WEFT_NVCC").expect("WEFT_NVCC is not set: run the tests through `cargo xtask test`");
-    let (version, include) = include_sets().into_iter().next().expect("an NCCL header set");
-    let toolchain = Toolchain::from_paths(&nvcc, &include, None).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join(weft::device::WEFT_CUH_NAME), weft::device::WEFT_CUH).unwrap();
+    let ptxas = Ptxas::new();
     let (name, source) = (kernels::gemm_tma::NAME, kernels::gemm_tma::SOURCE);
     assert!(
         source.contains("const __grid_constant__ weft::TmaMatrix<"),
         "the maps must stay in parameter space:\n{source}"
     );
-    let path = dir.path().join(format!("{name}.cu"));
-    std::fs::write(&path, source).unwrap();
     for check in [BoundsChecks::Off, BoundsChecks::On] {
-        let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90)
-            .with_flags(ArgAlignment::Aligned16.flags_with(check))
-            .with_gemm_mainloop(GemmMainloop::Wgmma);
-        let (compiled, text) = ptxas_report(&toolchain, dir.path(), &path, &request);
-        assert!(compiled, "`{name}` ({check:?}, NCCL {version}) did not compile:\n{text}");
+        let text = ptxas.compile(name, source, Some(check));
         assert!(text.contains("0 bytes spill stores, 0 bytes spill loads"), "`{name}` ({check:?}) spills:\n{text}");
         for note in ["C7510", "C7518", "C7507", "serialized"] {
             assert!(!text.contains(note), "`{name}` ({check:?}): ptxas says {note}:\n{text}");
@@ -181,25 +161,52 @@ fn the_tma_gemm_loop_compiles_for_sm90a_without_spills_serialized_mmas_or_ignore
 /// compiles them, without spills and without ptxas serializing their `wgmma`.
 #[test]
 fn the_gemm_experiments_compile_for_sm90a_without_spills_or_serialized_mmas() {
-    let nvcc = std::env::var("WEFT_NVCC").expect("WEFT_NVCC is not set: run the tests through `cargo xtask test`");
-    let (_, include) = include_sets().into_iter().next().expect("an NCCL header set");
-    let toolchain = Toolchain::from_paths(&nvcc, &include, None).unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let ptxas = Ptxas::new();
     for (name, source) in [
         ("gemm_wide", include_str!("../benches/cuda/gemm_wide.cu")),
         ("gemm_tma", include_str!("../benches/cuda/gemm_tma.cu")),
     ] {
-        let path = dir.path().join(format!("{name}.cu"));
-        std::fs::write(&path, source).unwrap();
-        let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90)
-            .with_gemm_mainloop(GemmMainloop::Wgmma);
-        let (compiled, text) = ptxas_report(&toolchain, dir.path(), &path, &request);
-        assert!(compiled, "{name}.cu did not compile:\n{text}");
+        let text = ptxas.compile(name, source, None);
         assert!(text.contains("0 bytes spill stores, 0 bytes spill loads"), "{name}.cu spills:\n{text}");
         assert!(
             !text.contains("C7510") && !text.contains("serialized"),
             "ptxas serializes the wgmma of {name}.cu:\n{text}"
         );
+    }
+}
+
+/// nvcc with `-Xptxas -v` for the `wgmma` tests: the toolchain against the first NCCL header set, and a directory
+/// holding weft.cuh and the sources.
+struct Ptxas {
+    toolchain: Toolchain,
+    version: String,
+    dir: tempfile::TempDir,
+}
+
+impl Ptxas {
+    fn new() -> Ptxas {
+        let nvcc = std::env::var("WEFT_NVCC").expect("WEFT_NVCC is not set: run the tests through `cargo xtask test`");
+        let (version, include) = include_sets().into_iter().next().expect("an NCCL header set");
+        let toolchain = Toolchain::from_paths(&nvcc, &include, None).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(weft::device::WEFT_CUH_NAME), weft::device::WEFT_CUH).unwrap();
+        Ptxas { toolchain, version, dir }
+    }
+
+    /// Compiles `source` for sm_90a with the `wgmma` mainloop (in bounds-check form `check`, for a generated kernel;
+    /// `None`: a hand-written source, as the benchmark compiles it), asserts that it compiled, and returns what nvcc
+    /// and ptxas printed.
+    fn compile(&self, name: &str, source: &str, check: Option<BoundsChecks>) -> String {
+        let path = self.dir.path().join(format!("{name}.cu"));
+        std::fs::write(&path, source).unwrap();
+        let mut request = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90);
+        if let Some(check) = check {
+            request = request.with_flags(ArgAlignment::Aligned16.flags_with(check));
+        }
+        let request = request.with_gemm_mainloop(GemmMainloop::Wgmma);
+        let (compiled, text) = ptxas_report(&self.toolchain, self.dir.path(), &path, &request);
+        assert!(compiled, "`{name}` ({check:?}, NCCL {}) did not compile:\n{text}", self.version);
+        text
     }
 }
 
