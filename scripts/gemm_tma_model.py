@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""CPU model of benches/cuda/gemm_tma.cu, the TMA + warp-specialized wgmma experiment of benches/gemm.rs (standard
+"""CPU model of benches/cuda/gemm_tma.cu, the TMA + warp-specialized wgmma experiment of benches/gemm.rs, and of
+weft.cuh's GemmTiles (`a.gemm_tiles(&b)`), the same protocol without clusters, whose lines it guards too (standard
 library only). It reuses scripts/wgmma_layout_model.py's model of the PTX ISA's canonical swizzled layouts,
 descriptors and m64nNk16 accumulator layout (that script's own checks run first, quietly), and checks the kernel's
 own pieces:
@@ -96,6 +97,45 @@ read_transcribed(SOURCE, [
     "*reinterpret_cast<__nv_bfloat162*>(out + (row + 8) * n + col + f * 8) =",
     "__floats2bfloat162_rn(acc.d[4 * f + 2], acc.d[4 * f + 3]);",
 ], "benches/cuda/gemm_tma.cu")
+# weft's own loop (weft.cuh, GemmTiles: `a.gemm_tiles(&b)`) is the same protocol without clusters, written with weft's
+# names: the lines below are its counterparts of the ones above, so this model covers it too, and a change to either
+# that the other does not follow shows here.
+read_transcribed(os.path.join(HERE, "..", "device", "cuda", "weft.cuh"), [
+    "static constexpr uint32_t BM = 128, BN = 256, BK = 64, STAGES = 4, THREADS = 384, PER_THREAD = 128;",
+    "static constexpr uint32_t A_BYTES = BM * BK * 2, B_BOX_BYTES = BK * 64 * 2, STAGE_BYTES = A_BYTES + BK * BN * 2;",
+    "static constexpr uint32_t SHARED_BYTES = STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8;",
+    "stages_ = raw + ((1024 - (raw & 1023)) & 1023);",
+    "full_ = stages_ + STAGES * STAGE_BYTES;",
+    "empty_ = full_ + STAGES * 8;",
+    "detail::mbar_init(full_ + 8 * s, 1);",
+    "detail::mbar_init(empty_ + 8 * s, 2 * 4);",
+    "const uint32_t s = it % STAGES, stage = stages_ + s * STAGE_BYTES;",
+    "detail::mbar_wait(empty_ + 8 * s, ((it / STAGES) & 1) ^ 1);",
+    "detail::mbar_arrive_expect(full_ + 8 * s, STAGE_BYTES);",
+    "detail::tma_load_2d(stage, &a_->map, full_ + 8 * s, int32_t(kt * BK), int32_t(row0));",
+    "for (uint32_t j = 0; j < BN / 64; ++j) {",
+    "detail::tma_load_2d(stage + A_BYTES + j * B_BOX_BYTES, &b_->map, full_ + 8 * s, int32_t(col0 + 64 * j),",
+    "const uint32_t s = it_ % STAGES, stage = stages_ + s * STAGE_BYTES;",
+    "detail::mbar_wait(full_ + 8 * s, (it_ / STAGES) & 1);",
+    "detail::mma_m64n256k16<T>(d_, detail::swizzle128_desc(stage + consumer * 64 * 128 + kk * 32, 16, 1024),",
+    "detail::swizzle128_desc(stage + A_BYTES + kk * 2048, B_BOX_BYTES, 1024));",
+    "return ((address & 0x3FFFF) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3FFF) << 16) |",
+    "(uint64_t((stride_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);",
+    "\"1, 1, 1, 0, 1;\"",
+    "asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");",
+    "if (kt > 0) release((it_ - 1) % STAGES);",
+    "asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");",
+    "release((it_ - 1) % STAGES);",
+    "for (size_t t = blockIdx.x; t < tiles_; t += gridDim.x) {",
+    "t_ += gridDim.x;",
+    "const size_t rows = tiles_m_ - first < group ? tiles_m_ - first : group, within = t % (group * tiles_n_);",
+    "row0 = (first + within % rows) * BM;",
+    "col0 = (within / rows) * BN;",
+    "row_base_ = (warpgroup_ > 0 ? warpgroup_ - 1 : 0) * 64 + ((threadIdx.x / 32) % 4) * 16 + (threadIdx.x % 32) / 4;",
+    "col_base_ = (threadIdx.x % 4) * 2;",
+    "WEFT_FN size_t row(size_t i) const { return row_base_ + ((i % 4) >= 2 ? 8u : 0u); }",
+    "WEFT_FN size_t col(size_t i) const { return col_base_ + uint32_t(i / 4) * 8 + uint32_t(i & 1); }",
+], "device/cuda/weft.cuh (GemmTiles)")
 
 failures = []
 

@@ -5,8 +5,9 @@
 //! - `scripts/gemm_wide_model.py` (standard library, on top of the previous one): the 128 × 256-tile wgmma experiment
 //!   of the GEMM benchmark (benches/cuda/gemm_wide.cu): its stages, descriptors and epilogue.
 //! - `scripts/gemm_tma_model.py` (standard library, on top of `wgmma_layout_model.py`): the GEMM benchmark's TMA
-//!   experiment (benches/cuda/gemm_tma.cu): its TMA boxes and 128-byte swizzle, descriptors and epilogue, and its
-//!   mbarrier pipeline simulated under random schedules, with wrong protocols shown to be caught.
+//!   experiment (benches/cuda/gemm_tma.cu) and weft's own loop on the same protocol (weft.cuh's `GemmTiles`): the TMA
+//!   boxes and 128-byte swizzle, descriptors and epilogue, and the mbarrier pipeline simulated under random
+//!   schedules, with wrong protocols shown to be caught.
 //! - `scripts/gemm_layout_model.py` (numpy): the mma.sync mainloop's stage fill, `ldmatrix` addresses, fragments and
 //!   epilogue mapping, multiplied out against A × B.
 //! - `scripts/tp_gemm_model.py` (numpy): the tile walks, owners, reduce-scatter slots and signalled chunks of the
