@@ -112,8 +112,9 @@ gemm_operands!([T], WindowView<'_, T>);
 /// A row-major f16 or bf16 matrix described for Hopper's tensor memory accelerator (TMA): a kernel parameter
 /// (`a: TmaMatrix<bf16>`) that the host builds from a buffer and its shape (`weft::host::launch::TmaOperand`), and
 /// that the kernel reads only through [`gemm_tiles`](TmaMatrix::gemm_tiles). C++ `weft::TmaMatrix<T>`, passed as a
-/// `__grid_constant__` parameter (TMA reads its tensor map where the launch put it).
-#[derive(Debug, Clone, Copy)]
+/// `__grid_constant__` parameter (TMA reads its tensor map where the launch put it), so neither `Clone` nor `Copy`:
+/// a kernel lends it by reference, and the macro refuses to copy or move it.
+#[derive(Debug)]
 pub struct TmaMatrix<T> {
     _device_only: PhantomData<T>,
 }

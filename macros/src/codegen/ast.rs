@@ -416,6 +416,12 @@ fn check_session_by_value(rust_ty: &Type, ty: &Ty, cx: &Ctxt) {
                      reference (`&{name}<'_, Cta>`) and end it in the function that opened it"
                 ),
             );
+        } else if v.is_pinned() {
+            let name = v.name();
+            cx.error_spanned_by(
+                rust_ty,
+                format!("a `{name}` cannot be passed by value ({}): take it by reference (`&{name}…`)", v.why_pinned()),
+            );
         }
     }
 }

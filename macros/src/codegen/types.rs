@@ -375,7 +375,8 @@ impl TypeMapper<'_> {
                 let (cpp, t) = self.map(inner, Position::Local)?;
                 if mutable {
                     Some((format!("{cpp}&"), Ty::Ref(Box::new(t))))
-                } else if matches!(t, Ty::Scalar(_) | Ty::Param(_) | Ty::Tuple(_)) {
+                } else if matches!(t, Ty::Scalar(_) | Ty::Param(_) | Ty::Tuple(_) | Ty::Vocab(Vocab::TmaMatrix, _)) {
+                    // A `TmaMatrix` is the kernel's `__grid_constant__` parameter: lent as the const it is.
                     Some((format!("{cpp} const&"), t))
                 } else {
                     // Vocabulary objects (barrier sessions, GIN sessions) mutate state in methods Rust declares on

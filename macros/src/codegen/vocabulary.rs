@@ -134,6 +134,22 @@ impl Vocab {
         matches!(self, Vocab::LsaBarrier | Vocab::GinBarrier | Vocab::HybridBarrier | Vocab::LlA2a)
     }
 
+    /// Values that stay where they were made: sessions, a `TmaMatrix` (TMA reads its map where the launch put it: a
+    /// copy in local memory is no map) and the `GemmTiles` loop state. A `let` may bind one made by a call (C++17
+    /// guaranteed elision), and a device fn may borrow one; copying, moving or reassigning one is refused.
+    pub(crate) fn is_pinned(self) -> bool {
+        self.is_session() || matches!(self, Vocab::TmaMatrix | Vocab::GemmTiles)
+    }
+
+    /// Why [`is_pinned`](Self::is_pinned) holds, for errors.
+    pub(crate) fn why_pinned(self) -> &'static str {
+        match self {
+            Vocab::TmaMatrix => "TMA reads its tensor map where the launch put it, and a copy would be in local memory",
+            Vocab::GemmTiles => "the loop's state belongs to its block's pipeline",
+            _ => "C++ can neither copy nor move one",
+        }
+    }
+
     /// Coops: `thread_rank()`, `size()`, `sync()`.
     pub(crate) fn is_coop(self) -> bool {
         matches!(self, Vocab::Thread | Vocab::Warp | Vocab::Cta | Vocab::Lanes | Vocab::WarpSpan | Vocab::AnyCoop)

@@ -155,10 +155,16 @@ fn main() {
     assert_eq!(packs_shared_all_to_all::ENTRY_POINTS, ["packs_shared_all_to_all__f32", "packs_shared_all_to_all__bf16"]);
 }
 
+// A `TmaMatrix` is lent to device fns by reference (it stays the kernel's parameter, where TMA reads its map).
+#[weft::device_fn]
+pub fn tma_columns(b: &TmaMatrix<bf16>) -> usize {
+    b.cols()
+}
+
 // The persistent TMA GEMM: a matrix's shape, the loop, and a thread's share of each tile.
 #[weft::kernel(launch_bounds(384, 1))]
 pub fn tma_gemm_tiles(a: TmaMatrix<bf16>, b: TmaMatrix<bf16>, out: &mut [f32]) {
-    let n = b.cols() + a.rows() * 0;
+    let n = tma_columns(&b) + a.rows() * 0;
     let mut gemm = a.gemm_tiles(&b);
     while gemm.next_tile() {
         if gemm.is_empty() {

@@ -96,6 +96,17 @@ impl Lowerer<'_> {
                         );
                         return Val::error();
                     }
+                    if v.is_pinned() {
+                        self.cx.error_spanned_by(
+                            a,
+                            format!(
+                                "a `{}` cannot be reassigned ({}): make a new one with its own `let`",
+                                v.name(),
+                                v.why_pinned()
+                            ),
+                        );
+                        return Val::error();
+                    }
                 }
                 self.check_not_moved(&a.right);
                 let value = self.expr(&a.right);

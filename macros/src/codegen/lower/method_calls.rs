@@ -219,6 +219,16 @@ impl Lowerer<'_> {
                          was opened, and lend it by reference (`&{ident}`) to a device fn taking `&{name}<'_, Co>`"
                     ),
                 );
+            } else if v.is_pinned() {
+                let name = v.name();
+                self.cx.error_spanned_by(
+                    e,
+                    format!(
+                        "`{ident}` is a `{name}`, which cannot be copied or moved ({}): use it where it is, and lend \
+                         it by reference (`&{ident}`)",
+                        v.why_pinned()
+                    ),
+                );
             }
         }
     }

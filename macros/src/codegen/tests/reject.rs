@@ -214,6 +214,31 @@ fn signature_errors() {
         },
     );
     assert_one_error(&e, "declare `#[weft::kernel(launch_bounds(384, 1))]`");
+    // A `TmaMatrix` and the loop state stay where they are: TMA reads the map where the launch put it.
+    let e = kernel_errors(
+        quote!(launch_bounds(384, 1)),
+        quote! {
+            fn k(a: TmaMatrix<bf16>, b: TmaMatrix<bf16>, out: &mut [f32]) {
+                let copy = a;
+                let mut g = copy.gemm_tiles(&b);
+                while g.next_tile() { out[g.row0()] = g.value(0); }
+            }
+        },
+    );
+    assert_one_error(&e, "`a` is a `TmaMatrix`, which cannot be copied or moved (TMA reads its tensor map");
+    let e = kernel_errors(
+        quote!(launch_bounds(384, 1)),
+        quote! {
+            fn k(a: TmaMatrix<bf16>, b: TmaMatrix<bf16>, out: &mut [f32]) {
+                let mut g = a.gemm_tiles(&b);
+                let h = g;
+                out[0] = h.value(0);
+            }
+        },
+    );
+    assert_one_error(&e, "`g` is a `GemmTiles`, which cannot be copied or moved");
+    let e = device_fn_errors(quote!(), quote! { fn f(a: TmaMatrix<bf16>) -> usize { a.rows() } });
+    assert_one_error(&e, "a `TmaMatrix` cannot be passed by value (TMA reads its tensor map");
     let e = kernel_errors(quote!(), quote! { fn k((a, b): (u32, u32)) {} });
     assert_one_error(&e, "parameters must be plain names");
     let e = kernel_errors(quote!(), quote! { fn k<const N: usize>(x: &[u32]) {} });
