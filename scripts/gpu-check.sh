@@ -41,8 +41,8 @@
 #             mainloop at 1 (09), 2, 4 and 8 ranks, the GEMM benchmark with its new L2 bandwidth probe and its
 #             experiments; fresh28 and fresh30: only the runs of that release
 #   queues    (not in the default) NCCL 2.30.7: the two runs that still stopped on 2026-12-05 (the graph timing test
-#             at 8 ranks, the benchmark's zero_adam case at 4) with weft's 32 hardware queues, several times each, and
-#             a refusal of 8 queues at 2 ranks
+#             at 8 ranks, the benchmark's zero_adam case at 4) with 32 hardware queues, several times each, and weft's
+#             refusal of 8 queues at 2 ranks
 # WEFT_GPU_CHECK_TIMEOUT=s caps every run (default: 300 s, benchmarks 600 s). WEFT_GPU_CHECK_DEADLINE=s skips the
 # runs that would start after s seconds (each is listed as skipped), so that the summary and the logs still come back
 # from a machine that limits a call's time. WEFT_GPU_CHECK_RANKS="4 8" limits the ranks part to those rank counts.
@@ -72,6 +72,9 @@ else
 fi
 # WEFT_STACKS=1: a run killed at its deadline prints every thread's stack first (scripts/symbolize.py names them).
 export NCCL_DEBUG=WARN WEFT_CACHE_DIR=/tmp/weft-cache WEFT_STACKS=1
+# Ranks that share a GPU as threads of one process need CUDA's 32 hardware queues per context, which CUDA takes from
+# the environment when it sets a context up; weft refuses fewer (docs/multi-rank.md, "Hardware queues").
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
 [ "${WEFT_GPU_CHECK_QUICK:-0}" = 1 ] && export WEFT_BENCH_QUICK=1
 # The multi-rank tests and the fault tests; everything else is one rank (or several on several GPUs).
 multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_graphs "every_rank" test-gpu_lamport "every_rank" test-gpu_multimem "" test-gpu_faults "")
@@ -284,9 +287,8 @@ queues() { # the two runs that still stopped on 2026-12-05, with weft's 32 hardw
   # (every rank in cuGraphLaunch) and the fused benchmark's zero_adam case at 4 ranks (every rank waiting for its
   # stream). Streams of different ranks sharing one of CUDA's hardware queues was the cause (docs/multi-rank.md,
   # "Hardware queues": with CUDA_DEVICE_MAX_CONNECTIONS=1 both stopped every time, even at 2 ranks; with 32 none
-  # did). weft's Placement now asks for 32 where the variable is unset, as here, and refuses fewer.
+  # did). This script runs everything with 32, and weft refuses fewer.
   local i
-  unset CUDA_DEVICE_MAX_CONNECTIONS
   for i in 1 2 3 4 5 6 7 8; do
     WEFT_RANKS=8 run "2.30.7 x8 test-gpu_graphs #$i" 30 \
       .gpu/bin/test-gpu_graphs --include-ignored --test-threads=1 --nocapture every_rank

@@ -61,22 +61,12 @@ pub fn context(device: usize) -> Result<Arc<CudaContext>, Error> {
     if let Some(shared) = &contexts[device] {
         return Ok(shared.context.clone());
     }
-    MADE_A_CONTEXT.store(true, std::sync::atomic::Ordering::Relaxed);
     let context = CudaContext::new(device)?;
     // The first stream of a `CudaContext` value synchronizes the device (cudarc's switch to event tracking);
     // paying it here, before any rank of this process launched anything, is the only time it is harmless.
     let pinned = context.new_stream()?;
     contexts[device] = Some(SharedContext { context: context.clone(), _pinned: pinned });
     Ok(context)
-}
-
-/// Set when weft first makes a context in this process ([`context`]).
-static MADE_A_CONTEXT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Whether weft has made a CUDA context in this process: settings CUDA reads when it sets a context up
-/// (`CUDA_DEVICE_MAX_CONNECTIONS`) no longer reach that one.
-pub(crate) fn made_a_context() -> bool {
-    MADE_A_CONTEXT.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A device's shared context and the stream that keeps cudarc in its several-streams mode.

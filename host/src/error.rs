@@ -154,8 +154,8 @@ pub enum Error {
     #[error(
         "{ranks} ranks share CUDA device {device} in this process, and CUDA_DEVICE_MAX_CONNECTIONS is {}: they \
          need {needs} hardware queues (with fewer, streams of different ranks share one and their work can \
-         deadlock); set CUDA_DEVICE_MAX_CONNECTIONS={needs} before the process first uses CUDA (weft's Placement \
-         sets it where it is unset, if made before that)",
+         deadlock): start the process with CUDA_DEVICE_MAX_CONNECTIONS={needs} in its environment (CUDA reads it \
+         when it sets a context up)",
         if found.is_empty() { "unset (CUDA's default: 8)".to_string() } else { format!("`{found}`") }
     )]
     TooFewQueues {

@@ -33,6 +33,9 @@ pub const SHARED_GPU_MAX_CTAS: i32 = 4;
 
 /// CUDA's variable for the number of hardware work queues of each context (8 when unset, at most 32): ranks that
 /// are threads of one process and share a GPU need [`SHARED_GPU_QUEUES`] (docs/multi-rank.md, "Hardware queues").
+/// CUDA reads it when it sets a context up, so it must be in the process's environment before its first CUDA call:
+/// `CUDA_DEVICE_MAX_CONNECTIONS=32 WEFT_RANKS=8 cargo run …`. weft does not set it itself: changing the environment
+/// of a running process races with any thread reading it (the CUDA driver's and NCCL's included).
 pub const QUEUES_VARIABLE: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
 
 /// The hardware queues ranks that share a GPU as threads of one process need: the most CUDA gives a context.
@@ -58,19 +61,11 @@ pub struct Placement {
 impl Placement {
     /// Rank `i` on `devices[i]`; a device may appear several times (ranks sharing that GPU). Fails on an empty
     /// list. Devices are checked against the machine when a communicator is made on them.
-    ///
-    /// A list that repeats a device asks CUDA for [`SHARED_GPU_QUEUES`] hardware queues per context where
-    /// [`QUEUES_VARIABLE`] is unset (see [`SHARED_GPU_QUEUES`]); make the placement before this process first uses
-    /// CUDA, since only contexts created afterwards get them.
     pub fn new(devices: Vec<usize>) -> Result<Placement, Error> {
         if devices.is_empty() {
             return Err(Error::invalid("devices", "place at least one rank (list at least one CUDA device)"));
         }
-        let placement = Placement { devices };
-        if placement.shares_gpus() {
-            prefer_shared_gpu_queues();
-        }
-        Ok(placement)
+        Ok(Placement { devices })
     }
 
     /// One rank per visible GPU.
@@ -81,13 +76,7 @@ impl Placement {
     /// `nranks` ranks over the visible GPUs: one per GPU on the first `nranks` GPUs when there are enough, else
     /// consecutive ranks share a GPU and the GPUs hold as even a share as possible (8 ranks on 1 GPU: all on
     /// device 0; 6 ranks on 4 GPUs: 2, 1, 2, 1).
-    ///
-    /// Several ranks ask CUDA for [`SHARED_GPU_QUEUES`] hardware queues before it is first initialised (where
-    /// [`QUEUES_VARIABLE`] is unset), in case they share a GPU: counting the GPUs initialises CUDA.
     pub fn ranks(nranks: usize) -> Result<Placement, Error> {
-        if nranks > 1 {
-            prefer_shared_gpu_queues();
-        }
         Placement::spread(nranks, crate::cuda::device_count()?)
     }
 
@@ -220,30 +209,6 @@ fn check_sharing_with(ranks: usize, device: usize, found: Version, enabled: bool
         return Ok(());
     }
     Err(Error::GpuSharing { ranks, device, needs: MULTI_RANK_GPU_NCCL, found, enabled })
-}
-
-/// Sets [`QUEUES_VARIABLE`] to [`SHARED_GPU_QUEUES`] where the environment leaves it unset (once per process): for
-/// a placement that may put several ranks of this process on one GPU, before weft makes their contexts. CUDA reads
-/// the variable when it sets a context up, so contexts that exist already keep their queues: a warning says so.
-pub(crate) fn prefer_shared_gpu_queues() {
-    static ASKED: std::sync::Once = std::sync::Once::new();
-    ASKED.call_once(|| {
-        if std::env::var_os(QUEUES_VARIABLE).is_some() {
-            return;
-        }
-        // Edition 2021's `set_var` is safe to call; what it races with is a C `getenv` on another thread. This runs
-        // before weft's first context and communicator, ahead of the driver's and NCCL's threads.
-        std::env::set_var(QUEUES_VARIABLE, SHARED_GPU_QUEUES.to_string());
-        if crate::cuda::made_a_context() {
-            tracing::warn!(
-                "{QUEUES_VARIABLE} was unset and is now {SHARED_GPU_QUEUES} for ranks sharing a GPU, but this process \
-                 already made a CUDA context, which keeps CUDA's 8 queues: set {QUEUES_VARIABLE}={SHARED_GPU_QUEUES} \
-                 before the first CUDA call (docs/multi-rank.md, \"Hardware queues\")"
-            );
-        } else {
-            tracing::debug!("{QUEUES_VARIABLE}={SHARED_GPU_QUEUES} set for ranks sharing a GPU");
-        }
-    });
 }
 
 /// Refuses `ranks` ranks that are threads of this process on `device` when CUDA was asked for fewer hardware queues

@@ -16,7 +16,7 @@ use crate::placement::{shared_gpu_config, Placement};
 /// A device listed several times runs several ranks ([`Placement`] builds such lists; `Placement::from_env()`
 /// reads `WEFT_RANKS`). That needs NCCL ≥ 2.30 and `NCCL_MULTI_RANK_GPU_ENABLE=1`, checked before any rank starts
 /// ([`Error::GpuSharing`] otherwise), and CUDA's 32 hardware queues per context ([`Error::TooFewQueues`] when
-/// `CUDA_DEVICE_MAX_CONNECTIONS` asks for fewer; where it is unset, [`Placement`] sets it); each rank's communicator then knows how many ranks share its GPU
+/// `CUDA_DEVICE_MAX_CONNECTIONS` is unset or asks for fewer: start the process with it set to 32); each rank's communicator then knows how many ranks share its GPU
 /// ([`Communicator::ranks_on_gpu`]), and NCCL's CTAs per kernel are capped as [`shared_gpu_config`] says unless
 /// `config` sets them.
 ///

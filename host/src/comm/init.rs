@@ -224,8 +224,7 @@ impl<M: Mode> Communicator<Uninit, M> {
     ///
     /// Such ranks share the GPU's CUDA context and its hardware queues: with fewer than
     /// [`SHARED_GPU_QUEUES`](crate::placement::SHARED_GPU_QUEUES) of them this is [`Error::TooFewQueues`]
-    /// (set `CUDA_DEVICE_MAX_CONNECTIONS=32` before the process first uses CUDA; a [`Placement`](crate::Placement)
-    /// made first sets it).
+    /// (start the process with `CUDA_DEVICE_MAX_CONNECTIONS=32`).
     pub fn sharing_gpu_in(self, group: &Arc<crate::placement::LocalGroup>) -> Result<Self, Error> {
         crate::placement::check_queues(group.size(), self.context().ordinal())?;
         Ok(self.sharing_gpu(group.size())?.with_local_group(Some(group.clone())))
