@@ -156,6 +156,24 @@ fn the_tma_gemm_loop_compiles_for_sm90a_without_spills_serialized_mmas_or_ignore
     }
 }
 
+/// On GPUs without TMA and `wgmma` (Ampere's sm_80, Ada's sm_89) and in the `mma.sync` build of Hopper, a kernel
+/// that opens `gemm_tiles` still compiles (the loop's barriers and fences exist from sm_90a only, so it stops with a
+/// trap report there): a program carrying one runs elsewhere, and the launcher refuses it first (`WEFT_GEMM_MAINLOOP`).
+#[test]
+fn the_tma_gemm_loop_compiles_where_it_cannot_run() {
+    let ptxas = Ptxas::new();
+    let (name, source) = (kernels::gemm_tma::NAME, kernels::gemm_tma::SOURCE);
+    for arch in [GpuArch { major: 8, minor: 0 }, GpuArch { major: 8, minor: 9 }, GpuArch::SM_90] {
+        let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, arch)
+            .with_flags(ArgAlignment::Aligned16.flags_with(BoundsChecks::On))
+            .with_gemm_mainloop(GemmMainloop::MmaSync);
+        let path = ptxas.dir.path().join(format!("{name}_{arch}.cu"));
+        std::fs::write(&path, source).unwrap();
+        let (compiled, text) = ptxas_report(&ptxas.toolchain, ptxas.dir.path(), &path, &request);
+        assert!(compiled, "`{name}` does not compile for {arch} with the mma.sync mainloop:\n{text}");
+    }
+}
+
 /// The GEMM benchmark's hand-written experiments, the 128 × 256-tile `wgmma` mainloop (benches/cuda/gemm_wide.cu) and
 /// the TMA + mbarrier pipeline around the same tile (benches/cuda/gemm_tma.cu), compile for sm_90a as the benchmark
 /// compiles them, without spills and without ptxas serializing their `wgmma`.

@@ -2657,8 +2657,9 @@ class GemmTiles {
     static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value,
                   "gemm_tiles multiplies f16 or bf16 matrices");
 #if !defined(WEFT_GEMM_USES_WGMMA)
+    // TMA, mbarrier fences and wgmma exist on sm_90a only: elsewhere the kernel compiles and stops here.
     detail::gemm_tiles_misuse(5);
-#endif
+#else
     uint32_t dynamic_bytes;
     asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
     const size_t m = a.rows(), n = b.cols(), k = a.cols();
@@ -2689,7 +2690,6 @@ class GemmTiles {
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-#if defined(WEFT_GEMM_USES_WGMMA)
     // The producer issues the block's whole walk here, before the kernel's loop, and leaves the kernel: with no path
     // from its threads into the consumers' code, ptxas honours setmaxnreg (tests/codegen.rs checks it does).
     if (warpgroup_ == 0) {
