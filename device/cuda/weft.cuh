@@ -2569,7 +2569,7 @@ WEFT_FN const char* gemm_tiles_misuse_text(unsigned code) {
     case 0: return "launch it with blocks of exactly 384 threads in x (a producer and two consumer warpgroups)";
     case 1: return "launch it with GemmTiles::SHARED_BYTES (197696) bytes of dynamic shared memory";
     case 2: return "a.cols() must equal b.rows() (the k both operands share)";
-    case 3: return "m must be a multiple of 128, n of 256 and k a positive multiple of 64";
+    case 3: return "m must be a multiple of 128, n of 256 and k a positive multiple of 64, each below 2^31";
     case 4: return "a's map must copy 128 x 64 boxes and b's 64 x 64 (make them with TmaOperand::gemm_a and gemm_b)";
     case 5: return "it needs sm_90a (WEFT_GEMM_MAINLOOP=wgmma on a Hopper GPU)";
     default: return "a pipeline barrier waited for about 2 s: a stage was never filled or never released";
@@ -2666,7 +2666,11 @@ class GemmTiles {
     if (blockDim.x != THREADS || blockDim.y != 1 || blockDim.z != 1) detail::gemm_tiles_misuse(0);
     if (dynamic_bytes < SHARED_BYTES) detail::gemm_tiles_misuse(1);
     if (b.rows() != k) detail::gemm_tiles_misuse(2);
-    if (m % BM != 0 || n % BN != 0 || k % BK != 0 || k == 0) detail::gemm_tiles_misuse(3);
+    // TMA takes coordinates as 32-bit signed integers.
+    const size_t limit = size_t(1) << 31;
+    if (m % BM != 0 || n % BN != 0 || k % BK != 0 || k == 0 || m >= limit || n >= limit || k >= limit) {
+      detail::gemm_tiles_misuse(3);
+    }
     if (a.box_rows != BM || a.box_cols != BK || b.box_rows != BK || b.box_cols != 64) detail::gemm_tiles_misuse(4);
     const uint32_t raw = detail::shared_u32(weft_dynamic_shared);
     stages_ = raw + ((1024 - (raw & 1023)) & 1023);

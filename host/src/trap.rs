@@ -57,7 +57,7 @@ pub(crate) const GEMM_TILES_MISUSE_TEXT: [&str; 7] = [
     "launch it with blocks of exactly 384 threads in x (a producer and two consumer warpgroups)",
     "launch it with GemmTiles::SHARED_BYTES (197696) bytes of dynamic shared memory",
     "a.cols() must equal b.rows() (the k both operands share)",
-    "m must be a multiple of 128, n of 256 and k a positive multiple of 64",
+    "m must be a multiple of 128, n of 256 and k a positive multiple of 64, each below 2^31",
     "a's map must copy 128 x 64 boxes and b's 64 x 64 (make them with TmaOperand::gemm_a and gemm_b)",
     "it needs sm_90a (WEFT_GEMM_MAINLOOP=wgmma on a Hopper GPU)",
     "a pipeline barrier waited for about 2 s: a stage was never filled or never released",
