@@ -2389,16 +2389,21 @@ WEFT_FN void gemm_check(CA const& ca, size_t row0, size_t lda, CB const& cb, siz
     gemm_misuse(line, 5);
 }
 
+WEFT_FN uint32_t shared_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+// A wgmma matrix descriptor of the shared-memory matrix at `address`: start address, leading and stride byte offsets
+// in 16-byte units, and the layout type (1: 128-byte swizzle, 2: 64-byte swizzle).
+WEFT_FN uint64_t smem_matrix_desc(uint32_t address, uint32_t leading_bytes, uint32_t stride_bytes, uint64_t layout) {
+  return ((address & 0x3FFFF) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3FFF) << 16) |
+         (uint64_t((stride_bytes >> 4) & 0x3FFF) << 32) | (layout << 62);
+}
+
 #if defined(WEFT_GEMM_USES_WGMMA)
 // Hopper's warpgroup MMA reads both operands from shared memory through descriptors. Two warpgroups, each a 64 x 128
 // half of the tile: per k step of 16, one wgmma.mma_async.m64n128k16 per warpgroup. The stages hold the canonical
 // 64-byte-swizzle layouts the descriptors describe (A K-major, B N-major and transposed by the instruction); the
 // swizzle is applied by the hardware to address bits, so the stages are 1024-byte aligned.
 WEFT_FN uint64_t wgmma_desc(const void* smem, uint32_t leading_bytes, uint32_t stride_bytes) {
-  uint64_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  // Start address, leading and stride byte offsets in 16-byte units; layout type 2: 64-byte swizzle.
-  return ((address & 0x3FFFF) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3FFF) << 16) |
-         (uint64_t((stride_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(2) << 62);
+  return smem_matrix_desc(shared_u32(smem), leading_bytes, stride_bytes, 2);
 }
 // Keeps the compiler from moving accumulator reads or writes across the asynchronous MMA.
 WEFT_FN void wgmma_fence_operands(GemmTile& t) {
@@ -2579,7 +2584,6 @@ WEFT_FN void gemm_tiles_misuse(unsigned code) {
   trap_report(3, 0, code, 0, 0);
   __trap();
 }
-WEFT_FN uint32_t shared_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 WEFT_FN void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
@@ -2612,11 +2616,6 @@ WEFT_FN void tma_load_2d(uint32_t dst, const TmaMap* map, uint32_t bar, int32_t 
           "r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
       : "memory");
-}
-// A wgmma matrix descriptor in the 128-byte swizzle (layout type 1).
-WEFT_FN uint64_t swizzle128_desc(uint32_t address, uint32_t leading_bytes, uint32_t stride_bytes) {
-  return ((address & 0x3FFFF) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3FFF) << 16) |
-         (uint64_t((stride_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
 }
 #if defined(WEFT_GEMM_USES_WGMMA)
 #define WEFT_M64N256K16(TYPE)                                                                                      \
@@ -2780,8 +2779,9 @@ class GemmTiles {
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
       for (uint32_t kk = 0; kk < BK / 16; ++kk) {
-        detail::mma_m64n256k16<T>(d_, detail::swizzle128_desc(stage + consumer * 64 * 128 + kk * 32, 16, 1024),
-                                  detail::swizzle128_desc(stage + A_BYTES + kk * 2048, B_BOX_BYTES, 1024));
+        // Both operands in the 128-byte swizzle TMA wrote (descriptor layout type 1).
+        detail::mma_m64n256k16<T>(d_, detail::smem_matrix_desc(stage + consumer * 64 * 128 + kk * 32, 16, 1024, 1),
+                                  detail::smem_matrix_desc(stage + A_BYTES + kk * 2048, B_BOX_BYTES, 1024, 1));
       }
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
       // The previous stage's MMAs are complete once at most this stage's are in flight: hand it back.
