@@ -182,11 +182,8 @@ fn check_tma_gemm<
 ) {
     let comm = one_rank();
     let s = comm.context().new_stream().unwrap();
-    let capability = (
-        comm.context().attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
-        comm.context().attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
-    );
-    if capability != (Ok(9), Ok(0)) {
+    let capability = comm.context().compute_capability().unwrap();
+    if capability != (9, 0) {
         println!("skipped: gemm_tiles needs compute capability 9.0 (sm_90a); this GPU is {capability:?}");
         return;
     }

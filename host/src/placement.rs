@@ -142,6 +142,12 @@ impl Placement {
         }
     }
 
+    /// Whether CUDA gives ranks of this placement that are threads of this process enough hardware queues: each GPU
+    /// with several ranks needs [`SHARED_GPU_QUEUES`] ([`Error::TooFewQueues`] otherwise).
+    pub(crate) fn check_queues(&self) -> Result<(), Error> {
+        (0..self.nranks()).try_for_each(|rank| check_queues(self.ranks_on_gpu(rank), self.devices[rank]))
+    }
+
     /// One [`LocalGroup`] per GPU, indexed by rank: the ranks on a GPU share theirs. For ranks that are threads of
     /// this process ([`Communicator::sharing_gpu_in`](crate::Communicator::sharing_gpu_in)).
     pub fn local_groups(&self) -> Vec<std::sync::Arc<LocalGroup>> {

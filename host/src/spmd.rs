@@ -31,9 +31,7 @@ pub fn spmd<R: Send>(
     let placement = Placement::new(devices.to_vec())?;
     let library = crate::sys::library()?;
     placement.check_supported(library.version())?;
-    for (rank, &device) in devices.iter().enumerate() {
-        crate::placement::check_queues(placement.ranks_on_gpu(rank), device)?;
-    }
+    placement.check_queues()?;
     for &device in devices {
         // Every context exists before any rank starts (docs/multi-rank.md: the first stream of a context waits for
         // the whole device, harmless only while nothing runs).

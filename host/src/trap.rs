@@ -63,6 +63,14 @@ pub(crate) const GEMM_TILES_MISUSE_TEXT: [&str; 7] = [
     "a pipeline barrier waited for about 2 s: a stage was never filled or never released",
 ];
 
+/// The reason of a misuse report: `what`'s rule `code`, by its text where the host knows it.
+fn misuse(what: &str, texts: &[&str], code: u32) -> String {
+    match texts.get(code as usize) {
+        Some(text) => format!("{what}: {text}"),
+        None => format!("{what}: broken rule {code}"),
+    }
+}
+
 /// What a trapped kernel reported: which kernel, where in its grid, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrapReport {
@@ -99,14 +107,8 @@ impl TrapReport {
     fn from_raw(raw: &RawReport, kernel: Option<String>) -> TrapReport {
         let reason = match raw.kind {
             OUT_OF_BOUNDS => format!("out-of-bounds access: index {} is not below {}", raw.a, raw.b),
-            GEMM_MISUSE => match GEMM_MISUSE_TEXT.get(raw.code as usize) {
-                Some(text) => format!("gemm_block: {text}"),
-                None => format!("gemm_block: broken rule {}", raw.code),
-            },
-            GEMM_TILES_MISUSE => match GEMM_TILES_MISUSE_TEXT.get(raw.code as usize) {
-                Some(text) => format!("gemm_tiles: {text}"),
-                None => format!("gemm_tiles: broken rule {}", raw.code),
-            },
+            GEMM_MISUSE => misuse("gemm_block", &GEMM_MISUSE_TEXT, raw.code),
+            GEMM_TILES_MISUSE => misuse("gemm_tiles", &GEMM_TILES_MISUSE_TEXT, raw.code),
             other => format!("trap of unknown kind {other}"),
         };
         TrapReport { kernel, block: raw.block, thread: raw.thread, line: raw.line, reason }
@@ -239,20 +241,18 @@ mod tests {
     #[test]
     fn the_rule_texts_and_the_layout_match_weft_cuh() {
         let cuh = weft_device_cuh();
-        let body = &cuh[cuh.find("WEFT_FN const char* gemm_misuse_text").expect("gemm_misuse_text in weft.cuh")..];
-        let body = &body[..body.find("\n}\n").expect("end of gemm_misuse_text")];
-        let texts: Vec<&str> = body
-            .lines()
-            .filter_map(|l| l.split_once("return \"").map(|(_, rest)| rest.trim_end().trim_end_matches("\";")))
-            .collect();
-        assert_eq!(texts, GEMM_MISUSE_TEXT.to_vec());
-        let body = &cuh[cuh.find("WEFT_FN const char* gemm_tiles_misuse_text").expect("gemm_tiles_misuse_text")..];
-        let body = &body[..body.find("\n}\n").expect("end of gemm_tiles_misuse_text")];
-        let texts: Vec<&str> = body
-            .lines()
-            .filter_map(|l| l.split_once("return \"").map(|(_, rest)| rest.trim_end().trim_end_matches("\";")))
-            .collect();
-        assert_eq!(texts, GEMM_TILES_MISUSE_TEXT.to_vec());
+        // The strings `return`ed by weft.cuh's function `name`, in order.
+        let texts = |name: &str| -> Vec<String> {
+            let head = format!("WEFT_FN const char* {name}");
+            let body = &cuh[cuh.find(&head).unwrap_or_else(|| panic!("{name} in weft.cuh"))..];
+            let body = &body[..body.find("\n}\n").unwrap_or_else(|| panic!("end of {name}"))];
+            body.lines()
+                .filter_map(|l| l.split_once("return \"").map(|(_, rest)| rest.trim_end().trim_end_matches("\";")))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(texts("gemm_misuse_text"), GEMM_MISUSE_TEXT.to_vec());
+        assert_eq!(texts("gemm_tiles_misuse_text"), GEMM_TILES_MISUSE_TEXT.to_vec());
         let raw = RawReport { kind: GEMM_TILES_MISUSE, code: 1, ..RawReport::default() };
         assert!(TrapReport::from_raw(&raw, None).reason.contains("gemm_tiles: launch it with GemmTiles::SHARED_BYTES"));
         for field in [

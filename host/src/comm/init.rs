@@ -168,9 +168,7 @@ impl Communicator<Uninit, Blocking> {
             );
         }
         placement.check_supported(library.version())?;
-        for (rank, &device) in devices.iter().enumerate() {
-            crate::placement::check_queues(placement.ranks_on_gpu(rank), device)?;
-        }
+        placement.check_queues()?;
         // SAFETY: every ordinal was checked against the device count; repeats were allowed by the check above.
         let raws = unsafe { result::comm_init_all(library, &ordinals) }?;
         // Wrap every handle first so that a failure below aborts them all (Drop).

@@ -371,20 +371,7 @@ impl<'a> ArgBuffer<'a> {
         matrix: &TmaMatrix<T>,
         stream: &'a CudaStream,
     ) -> Result<()> {
-        if buffer.len() < matrix.elements_spanned() {
-            return Err(Error::invalid(
-                "buffer",
-                format!(
-                    "holds {} elements, and a {} x {} matrix {} elements from row to row spans {}: pass a larger \
-                     buffer or a smaller matrix",
-                    buffer.len(),
-                    matrix.rows(),
-                    matrix.cols(),
-                    matrix.ld(),
-                    matrix.elements_spanned()
-                ),
-            ));
-        }
+        matrix.check_span(buffer.len())?;
         let arg = self.slice_arg(buffer, stream)?;
         let map = matrix.encode(arg.ptr)?;
         self.push_bytes(&map, MAX_ARG_ALIGN)

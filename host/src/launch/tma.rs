@@ -149,6 +149,24 @@ impl<T: TmaElement> TmaMatrix<T> {
         (self.rows - 1) * self.ld + self.cols
     }
 
+    /// Refuses a buffer of `len` elements that the matrix spans past: a map over it would let TMA read beyond it.
+    pub(crate) fn check_span(&self, len: usize) -> Result<()> {
+        if len >= self.elements_spanned() {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            "buffer",
+            format!(
+                "holds {len} elements, and a {} x {} matrix {} elements from row to row spans {}: pass a larger buffer \
+                 or a smaller matrix",
+                self.rows,
+                self.cols,
+                self.ld,
+                self.elements_spanned()
+            ),
+        ))
+    }
+
     /// The `CUtensorMap` (its 128 bytes, as a kernel takes them) for the matrix at device `address`, which must be
     /// 16-byte aligned. The caller vouches that `address` starts at least [`elements_spanned`](Self::elements_spanned)
     /// elements of live device memory ([`ArgBuffer::push_tma_matrix`](super::ArgBuffer::push_tma_matrix) checks it).
@@ -217,20 +235,7 @@ impl<T> std::fmt::Debug for TmaOperand<'_, T> {
 impl<'a, T: TmaElement> TmaOperand<'a, T> {
     /// `matrix` over `buffer`; fails if `buffer` holds fewer elements than the matrix spans.
     pub fn new(buffer: &'a impl super::KernelSlice<T>, matrix: TmaMatrix<T>) -> Result<TmaOperand<'a, T>> {
-        let len = super::buffers::sealed::Buffer::buffer_len(buffer);
-        if len < matrix.elements_spanned() {
-            return Err(Error::invalid(
-                "buffer",
-                format!(
-                    "holds {len} elements, and a {} x {} matrix {} elements from row to row spans {}: pass a larger \
-                     buffer or a smaller matrix",
-                    matrix.rows,
-                    matrix.cols,
-                    matrix.ld,
-                    matrix.elements_spanned()
-                ),
-            ));
-        }
+        matrix.check_span(super::buffers::sealed::Buffer::buffer_len(buffer))?;
         Ok(TmaOperand { buffer, matrix })
     }
 
@@ -269,10 +274,10 @@ pub(crate) fn kernel_image<T: TmaElement>(matrix: &TmaMatrix<T>, address: u64) -
 }
 
 /// Threads per block of a kernel that opens `gemm_tiles` (weft.cuh's `GemmTiles::THREADS`).
-pub const GEMM_TILES_THREADS: u32 = 384;
+pub const GEMM_TILES_THREADS: u32 = weft_device::GemmTiles::THREADS;
 /// The dynamic shared memory it needs: four 48 KB stages, 1 KB to align them, eight 8-byte barriers
 /// (`GemmTiles::SHARED_BYTES`).
-pub const GEMM_TILES_SHARED_BYTES: u32 = 4 * (128 * 64 + 64 * 256) * 2 + 1024 + 2 * 4 * 8;
+pub const GEMM_TILES_SHARED_BYTES: u32 = weft_device::GemmTiles::SHARED_BYTES;
 
 /// The launch of a kernel that opens `gemm_tiles` for an `m × n` product on `stream`'s GPU: one block of 384
 /// threads per multiprocessor (fewer if there are fewer 128 × 256 tiles), each with the loop's shared memory.
