@@ -127,6 +127,7 @@ fn the_wgmma_form_of_the_gemm_kernels_is_not_serialized_by_ptxas() {
         for check in [BoundsChecks::Off, BoundsChecks::On] {
             let text = ptxas.compile(name, source, Some(check));
             assert!(text.contains("Used"), "ptxas -v printed no resource usage for `{name}`:\n{text}");
+            assert_no_stack(&text, name, check);
             assert!(
                 !text.contains("C7510") && !text.contains("serialized"),
                 "ptxas serializes the wgmma of `{name}` ({check:?}):\n{text}"
@@ -150,6 +151,9 @@ fn the_tma_gemm_loop_compiles_for_sm90a_without_spills_serialized_mmas_or_ignore
     for check in [BoundsChecks::Off, BoundsChecks::On] {
         let text = ptxas.compile(name, source, Some(check));
         assert!(text.contains("0 bytes spill stores, 0 bytes spill loads"), "`{name}` ({check:?}) spills:\n{text}");
+        // The epilogue's `while i < gemm.len()` is unrolled (`#pragma unroll`): rolled, its `gemm.value(i)` put the
+        // accumulator in local memory (616 bytes of stack), which cost about 45 µs per tile on an H100.
+        assert_no_stack(&text, name, check);
         for note in ["C7510", "C7518", "C7507", "serialized"] {
             assert!(!text.contains(note), "`{name}` ({check:?}): ptxas says {note}:\n{text}");
         }
@@ -191,6 +195,18 @@ fn the_gemm_experiments_compile_for_sm90a_without_spills_or_serialized_mmas() {
             "ptxas serializes the wgmma of {name}.cu:\n{text}"
         );
     }
+}
+
+/// Every function ptxas reports has an empty stack frame: a thread's tile values indexed by a loop that stayed rolled
+/// live in local memory instead of registers.
+fn assert_no_stack(text: &str, name: &str, check: BoundsChecks) {
+    let frames: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("bytes stack frame"))
+        .filter(|l| !l.trim_start().starts_with("0 bytes"))
+        .collect();
+    assert!(text.contains("bytes stack frame"), "ptxas -v printed no stack frame for `{name}`:\n{text}");
+    assert!(frames.is_empty(), "`{name}` ({check:?}) keeps values on the stack: {frames:?}\n{text}");
 }
 
 /// nvcc with `-Xptxas -v` for the `wgmma` tests: the toolchain against the first NCCL header set, and a directory

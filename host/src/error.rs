@@ -194,7 +194,7 @@ pub enum Error {
     },
 
     /// A launch packed arguments that do not match the compiled kernel's parameter list (`cuFuncGetParamInfo`): a
-    /// different number of them, or one of another size or at another offset. Nothing was launched.
+    /// different number of them, or one of another size. Nothing was launched.
     #[error(
         "`{kernel}` (entry point `{entry_point}`): parameter {parameter} does not match the compiled kernel: \
          {problem}; the kernel's C++ and its launcher disagree (the NCCL headers the kernel was compiled against must \

@@ -227,7 +227,7 @@ impl<'a> KernelArgs<'a> {
     /// The arguments against the compiled entry point's parameters; the happy path allocates nothing.
     fn check_params(&self, spec: &crate::jit::KernelSpec, function: &cudarc::driver::CudaFunction) -> Result<()> {
         let compiled = params::compiled(function)?;
-        if self.slots().len() == compiled.len() && self.slots().zip(compiled.iter()).all(|(a, b)| a == *b) {
+        if self.slots().len() == compiled.len() && self.slots().zip(compiled.iter()).all(|(a, b)| a.size == b.size) {
             return Ok(());
         }
         let pushed: Vec<ParamSlot> = self.slots().collect();
@@ -236,7 +236,7 @@ impl<'a> KernelArgs<'a> {
 
     /// Compiles (or loads from the cache) `spec` for the stream's GPU, in the form these arguments and `checks`
     /// ask for, checks the arguments against the compiled entry point's parameter list (`cuFuncGetParamInfo`: their
-    /// number, and each one's offset and size; [`Error::ParamMismatch`] otherwise), and launches it.
+    /// number, and each one's size; [`Error::ParamMismatch`] otherwise), and launches it.
     ///
     /// # Safety
     /// - `spec.source` is the C++ that `#[weft::kernel]` generated for one kernel, `spec.entry_point` one of its

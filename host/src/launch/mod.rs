@@ -406,8 +406,10 @@ impl<'a> ArgBuffer<'a> {
         &self.layouts
     }
 
-    /// Where each argument starts, in bytes: the offsets of the kernel's parameter buffer, which lays its
-    /// parameters out as this buffer's arena does (each at the next multiple of its alignment).
+    /// Where each argument starts in this buffer's arena, in bytes (each at the next multiple of its alignment).
+    /// The kernel's own parameter buffer may place them elsewhere (the driver copies each argument through
+    /// [`kernel_params`](Self::kernel_params) to its own offset): on Hopper a first parameter aligned to 64 bytes
+    /// sits at offset 48.
     pub fn offsets(&self) -> &[usize] {
         &self.offsets
     }

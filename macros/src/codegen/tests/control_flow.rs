@@ -439,3 +439,36 @@ fn an_arm_that_always_matches_ends_the_chain() {
     assert_lines(&b, &["if (a == 0u) {", "out[size_t(0)] = 1u;", "} else {", "out[size_t(0)] = a;", "}"]);
     assert!(!b.iter().any(|l| l.contains("= 3u")), "{b:#?}");
 }
+
+/// A loop over a thread's GEMM tile values (`i < tile.len()`, `0..gemm.len()`) is emitted under `#pragma unroll`, so
+/// that every `value(i)` has a constant index and the accumulator stays in registers; other loops are left to nvcc.
+#[test]
+fn loops_over_tile_values_are_unrolled() {
+    let k = super::kernel_analysis(
+        quote!(launch_bounds(384, 1)),
+        quote! {
+            fn k(a: TmaMatrix<bf16>, b: TmaMatrix<bf16>, out: &mut [f32], n: usize) {
+                let mut gemm = a.gemm_tiles(&b);
+                while gemm.next_tile() {
+                    let mut i = 0;
+                    while i < gemm.len() {
+                        out[gemm.row(i)] = gemm.value(i);
+                        i += 1;
+                    }
+                    for j in 0..gemm.len() {
+                        out[gemm.col(j)] = gemm.value(j);
+                    }
+                    for j in 0..n {
+                        out[j] = 0.0;
+                    }
+                }
+            }
+        },
+    );
+    let b = super::lines(&k.lowered.text);
+    let unrolled: Vec<&str> =
+        b.windows(2).filter(|w| w[0] == "#pragma unroll").map(|w| w[1].split(" //").next().unwrap_or(&w[1])).collect();
+    assert_eq!(unrolled.len(), 2, "{}", b.join("\n"));
+    assert!(unrolled[0].starts_with("while (i < gemm.len())"), "{unrolled:?}");
+    assert!(unrolled[1].starts_with("for (") && unrolled[1].contains("gemm.len()"), "{unrolled:?}");
+}
