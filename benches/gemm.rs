@@ -19,9 +19,9 @@
 //! CUDA context), a second one: `benches/cuda/gemm_tma.cu`, the whole Hopper mainloop around the same tile (TMA loads
 //! by a producer warpgroup, mbarriers, two `wgmma` consumer warpgroups, persistent blocks), modelled on the CPU by
 //! `scripts/gemm_tma_model.py`; then the same with clusters of two CTAs that share B through TMA multicast.
-//! `gemm_wide.csv`, `gemm_weft_tma.csv`, `gemm_tma.csv`, `gemm_tma_cluster.csv` and `l2.csv` beside `gemm.csv`.
+//! `gemm_wide.csv`, `gemm_weft_tma.csv`, `gemm_weft_tma_store.csv`, `gemm_tma.csv`, `gemm_tma_cluster.csv` and `l2.csv` beside `gemm.csv`.
 
-use weft_kit::test_kernels::{gemm_tiles, gemm_tma};
+use weft_kit::test_kernels::{gemm_tiles, gemm_tma, gemm_tma_store};
 
 use std::sync::Arc;
 
@@ -173,7 +173,13 @@ fn main() -> Result<()> {
         "the 128 x 256-tile experiment",
     )?;
     // Last of all GPU work: a trap in these kernels (their bounded barrier waits) loses the CUDA context.
-    report(weft_tma(&ctx, &stream, &blas, timing, &rows), out, "gemm_weft_tma.csv", "weft's TMA loop")?;
+    report(weft_tma(&ctx, &stream, &blas, timing, &rows, false), out, "gemm_weft_tma.csv", "weft's TMA loop")?;
+    report(
+        weft_tma(&ctx, &stream, &blas, timing, &rows, true),
+        out,
+        "gemm_weft_tma_store.csv",
+        "weft's TMA loop with gemm_store",
+    )?;
     for (cluster, file) in [(1, "gemm_tma.csv"), (2, "gemm_tma_cluster.csv")] {
         let what = if cluster == 1 { "the TMA experiment" } else { "the TMA experiment with clusters of 2" };
         report(tma_experiment(&ctx, &stream, &blas, timing, l2, &rows, cluster), out, file, what)?;
@@ -292,30 +298,48 @@ fn wide_experiment(
     experiment.run(ctx, stream, blas, timing, rows, &|a, b, c, shape| wide.launch(stream, a, b, c, shape)).map(Some)
 }
 
-/// weft's own TMA loop (`a.gemm_tiles(&b)`, kit's `gemm_tma`: the TMA experiment's design behind weft's API, the
-/// epilogue written in the kernel) against cuBLAS at every shape, where the GPU has `wgmma` and the process compiles
-/// for it (`WEFT_GEMM_MAINLOOP=wgmma`): prints its table and returns its CSV (`None` where it cannot run).
+/// weft's own TMA loop (`a.gemm_tiles(&b)`: the TMA experiment's design behind weft's API, the epilogue written in
+/// the kernel) against cuBLAS at every shape, where the GPU has `wgmma` and the process compiles for it
+/// (`WEFT_GEMM_MAINLOOP=wgmma`): prints its table and returns its CSV (`None` where it cannot run). `paired`: kit's
+/// `gemm_tma_store` (the tile written by `out.gemm_store(&gemm, n)`, two values per store, scaled by 1.0 in place
+/// first), else kit's `gemm_tma` (a loop storing one value at a time).
 fn weft_tma(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
     blas: &CudaBlas,
     timing: Timing,
     rows: &[Row],
+    paired: bool,
 ) -> Result<Option<String>> {
     use weft::host::jit::{gemm_mainloop, GemmMainloop};
     use weft::host::launch::{gemm_tiles_config, TmaOperand};
     if ctx.compute_capability()? != (9, 0) || gemm_mainloop()? != GemmMainloop::Wgmma {
         return Ok(None);
     }
-    let intro =
-        "weft's TMA loop (kit's `gemm_tma`: `a.gemm_tiles(&b)` with the epilogue in the kernel; a TMA producer \
-                 warpgroup, two m64n256k16 consumer warpgroups, 4 stages of 64-wide k, persistent blocks), against \
-                 cuBLAS again";
-    let experiment = Experiment { label: "weft_tma", intro };
+    let (label, intro) = if paired {
+        (
+            "weft_tma_store",
+            "weft's TMA loop with `out.gemm_store(&gemm, n)` (kit's `gemm_tma_store`: the tile scaled in place by \
+             `set_value`, then two values per 4-byte store, one bounds check per tile), against cuBLAS again",
+        )
+    } else {
+        (
+            "weft_tma",
+            "weft's TMA loop (kit's `gemm_tma`: `a.gemm_tiles(&b)` with the epilogue in the kernel, one value per \
+             store; a TMA producer warpgroup, two m64n256k16 consumer warpgroups, 4 stages of 64-wide k, persistent \
+             blocks), against cuBLAS again",
+        )
+    };
+    let experiment = Experiment { label, intro };
     experiment
         .run(ctx, stream, blas, timing, rows, &|a, b, c, (m, n, k)| {
             let (ta, tb) = (TmaOperand::gemm_a(a, m, k, k)?, TmaOperand::gemm_b(b, k, n, n)?);
-            gemm_tma::launch(stream, gemm_tiles_config(stream, m, n)?, &ta, &tb, c)?;
+            let cfg = gemm_tiles_config(stream, m, n)?;
+            if paired {
+                gemm_tma_store::launch(stream, cfg, &ta, &tb, c, 1.0)?;
+            } else {
+                gemm_tma::launch(stream, cfg, &ta, &tb, c)?;
+            }
             Ok(())
         })
         .map(Some)

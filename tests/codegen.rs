@@ -143,12 +143,16 @@ fn the_wgmma_form_of_the_gemm_kernels_is_not_serialized_by_ptxas() {
 #[test]
 fn the_tma_gemm_loop_compiles_for_sm90a_without_spills_serialized_mmas_or_ignored_setmaxnreg() {
     let ptxas = Ptxas::new();
-    let (name, source) = (kernels::gemm_tma::NAME, kernels::gemm_tma::SOURCE);
-    assert!(
-        source.contains("const __grid_constant__ weft::TmaMatrix<"),
-        "the maps must stay in parameter space:\n{source}"
-    );
-    for check in [BoundsChecks::Off, BoundsChecks::On] {
+    for (name, source, check) in [
+        (kernels::gemm_tma::NAME, kernels::gemm_tma::SOURCE, BoundsChecks::Off),
+        (kernels::gemm_tma::NAME, kernels::gemm_tma::SOURCE, BoundsChecks::On),
+        (kernels::gemm_tma_store::NAME, kernels::gemm_tma_store::SOURCE, BoundsChecks::Off),
+        (kernels::gemm_tma_store::NAME, kernels::gemm_tma_store::SOURCE, BoundsChecks::On),
+    ] {
+        assert!(
+            source.contains("const __grid_constant__ weft::TmaMatrix<"),
+            "the maps must stay in parameter space:\n{source}"
+        );
         let text = ptxas.compile(name, source, Some(check));
         assert!(text.contains("0 bytes spill stores, 0 bytes spill loads"), "`{name}` ({check:?}) spills:\n{text}");
         // The epilogue's `while i < gemm.len()` is unrolled (`#pragma unroll`): rolled, its `gemm.value(i)` put the
@@ -166,15 +170,19 @@ fn the_tma_gemm_loop_compiles_for_sm90a_without_spills_serialized_mmas_or_ignore
 #[test]
 fn the_tma_gemm_loop_compiles_where_it_cannot_run() {
     let ptxas = Ptxas::new();
-    let (name, source) = (kernels::gemm_tma::NAME, kernels::gemm_tma::SOURCE);
-    for arch in [GpuArch { major: 8, minor: 0 }, GpuArch { major: 8, minor: 9 }, GpuArch::SM_90] {
-        let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, arch)
-            .with_flags(ArgAlignment::Aligned16.flags_with(BoundsChecks::On))
-            .with_gemm_mainloop(GemmMainloop::MmaSync);
-        let path = ptxas.dir.path().join(format!("{name}_{arch}.cu"));
-        std::fs::write(&path, source).unwrap();
-        let (compiled, text) = ptxas_report(&ptxas.toolchain, ptxas.dir.path(), &path, &request);
-        assert!(compiled, "`{name}` does not compile for {arch} with the mma.sync mainloop:\n{text}");
+    for (name, source) in [
+        (kernels::gemm_tma::NAME, kernels::gemm_tma::SOURCE),
+        (kernels::gemm_tma_store::NAME, kernels::gemm_tma_store::SOURCE),
+    ] {
+        for arch in [GpuArch { major: 8, minor: 0 }, GpuArch { major: 8, minor: 9 }, GpuArch::SM_90] {
+            let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, arch)
+                .with_flags(ArgAlignment::Aligned16.flags_with(BoundsChecks::On))
+                .with_gemm_mainloop(GemmMainloop::MmaSync);
+            let path = ptxas.dir.path().join(format!("{name}_{arch}.cu"));
+            std::fs::write(&path, source).unwrap();
+            let (compiled, text) = ptxas_report(&ptxas.toolchain, ptxas.dir.path(), &path, &request);
+            assert!(compiled, "`{name}` does not compile for {arch} with the mma.sync mainloop:\n{text}");
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! kernel instead of reading beyond it, and `gemm_block` refusing a block of the wrong size; and the persistent TMA
 //! loop (`gemm_tma`, `a.gemm_tiles(&b)`) against the same reference where the GPU and `WEFT_GEMM_MAINLOOP` allow it.
 
-use weft_kit::test_kernels::{gemm_tiles, gemm_tma, mma_gemm, mma_gemm_shared};
+use weft_kit::test_kernels::{gemm_tiles, gemm_tma, gemm_tma_store, mma_gemm, mma_gemm_shared};
 
 use cudarc::driver::DeviceRepr;
 use weft::host::jit::BoundsChecks;
@@ -105,6 +105,64 @@ fn tile_check_child() {
     assert!(waited.is_err(), "the kernel must stop at the out-of-bounds tile");
 }
 
+/// Set in the child process of [`a_gemm_store_past_its_buffer_stops_the_kernel`].
+const STORE_CHILD: &str = "WEFT_MMA_STORE_TEST_CHILD";
+
+/// The child's half: one 128 x 256 tile stored by `gemm_store` into a buffer one row short.
+#[test]
+#[ignore = "needs a CUDA GPU; run by a_gemm_store_past_its_buffer_stops_the_kernel in its own process"]
+fn store_check_child() {
+    if std::env::var_os(STORE_CHILD).is_none() {
+        return;
+    }
+    let comm = one_rank();
+    let s = comm.context().new_stream().unwrap();
+    let capability = comm.context().compute_capability().unwrap();
+    if capability != (9, 0) || weft::host::jit::gemm_mainloop().ok() != Some(weft::host::jit::GemmMainloop::Wgmma) {
+        println!("child: skipped: gemm_tiles needs compute capability 9.0 and WEFT_GEMM_MAINLOOP=wgmma");
+        return;
+    }
+    let (m, n, k) = (128, 256, 64);
+    let a = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; m * k]).unwrap();
+    let b = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; k * n]).unwrap();
+    let mut out = DeviceBuffer::from_host(&s, &vec![half::bf16::ZERO; (m - 1) * n]).unwrap();
+    let (ta, tb) = (
+        weft::host::launch::TmaOperand::gemm_a(&a, m, k, k).unwrap(),
+        weft::host::launch::TmaOperand::gemm_b(&b, k, n, n).unwrap(),
+    );
+    let cfg = weft::host::launch::gemm_tiles_config(&s, m, n).unwrap();
+    gemm_tma_store::launch(&s, cfg, &ta, &tb, &mut out, 1.0).unwrap();
+    let waited: Result<(), Error> = weft::host::cuda::settle(&s);
+    println!("child: wait after the short output: {waited:?}");
+    assert!(waited.is_err(), "the kernel must stop at the tile past its buffer");
+}
+
+/// `out.gemm_store(&gemm, ld)` checks the whole tile against `out` first: a tile past the end stops the kernel with
+/// weft's report, and nothing is written beyond the buffer.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_gemm_store_past_its_buffer_stops_the_kernel() {
+    let exe = std::env::current_exe().unwrap();
+    let output = std::process::Command::new(exe)
+        .args(["--exact", "store_check_child", "--include-ignored", "--nocapture", "--test-threads=1"])
+        .env(STORE_CHILD, "1")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    println!("{text}");
+    assert!(output.status.success(), "the child failed:\n{text}");
+    if text.contains("child: skipped") {
+        println!("skipped: gemm_tiles needs compute capability 9.0 and WEFT_GEMM_MAINLOOP=wgmma");
+        return;
+    }
+    assert!(text.contains("wait after the short output: Err"), "{text}");
+    // The tile's last row (127) is not below the rows the buffer holds (127).
+    assert!(
+        text.contains("kernel `gemm_tma_store`") && text.contains("out-of-bounds access: index 127 is not below 127"),
+        "the error does not carry the trap report:\n{text}"
+    );
+}
+
 /// A fragment load whose tile reaches past its buffer stops the kernel with weft's message: nothing is read beyond it.
 #[test]
 #[ignore = "needs a CUDA GPU"]
@@ -175,7 +233,8 @@ fn check_tma_gemm<
         + DeviceRepr
         + weft::host::Element
         + weft::host::launch::TmaElement
-        + gemm_tma::Instantiated,
+        + gemm_tma::Instantiated
+        + gemm_tma_store::Instantiated,
 >(
     to: fn(f32) -> T,
     from: fn(T) -> f64,
@@ -217,6 +276,15 @@ fn check_tma_gemm<
             cfg.grid_dim.0
         );
         assert!(error < 1e-2, "gemm_tma {m}x{n}x{k}: {error}");
+        // The same product scaled by 0.5 in place (`set_value`) and written by `out.gemm_store(&gemm, n)`, paired
+        // stores; a halving is exact, so the reference is halved too.
+        let mut stored = DeviceBuffer::from_host(&s, &vec![to(f32::NAN); m * n]).unwrap();
+        gemm_tma_store::launch(&s, cfg, &ta, &tb, &mut stored, 0.5).unwrap();
+        let got = stored.copy_to_host().unwrap();
+        let halved: Vec<f64> = want.iter().map(|v| v * 0.5).collect();
+        let error = frobenius_error(got.iter().map(|&g| from(g)), &halved, (m, n, k));
+        println!("gemm_tma_store {} {m}x{n}x{k}: relative error {error:.2e}", <T as weft::device::Element>::NAME);
+        assert!(error < 1e-2, "gemm_tma_store {m}x{n}x{k}: {error}");
     }
 }
 

@@ -2728,8 +2728,45 @@ class GemmTiles {
   WEFT_FN size_t row(size_t i) const { return row_base_ + ((i % 4) >= 2 ? 8u : 0u); }
   WEFT_FN size_t col(size_t i) const { return col_base_ + uint32_t(i / 4) * 8 + uint32_t(i & 1); }
   WEFT_FN float value(size_t i) const { return d_[i]; }
+  // Value i of the current tile becomes v: an epilogue that changes the values in place before `gemm_store`.
+  WEFT_FN void set_value(size_t i, float v) { d_[i] = v; }
+
+  // The current tile into rows row0().. and columns col0().. of the row-major matrix c (ld elements per row),
+  // rounded to T: the two neighbouring columns of each fragment row in one 4-byte store where the addresses allow it
+  // (c's element 0 4-byte aligned and ld even), one element at a time otherwise.
+  // Unchecked: detail::gemm_store_at checks the whole tile against c first.
+  template <class C>
+  WEFT_FN void store_into(C& c, size_t ld) const {
+    static_assert(std::is_same<std::remove_cv_t<std::remove_reference_t<decltype(c[0])>>, T>::value,
+                  "gemm_store writes the tile's own element type");
+    const size_t top = (row0_ + row_base_) * ld + col0_ + col_base_, bottom = top + 8 * ld;
+    // Every pair starts at an even index (col0 and col_base_ are even): all of them are aligned when element 0 is
+    // and ld is even.
+    T* const base = &c[0];
+    if ((reinterpret_cast<uintptr_t>(base) & 3) == 0 && ld % 2 == 0) {
+#pragma unroll
+      for (uint32_t f = 0; f < PER_THREAD / 4; ++f) {
+        store_pair(base + top + 8 * f, d_[4 * f], d_[4 * f + 1]);
+        store_pair(base + bottom + 8 * f, d_[4 * f + 2], d_[4 * f + 3]);
+      }
+    } else {
+#pragma unroll
+      for (uint32_t i = 0; i < PER_THREAD; ++i) {
+        base[(i % 4 >= 2 ? bottom : top) + 8 * (i / 4) + (i & 1)] = from_f32<T>(d_[i]);
+      }
+    }
+  }
 
  private:
+  // Two neighbouring values at a 4-byte-aligned p, in one store.
+  WEFT_FN static void store_pair(T* p, float x, float y) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+    } else {
+      *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
+    }
+  }
+
   // Tile t of the grouped order: eight bands of 128 rows at a time, column by column.
   WEFT_FN void origin(size_t t, size_t& row0, size_t& col0) const {
     const size_t group = 8, first = (t / (group * tiles_n_)) * group;
@@ -2805,5 +2842,15 @@ template <class T>
 WEFT_FN GemmTiles<T> TmaMatrix<T>::gemm_tiles(TmaMatrix<T> const& b) const {
   return GemmTiles<T>(*this, b);
 }
+
+namespace detail {
+// `c.gemm_store(&gemm, ld)`: the whole 128 x 256 tile checked against c, then stored (the macro emits this form: the
+// access is never proven at launch).
+template <class C, class T>
+WEFT_FN void gemm_store_at(C&& c, GemmTiles<T> const& g, size_t ld, unsigned line) {
+  check_tile(c.len(), ld, g.row0(), g.col0(), GemmTiles<T>::BM, GemmTiles<T>::BN, line);
+  g.store_into(c, ld);
+}
+}  // namespace detail
 
 }  // namespace weft

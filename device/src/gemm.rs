@@ -145,19 +145,19 @@ impl<T: MmaElement> TmaMatrix<T> {
     /// 256, `k` a positive multiple of 64, and both maps made for it (`TmaOperand::gemm_a`, `TmaOperand::gemm_b`).
     /// Kernels that call it declare `#[weft::kernel(launch_bounds(384, 1))]`. The loop body must not synchronise
     /// the whole block (`sync_threads`): the loading warpgroup has left.
-    pub fn gemm_tiles(&self, b: &TmaMatrix<T>) -> GemmTiles {
+    pub fn gemm_tiles(&self, b: &TmaMatrix<T>) -> GemmTiles<T> {
         device_only("TmaMatrix::gemm_tiles")
     }
 }
 
-/// A block's walk over its 128 × 256 tiles of a [`TmaMatrix::gemm_tiles`] product, and this thread's share (128
-/// values) of the current one. C++ `weft::GemmTiles<T>`.
+/// A block's walk over its 128 × 256 tiles of a [`TmaMatrix::gemm_tiles`] product of `T` matrices, and this thread's
+/// share (128 `f32` values) of the current one. C++ `weft::GemmTiles<T>`.
 #[derive(Debug)]
-pub struct GemmTiles {
-    _device_only: PhantomData<f32>,
+pub struct GemmTiles<T: MmaElement> {
+    _device_only: PhantomData<T>,
 }
 
-impl GemmTiles {
+impl<T: MmaElement> GemmTiles<T> {
     /// Rows of a tile. C++ `GemmTiles::BM`.
     pub const ROWS: usize = 128;
     /// Columns of a tile. C++ `GemmTiles::BN`.
@@ -207,5 +207,34 @@ impl GemmTiles {
     /// This thread's value `i` of the current tile. C++ `gemm.value(i)`.
     pub fn value(&self, i: usize) -> f32 {
         device_only("GemmTiles::value")
+    }
+
+    /// Makes this thread's value `i` of the current tile `v`: an epilogue that changes the values (a scale, a bias,
+    /// an activation) before [`GemmStore::gemm_store`] writes them. C++ `gemm.set_value(i, v)`.
+    pub fn set_value(&mut self, i: usize, v: f32) {
+        device_only("GemmTiles::set_value")
+    }
+}
+
+/// Stores of a [`GemmTiles`] tile into a row-major matrix of the product's element type (a slice, or a window view:
+/// a peer's memory over LSA).
+pub trait GemmStore<T: MmaElement> {
+    /// Writes the current tile of `gemm`, rounded to `T`, to rows `gemm.row0()..+128` and columns
+    /// `gemm.col0()..+256` of the matrix with `ld` elements per row: two neighbouring values per 4-byte store
+    /// (where the container's start and `ld` keep them aligned; one at a time otherwise), half the stores of a loop
+    /// over `gemm.value(i)`. The whole tile is checked against the container on the device (a tile outside it stops
+    /// the kernel with its line). C++ `weft::detail::gemm_store_at(x, gemm, ld, line)`.
+    fn gemm_store(&mut self, gemm: &GemmTiles<T>, ld: usize);
+}
+
+impl<T: MmaElement> GemmStore<T> for [T] {
+    fn gemm_store(&mut self, gemm: &GemmTiles<T>, ld: usize) {
+        device_only("gemm_store")
+    }
+}
+
+impl<T: MmaElement> GemmStore<T> for WindowView<'_, T> {
+    fn gemm_store(&mut self, gemm: &GemmTiles<T>, ld: usize) {
+        device_only("gemm_store")
     }
 }

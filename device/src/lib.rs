@@ -123,7 +123,7 @@ pub use caps::{Capabilities, CapabilitySet, HasGin, HasLsa, HasMultimem};
 pub use comm::{DevComm, Team};
 pub use coop::{Coop, Cta, Lanes, Thread, Warp, WarpSpan};
 pub use exec::*;
-pub use gemm::{GemmOperand, GemmTile, GemmTiles, TmaMatrix};
+pub use gemm::{GemmOperand, GemmStore, GemmTile, GemmTiles, TmaMatrix};
 pub use gin::{
     CounterInc, GinSession, LocalAction, NoAction, RemoteAction, SignalAdd, SignalInc, StrongSignalAdd,
     StrongSignalInc, StrongVaSignalAdd, StrongVaSignalInc, VaSignalAdd, VaSignalInc, WeakCounterInc, WeakSignalAdd,
@@ -175,7 +175,7 @@ pub mod prelude {
         abs, atomic_add, atomic_cas, atomic_exch, atomic_fence, atomic_load, atomic_max, atomic_min, atomic_store, exp,
         fma, local_copy, local_reduce_sum, local_reduce_sum_copy, log, max, min, mma, pack_lanes, rsqrt, sqrt, tanh,
         threadfence, threadfence_block, threadfence_system, AtomicAdd, AtomicBits, AtomicMinMax, BarrierResult, Coop,
-        CounterInc, Cta, DevComm, Element, Float, GemmOperand, GemmTile, GemmTiles, GinBarrier, GinSession,
+        CounterInc, Cta, DevComm, Element, Float, GemmOperand, GemmStore, GemmTile, GemmTiles, GinBarrier, GinSession,
         HybridBarrier, Lamport, Lanes, LlA2a, LlA2aHandle, LoadPack, LoadWide, LocalAction, LsaBarrier, MmaA, MmaAcc,
         MmaB, MmaElement, MmaLoad, MmaStore, MultimemElement, MultimemStore, MultimemView, NoAction, Numeric, Order,
         Pack, RemoteAction, Scope, SharedArray, Shuffle, SignalAdd, SignalInc, StorePack, StoreWide, StrongSignalAdd,

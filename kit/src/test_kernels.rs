@@ -254,9 +254,26 @@ pub fn gemm_tma<T: MmaElement>(a: TmaMatrix<T>, b: TmaMatrix<T>, out: &mut [T]) 
     }
 }
 
+/// [`gemm_tma`] with the epilogue most GEMMs want: each tile scaled in place (`gemm.set_value`), then written by
+/// `out.gemm_store(&gemm, n)`: two values per 4-byte store and one bounds check per tile, where the loop of
+/// [`gemm_tma`] stores one 2-byte value at a time and checks each. `out = alpha · a × b`, same shapes and launch.
+#[weft::kernel(types(f16, bf16), launch_bounds(384, 1))]
+pub fn gemm_tma_store<T: MmaElement>(a: TmaMatrix<T>, b: TmaMatrix<T>, out: &mut [T], alpha: f32) {
+    let n = b.cols();
+    let mut gemm = a.gemm_tiles(&b);
+    while gemm.next_tile() {
+        for i in 0..gemm.len() {
+            let scaled = alpha * gemm.value(i);
+            gemm.set_value(i, scaled);
+        }
+        out.gemm_store(&gemm, n);
+    }
+}
+
 /// Every kernel's name and generated CUDA C++, for the codegen test.
 pub const ALL: &[(&str, &str)] = &[
     (gemm_tma::NAME, gemm_tma::SOURCE),
+    (gemm_tma_store::NAME, gemm_tma_store::SOURCE),
     (copy_from_next_peer::NAME, copy_from_next_peer::SOURCE),
     (barrier_round_trips::NAME, barrier_round_trips::SOURCE),
     (fill_window::NAME, fill_window::SOURCE),

@@ -274,10 +274,10 @@ pub(crate) fn kernel_image<T: TmaElement>(matrix: &TmaMatrix<T>, address: u64) -
 }
 
 /// Threads per block of a kernel that opens `gemm_tiles` (weft.cuh's `GemmTiles::THREADS`).
-pub const GEMM_TILES_THREADS: u32 = weft_device::GemmTiles::THREADS;
+pub const GEMM_TILES_THREADS: u32 = weft_device::GemmTiles::<weft_device::bf16>::THREADS;
 /// The dynamic shared memory it needs: four 48 KB stages, 1 KB to align them, eight 8-byte barriers
 /// (`GemmTiles::SHARED_BYTES`).
-pub const GEMM_TILES_SHARED_BYTES: u32 = weft_device::GemmTiles::SHARED_BYTES;
+pub const GEMM_TILES_SHARED_BYTES: u32 = weft_device::GemmTiles::<weft_device::bf16>::SHARED_BYTES;
 
 /// The launch of a kernel that opens `gemm_tiles` for an `m × n` product on `stream`'s GPU: one block of 384
 /// threads per multiprocessor (fewer if there are fewer 128 × 256 tiles), each with the loop's shared memory.

@@ -177,3 +177,18 @@ pub fn tma_gemm_tiles(a: TmaMatrix<bf16>, b: TmaMatrix<bf16>, out: &mut [f32]) {
         }
     }
 }
+
+// Values changed in place, then the tile stored whole, into a slice and into the owner's window over LSA.
+#[weft::kernel(launch_bounds(384, 1))]
+pub fn tma_gemm_store(dev: &DevComm<Lsa>, a: TmaMatrix<bf16>, b: TmaMatrix<bf16>, out: &mut [bf16], w: &Window<bf16>) {
+    let n = b.cols();
+    let mut gemm = a.gemm_tiles(&b);
+    while gemm.next_tile() {
+        for i in 0..gemm.len() {
+            let v = gemm.value(i);
+            gemm.set_value(i, v * 2.0);
+        }
+        out.gemm_store(&gemm, n);
+        w.lsa(dev.lsa_size() - 1).gemm_store(&gemm, n);
+    }
+}

@@ -924,7 +924,8 @@ impl Lowerer<'_> {
             // Tensor-core tiles: the whole tile is checked on the device, never proven at launch.
             (
                 Ty::Indexable(_, _),
-                "mma_load_a" | "mma_load_b" | "mma_store" | "mma_ldmatrix_a" | "mma_ldmatrix_b" | "gemm_block",
+                "mma_load_a" | "mma_load_b" | "mma_store" | "mma_ldmatrix_a" | "mma_ldmatrix_b" | "gemm_block"
+                | "gemm_store",
                 _,
             ) => {
                 let (_, parameter) = self.buffer_of(&m.receiver);
@@ -936,6 +937,7 @@ impl Lowerer<'_> {
                         "mma_ldmatrix_a" => "mma_ldmatrix_a_at",
                         "mma_ldmatrix_b" => "mma_ldmatrix_b_at",
                         "gemm_block" => "gemm_block_at",
+                        "gemm_store" => "gemm_store_at",
                         _ => "mma_store_at",
                     },
                     false,

@@ -100,6 +100,8 @@ pub(crate) fn method(recv: &Ty, name: &str, arity: usize, type_arg: Option<&Ty>)
             (Container::SliceMut | Container::View | Container::Shared, "mma_store", 4) => {
                 of(unit, &[(1, Usize), (2, Usize), (3, Usize)])
             }
+            // `out.gemm_store(&gemm, ld)`: a `GemmTiles` tile into a row-major matrix (gemm.rs).
+            (Container::SliceMut | Container::View, "gemm_store", 2) => of(unit, &[(1, Usize)]),
             (Container::Slice | Container::SliceMut, "load_wide", 1) => Some(Method {
                 ret: with_elem(Vocab::WidePack, type_arg),
                 fixed: &[(0, Usize)],
@@ -201,6 +203,7 @@ fn vocab_method(
         (Vocab::GemmTiles, "row0" | "col0" | "len", 0) => of(Ty::Scalar(Usize), &[]),
         (Vocab::GemmTiles, "row" | "col", 1) => of(Ty::Scalar(Usize), &[(0, Usize)]),
         (Vocab::GemmTiles, "value", 1) => of(Ty::Scalar(F32), &[(0, Usize)]),
+        (Vocab::GemmTiles, "set_value", 2) => of(unit, &[(0, Usize), (1, F32)]),
 
         (Vocab::Lanes, "mask", 0) => of(u32_, &[]),
         (Vocab::WarpSpan, "first_warp" | "warp_count" | "id", 0) => of(u32_, &[]),
