@@ -19,7 +19,8 @@
 //! CUDA context), a second one: `benches/cuda/gemm_tma.cu`, the whole Hopper mainloop around the same tile (TMA loads
 //! by a producer warpgroup, mbarriers, two `wgmma` consumer warpgroups, persistent blocks), modelled on the CPU by
 //! `scripts/gemm_tma_model.py`; then the same with clusters of two CTAs that share B through TMA multicast.
-//! `gemm_wide.csv`, `gemm_weft_tma.csv`, `gemm_weft_tma_store.csv`, `gemm_tma.csv`, `gemm_tma_cluster.csv` and `l2.csv` beside `gemm.csv`.
+//! `gemm_wide.csv`, `gemm_weft_tma.csv`, `gemm_weft_tma_store.csv`, `gemm_tma.csv`, `gemm_tma_cluster.csv` and
+//! `l2.csv` beside `gemm.csv`.
 
 use weft_kit::test_kernels::{gemm_tiles, gemm_tma, gemm_tma_store};
 
@@ -301,8 +302,8 @@ fn wide_experiment(
 /// weft's own TMA loop (`a.gemm_tiles(&b)`: the TMA experiment's design behind weft's API, the epilogue written in
 /// the kernel) against cuBLAS at every shape, where the GPU has `wgmma` and the process compiles for it
 /// (`WEFT_GEMM_MAINLOOP=wgmma`): prints its table and returns its CSV (`None` where it cannot run). `paired`: kit's
-/// `gemm_tma_store` (the tile written by `out.gemm_store(&gemm, n)`, two values per store, scaled by 1.0 in place
-/// first), else kit's `gemm_tma` (a loop storing one value at a time).
+/// `gemm_tma_store` (the tile scaled by 1.0 in place, then written by `out.gemm_store(&gemm, gemm.row0(),
+/// gemm.col0(), n)`, two values per store), else kit's `gemm_tma` (a loop storing one value at a time).
 fn weft_tma(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
@@ -319,7 +320,7 @@ fn weft_tma(
     let (label, intro) = if paired {
         (
             "weft_tma_store",
-            "weft's TMA loop with `out.gemm_store(&gemm, n)` (kit's `gemm_tma_store`: the tile scaled in place by \
+            "weft's TMA loop with `out.gemm_store(..)` (kit's `gemm_tma_store`: the tile scaled in place by \
              `set_value`, then two values per 4-byte store, one bounds check per tile), against cuBLAS again",
         )
     } else {

@@ -137,8 +137,8 @@ fn store_check_child() {
     assert!(waited.is_err(), "the kernel must stop at the tile past its buffer");
 }
 
-/// `out.gemm_store(&gemm, ld)` checks the whole tile against `out` first: a tile past the end stops the kernel with
-/// weft's report, and nothing is written beyond the buffer.
+/// `out.gemm_store(&gemm, row0, col0, ld)` checks the whole tile against `out` first: a tile past the end stops the
+/// kernel with weft's report, and nothing is written beyond the buffer.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_gemm_store_past_its_buffer_stops_the_kernel() {
@@ -276,8 +276,8 @@ fn check_tma_gemm<
             cfg.grid_dim.0
         );
         assert!(error < 1e-2, "gemm_tma {m}x{n}x{k}: {error}");
-        // The same product scaled by 0.5 in place (`set_value`) and written by `out.gemm_store(&gemm, n)`, paired
-        // stores; a halving is exact, so the reference is halved too.
+        // The same product scaled by 0.5 in place (`set_value`) and written by `out.gemm_store(&gemm, gemm.row0(),
+        // gemm.col0(), n)`, paired stores; a halving is exact, so the reference is halved too.
         let mut stored = DeviceBuffer::from_host(&s, &vec![to(f32::NAN); m * n]).unwrap();
         gemm_tma_store::launch(&s, cfg, &ta, &tb, &mut stored, 0.5).unwrap();
         let got = stored.copy_to_host().unwrap();

@@ -2731,19 +2731,19 @@ class GemmTiles {
   // Value i of the current tile becomes v: an epilogue that changes the values in place before `gemm_store`.
   WEFT_FN void set_value(size_t i, float v) { d_[i] = v; }
 
-  // The current tile into rows row0().. and columns col0().. of the row-major matrix c (ld elements per row),
-  // rounded to T: the two neighbouring columns of each fragment row in one 4-byte store where the addresses allow it
-  // (c's element 0 4-byte aligned and ld even), one element at a time otherwise.
+  // The current tile into rows row0.. and columns col0.. of the row-major matrix c (ld elements per row), rounded
+  // to T: the two neighbouring columns of each fragment row in one 4-byte store where the addresses allow it (c's
+  // element 0 4-byte aligned, ld and col0 even), one element at a time otherwise.
   // Unchecked: detail::gemm_store_at checks the whole tile against c first.
   template <class C>
-  WEFT_FN void store_into(C& c, size_t ld) const {
+  WEFT_FN void store_into(C& c, size_t row0, size_t col0, size_t ld) const {
     static_assert(std::is_same<std::remove_cv_t<std::remove_reference_t<decltype(c[0])>>, T>::value,
                   "gemm_store writes the tile's own element type");
-    const size_t top = (row0_ + row_base_) * ld + col0_ + col_base_, bottom = top + 8 * ld;
-    // Every pair starts at an even index (col0 and col_base_ are even): all of them are aligned when element 0 is
-    // and ld is even.
+    const size_t top = (row0 + row_base_) * ld + col0 + col_base_, bottom = top + 8 * ld;
+    // Every pair starts at an even index when ld and col0 are (col_base_ is): all of them are aligned when element 0
+    // is too.
     T* const base = &c[0];
-    if ((reinterpret_cast<uintptr_t>(base) & 3) == 0 && ld % 2 == 0) {
+    if ((reinterpret_cast<uintptr_t>(base) & 3) == 0 && ld % 2 == 0 && col0 % 2 == 0) {
 #pragma unroll
       for (uint32_t f = 0; f < PER_THREAD / 4; ++f) {
         store_pair(base + top + 8 * f, d_[4 * f], d_[4 * f + 1]);
@@ -2844,12 +2844,12 @@ WEFT_FN GemmTiles<T> TmaMatrix<T>::gemm_tiles(TmaMatrix<T> const& b) const {
 }
 
 namespace detail {
-// `c.gemm_store(&gemm, ld)`: the whole 128 x 256 tile checked against c, then stored (the macro emits this form: the
-// access is never proven at launch).
+// `c.gemm_store(&gemm, row0, col0, ld)`: the whole 128 x 256 tile checked against c, then stored (the macro emits
+// this form: the access is never proven at launch).
 template <class C, class T>
-WEFT_FN void gemm_store_at(C&& c, GemmTiles<T> const& g, size_t ld, unsigned line) {
-  check_tile(c.len(), ld, g.row0(), g.col0(), GemmTiles<T>::BM, GemmTiles<T>::BN, line);
-  g.store_into(c, ld);
+WEFT_FN void gemm_store_at(C&& c, GemmTiles<T> const& g, size_t row0, size_t col0, size_t ld, unsigned line) {
+  check_tile(c.len(), ld, row0, col0, GemmTiles<T>::BM, GemmTiles<T>::BN, line);
+  g.store_into(c, row0, col0, ld);
 }
 }  // namespace detail
 

@@ -219,22 +219,23 @@ impl<T: MmaElement> GemmTiles<T> {
 /// Stores of a [`GemmTiles`] tile into a row-major matrix of the product's element type (a slice, or a window view:
 /// a peer's memory over LSA).
 pub trait GemmStore<T: MmaElement> {
-    /// Writes the current tile of `gemm`, rounded to `T`, to rows `gemm.row0()..+128` and columns
-    /// `gemm.col0()..+256` of the matrix with `ld` elements per row: two neighbouring values per 4-byte store
-    /// (where the container's start and `ld` keep them aligned; one at a time otherwise), half the stores of a loop
-    /// over `gemm.value(i)`. The whole tile is checked against the container on the device (a tile outside it stops
-    /// the kernel with its line). C++ `weft::detail::gemm_store_at(x, gemm, ld, line)`.
-    fn gemm_store(&mut self, gemm: &GemmTiles<T>, ld: usize);
+    /// Writes the current tile of `gemm`, rounded to `T`, to rows `row0..row0 + 128` and columns
+    /// `col0..col0 + 256` of the matrix with `ld` elements per row (`gemm.row0(), gemm.col0()` for the product
+    /// itself; another place for a slot of a reduce-scatter's scratch): two neighbouring values per 4-byte store
+    /// (where the container's start, `ld` and `col0` keep them aligned; one at a time otherwise), half the stores of
+    /// a loop over `gemm.value(i)`. The whole tile is checked against the container on the device (a tile outside it
+    /// stops the kernel with its line). C++ `weft::detail::gemm_store_at(x, gemm, row0, col0, ld, line)`.
+    fn gemm_store(&mut self, gemm: &GemmTiles<T>, row0: usize, col0: usize, ld: usize);
 }
 
 impl<T: MmaElement> GemmStore<T> for [T] {
-    fn gemm_store(&mut self, gemm: &GemmTiles<T>, ld: usize) {
+    fn gemm_store(&mut self, gemm: &GemmTiles<T>, row0: usize, col0: usize, ld: usize) {
         device_only("gemm_store")
     }
 }
 
 impl<T: MmaElement> GemmStore<T> for WindowView<'_, T> {
-    fn gemm_store(&mut self, gemm: &GemmTiles<T>, ld: usize) {
+    fn gemm_store(&mut self, gemm: &GemmTiles<T>, row0: usize, col0: usize, ld: usize) {
         device_only("gemm_store")
     }
 }

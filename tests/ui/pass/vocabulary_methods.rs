@@ -188,7 +188,8 @@ pub fn tma_gemm_store(dev: &DevComm<Lsa>, a: TmaMatrix<bf16>, b: TmaMatrix<bf16>
             let v = gemm.value(i);
             gemm.set_value(i, v * 2.0);
         }
-        out.gemm_store(&gemm, n);
-        w.lsa(dev.lsa_size() - 1).gemm_store(&gemm, n);
+        out.gemm_store(&gemm, gemm.row0(), gemm.col0(), n);
+        // A slot of rows elsewhere: the first 128 rows of the peer's window.
+        w.lsa(dev.lsa_size() - 1).gemm_store(&gemm, 0, gemm.col0(), n);
     }
 }

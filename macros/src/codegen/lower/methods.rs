@@ -100,8 +100,8 @@ pub(crate) fn method(recv: &Ty, name: &str, arity: usize, type_arg: Option<&Ty>)
             (Container::SliceMut | Container::View | Container::Shared, "mma_store", 4) => {
                 of(unit, &[(1, Usize), (2, Usize), (3, Usize)])
             }
-            // `out.gemm_store(&gemm, ld)`: a `GemmTiles` tile into a row-major matrix (gemm.rs).
-            (Container::SliceMut | Container::View, "gemm_store", 2) => of(unit, &[(1, Usize)]),
+            // `out.gemm_store(&gemm, row0, col0, ld)`: a `GemmTiles` tile into a row-major matrix (gemm.rs).
+            (Container::SliceMut | Container::View, "gemm_store", 4) => of(unit, &[(1, Usize), (2, Usize), (3, Usize)]),
             (Container::Slice | Container::SliceMut, "load_wide", 1) => Some(Method {
                 ret: with_elem(Vocab::WidePack, type_arg),
                 fixed: &[(0, Usize)],
