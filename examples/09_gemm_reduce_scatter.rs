@@ -15,7 +15,11 @@
 //!   slots of its rows in rank order — the partial product is never written whole, and the sum is taken in f32;
 //! - unfused, same GEMM: kit's `gemm_tiles` (the same mainloop as a plain kernel) into a bf16 partial product, then
 //!   `ncclReduceScatter` of it: what fusing the reduce-scatter saves, with nothing else changed;
-//! - unfused, cuBLAS: `cublasGemmEx`, then `ncclReduceScatter` (where libcublas is on the library path).
+//! - unfused, cuBLAS: `cublasGemmEx`, then `ncclReduceScatter` (where libcublas is on the library path);
+//! - fused on the Hopper loop (`kernels/gemm_tp.rs`, `gemm_tiles_reduce_scatter`; on compute capability 9.0 with
+//!   `WEFT_GEMM_MAINLOOP=wgmma`, and where `n` is a multiple of 256 and `k` of 64): TMA loads and `wgmma` in
+//!   128 × 256 tiles, each partial tile stored whole into its owner's bf16 scratch window (`gemm_store`), the owner's
+//!   sum 16 bytes at a time. Not yet in the selector: it has not run on a GPU.
 //!
 //! Checks: at the small shapes every rank's fused result against an f64 host reference; at every shape against the
 //! unfused one (outputs poisoned with NaN first; the unfused path rounds the partial products to bf16 before
@@ -32,6 +36,7 @@
 use weft_kit::common;
 use weft_kit::gemm_report::{self, GemmCase};
 use weft_kit::kernels::gemm_tp::gemm_reduce_scatter as fused;
+use weft_kit::kernels::gemm_tp::gemm_tiles_reduce_scatter as fused_tma;
 use weft_kit::select::{GemmReduceScatter, GemmRsTable};
 use weft_kit::test_kernels::gemm_tiles;
 
@@ -57,12 +62,13 @@ fn main() -> Result<()> {
         Ok(_) => run(),
         Err(why) => common::without_gpu(
             &why,
-            &[fused::compile_check, gemm_tiles::compile_check],
+            &[fused::compile_check, gemm_tiles::compile_check, fused_tma::compile_check],
             &[],
             &format!(
                 "runs one rank per GPU (WEFT_RANKS=n runs n) and, for (m, n, k) in {SHAPES:?}, computes this \
                  rank's rows of the sum over ranks of x x w in bf16 with the fused kernel, with the same GEMM kernel + \
-                 ncclReduceScatter and with cuBLAS + ncclReduceScatter, checks them against an f64 host reference \
+                 ncclReduceScatter, with cuBLAS + ncclReduceScatter and (on compute capability 9.0 with \
+                 WEFT_GEMM_MAINLOOP=wgmma) with the fused kernel on the TMA loop, checks them against an f64 host reference \
                  and each other, and prints their median times and TFLOP/s."
             ),
         ),
@@ -108,10 +114,21 @@ fn run() -> Result<()> {
         common::require_one_lsa_team(comm, "this example")?;
         let s = comm.context().new_stream()?;
         let cfg = fused::one_wave::<bf16>(comm, &s, BLOCK)?;
+        // The Hopper loop where the GPU and the build have it; its grid is the rank's share of the GPU at most (every
+        // rank's blocks wait at LSA barriers for each other), sized here for the largest shape.
+        let hopper = comm.context().compute_capability()? == (9, 0)
+            && weft::host::jit::gemm_mainloop()? == weft::host::jit::GemmMainloop::Wgmma;
+        let (most_m, most_n, _) = SHAPES.iter().copied().max_by_key(|&(m, n, _)| m * n).unwrap_or((128, 256, 64));
+        let tma_cfg = weft::host::launch::gemm_tiles_config_shared(comm, &s, most_m, most_n)?;
         // Every kernel this rank launches is loaded before the first collective setup call (docs/multi-rank.md,
         // "Load before launch").
         gemm_tiles::function::<bf16>(comm.context())?;
-        let dev: DevComm<'_, Lsa> = comm.dev_comm(&fused::requirements(&cfg))?;
+        let mut needs = fused::requirements(&cfg);
+        if hopper {
+            fused_tma::function::<bf16>(comm.context())?;
+            needs = needs.merge(&fused_tma::requirements(&tma_cfg));
+        }
+        let dev: DevComm<'_, Lsa> = comm.dev_comm(&needs)?;
         let blas = weft_kit::blas::handle(&s)?;
         if comm.rank() == 0 {
             println!(
@@ -133,6 +150,20 @@ fn run() -> Result<()> {
             let mut out = s.clone_htod(&poison)?;
             let mut out_unfused = s.clone_htod(&poison)?;
             let mut partial = s.alloc_zeros::<bf16>(m * n)?;
+            // The Hopper variant's shape rules (m / R a multiple of 128 holds for every shape here).
+            let tma = hopper && n % 256 == 0 && k % 64 == 0;
+            let mut out_tma = s.clone_htod(&poison)?;
+            let scratch_tma =
+                if tma { Some(comm.alloc_window::<bf16>(&s, m * n, WindowFlags::COLL_SYMMETRIC)?) } else { None };
+            let operands = if tma {
+                Some((
+                    weft::host::launch::TmaOperand::gemm_a(&x, m, k, k)?,
+                    weft::host::launch::TmaOperand::gemm_b(&w, k, n, n)?,
+                    weft::host::launch::gemm_tiles_config_shared(comm, &s, m, n)?,
+                ))
+            } else {
+                None
+            };
             let tiles_cfg = LaunchConfig::linear(u32::try_from((m / 128) * (n / 128)).unwrap_or(u32::MAX), BLOCK);
             if let Some(blas) = &blas {
                 // cuBLAS loads a shape's kernels at its first call: while no peer communicates (docs/multi-rank.md).
@@ -152,23 +183,42 @@ fn run() -> Result<()> {
                 errors.push(("fused vs f64", common::relative_error(&got, &references[index][rank])));
             }
             errors.push(("fused vs unfused", common::relative_error(&got, &unfused)));
+            if let (Some((tx, tw, tcfg)), Some(scratch_tma)) = (&operands, &scratch_tma) {
+                fused_tma::launch(&s, *tcfg, &dev, tx, tw, scratch_tma, &mut out_tma)?;
+                let got_tma = weft::host::cuda::download(&s, &out_tma)?;
+                if index < CHECKED {
+                    errors.push(("fused TMA vs f64", common::relative_error(&got_tma, &references[index][rank])));
+                }
+                errors.push(("fused TMA vs unfused", common::relative_error(&got_tma, &unfused)));
+            }
 
             let times =
-                common::time_variants_apart(comm, &stopwatch, &s, WARMUP, ITERATIONS, 3, |variant| match variant {
+                common::time_variants_apart(comm, &stopwatch, &s, WARMUP, ITERATIONS, 4, |variant| match variant {
                     0 => fused::launch(&s, cfg, &dev, &x, &w, &scratch, &mut out, m, n, k),
                     1 => {
                         gemm_tiles::launch(&s, tiles_cfg, &x, &w, &mut partial, m, n, k)?;
                         comm.reduce_scatter(&partial, &mut out_unfused, ReduceOp::Sum, &s)
                     }
-                    _ => match &blas {
+                    2 => match &blas {
                         Some(blas) => {
                             weft_kit::blas::gemm(blas, &x, &w, &mut partial, (m, n, k))?;
                             comm.reduce_scatter(&partial, &mut out_unfused, ReduceOp::Sum, &s)
                         }
                         None => Ok(()),
                     },
+                    _ => match (&operands, &scratch_tma) {
+                        (Some((tx, tw, tcfg)), Some(scratch_tma)) => {
+                            fused_tma::launch(&s, *tcfg, &dev, tx, tw, scratch_tma, &mut out_tma)
+                        }
+                        _ => Ok(()),
+                    },
                 })?;
-            let times = vec![times[0], times[1], if blas.is_some() { times[2] } else { f64::NAN }];
+            let times = vec![
+                times[0],
+                times[1],
+                if blas.is_some() { times[2] } else { f64::NAN },
+                if tma { times[3] } else { f64::NAN },
+            ];
             let picked = match paths.pick(m * n * k, nranks) {
                 GemmReduceScatter::Fused => 0,
                 GemmReduceScatter::Nccl if blas.is_some() => 2,
@@ -179,7 +229,11 @@ fn run() -> Result<()> {
         weft::host::cuda::settle(&s)?;
         Ok(cases)
     })?;
-    gemm_report::print(&reports, ranks.first_rank(), &["fused", "GEMM+RS", "cuBLAS+RS"], 2, |(shard, n, k)| {
-        2.0 * (shard * nranks * n * k) as f64
-    })
+    gemm_report::print(
+        &reports,
+        ranks.first_rank(),
+        &["fused", "GEMM+RS", "cuBLAS+RS", "fused TMA"],
+        2,
+        |(shard, n, k)| 2.0 * (shard * nranks * n * k) as f64,
+    )
 }

@@ -244,8 +244,10 @@ fresh() { # release: see the header
   local release=$1 n i
   export LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}"
   if [ "$release" = 2.28.9 ]; then
-    # weft's TMA loop (`a.gemm_tiles(&b)`, kit's gemm_tma) against the f64 reference, and the rest of the tensor-core
-    # tests with the wgmma mainloop; then the benchmark, which times it against cuBLAS.
+    # weft's TMA loop (`a.gemm_tiles(&b)`, kit's gemm_tma, and gemm_tma_store: the tile stored whole by gemm_store)
+    # against the f64 reference, a gemm_store past its buffer trapping, and the rest of the tensor-core tests with the
+    # wgmma mainloop; example 09, whose fourth variant is the GEMM + reduce-scatter on the TMA loop; then the
+    # benchmark, which times both TMA kernels against cuBLAS.
     WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 test-gpu_mma wgmma" 300 .gpu/bin/test-gpu_mma --include-ignored \
       --test-threads=1 --nocapture
     WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 example-gemm_reduce_scatter wgmma" 180 .gpu/bin/example-gemm_reduce_scatter
@@ -273,7 +275,8 @@ fresh() { # release: see the header
           .gpu/bin/example-allgather_gemm
       done
     fi
-    # The wgmma mainloop across ranks, before it becomes the default on Hopper.
+    # The wgmma mainloop across ranks, before it becomes the default on Hopper; with it, example 09 also runs its
+    # GEMM + reduce-scatter on the TMA loop (gemm_tiles_reduce_scatter) against the f64 reference and the unfused path.
     for n in 2 4 8; do
       for e in allgather_gemm gemm_reduce_scatter; do
         WEFT_GEMM_MAINLOOP=wgmma WEFT_RANKS=$n run "2.30.7 x$n example-$e wgmma" 120 ".gpu/bin/example-$e"

@@ -5,6 +5,7 @@
 //! the hand-written CUDA of tests/cuda/.
 
 use weft_kit::kernels as example_kernels;
+use weft_kit::kernels::gemm_tp::gemm_tiles_reduce_scatter as gemm_rs;
 use weft_kit::test_kernels as kernels;
 
 use std::path::Path;
@@ -136,7 +137,8 @@ fn the_wgmma_form_of_the_gemm_kernels_is_not_serialized_by_ptxas() {
     }
 }
 
-/// weft's own TMA GEMM (`a.gemm_tiles(&b)`, kit's `gemm_tma` with its epilogue written in the kernel) compiles for
+/// weft's own TMA GEMM (`a.gemm_tiles(&b)`: kit's `gemm_tma` with its epilogue written in the kernel, `gemm_tma_store`
+/// with the tile stored whole, and the GEMM + reduce-scatter `gemm_tiles_reduce_scatter`) compiles for
 /// sm_90a in both bounds-check forms without spills, without ptxas serializing its `wgmma` (C7510, C7518), and with
 /// the producer's registers handed to the consumers (ptxas ignores `setmaxnreg` when the producer's path could reach
 /// the consumers' code: C7507).
@@ -148,6 +150,8 @@ fn the_tma_gemm_loop_compiles_for_sm90a_without_spills_serialized_mmas_or_ignore
         (kernels::gemm_tma::NAME, kernels::gemm_tma::SOURCE, BoundsChecks::On),
         (kernels::gemm_tma_store::NAME, kernels::gemm_tma_store::SOURCE, BoundsChecks::Off),
         (kernels::gemm_tma_store::NAME, kernels::gemm_tma_store::SOURCE, BoundsChecks::On),
+        (gemm_rs::NAME, gemm_rs::SOURCE, BoundsChecks::Off),
+        (gemm_rs::NAME, gemm_rs::SOURCE, BoundsChecks::On),
     ] {
         assert!(
             source.contains("const __grid_constant__ weft::TmaMatrix<"),
@@ -173,6 +177,7 @@ fn the_tma_gemm_loop_compiles_where_it_cannot_run() {
     for (name, source) in [
         (kernels::gemm_tma::NAME, kernels::gemm_tma::SOURCE),
         (kernels::gemm_tma_store::NAME, kernels::gemm_tma_store::SOURCE),
+        (gemm_rs::NAME, gemm_rs::SOURCE),
     ] {
         for arch in [GpuArch { major: 8, minor: 0 }, GpuArch { major: 8, minor: 9 }, GpuArch::SM_90] {
             let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, arch)

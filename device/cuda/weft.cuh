@@ -2728,6 +2728,20 @@ class GemmTiles {
   WEFT_FN size_t row(size_t i) const { return row_base_ + ((i % 4) >= 2 ? 8u : 0u); }
   WEFT_FN size_t col(size_t i) const { return col_base_ + uint32_t(i / 4) * 8 + uint32_t(i & 1); }
   WEFT_FN float value(size_t i) const { return d_[i]; }
+  // The walk itself: the product's tile count, and where tile t of the loop's order starts (block b computes tiles
+  // b, b + gridDim.x, ...; the order depends on the shape and the grid only, so every rank's block b walks the same
+  // tiles): what a second pass over the block's tiles needs, the sum of a reduce-scatter.
+  WEFT_FN size_t tiles() const { return tiles_; }
+  WEFT_FN size_t tile_row0(size_t t) const {
+    size_t row0, col0;
+    origin(t, row0, col0);
+    return row0;
+  }
+  WEFT_FN size_t tile_col0(size_t t) const {
+    size_t row0, col0;
+    origin(t, row0, col0);
+    return col0;
+  }
   // Value i of the current tile becomes v: an epilogue that changes the values in place before `gemm_store`.
   WEFT_FN void set_value(size_t i, float v) { d_[i] = v; }
 

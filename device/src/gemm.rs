@@ -209,6 +209,24 @@ impl<T: MmaElement> GemmTiles<T> {
         device_only("GemmTiles::value")
     }
 
+    /// Tiles of the whole product (`m/128 · n/256`). C++ `gemm.tiles()`.
+    pub fn tiles(&self) -> usize {
+        device_only("GemmTiles::tiles")
+    }
+
+    /// The first row of tile `t` of the loop's order. Block `b` computes tiles `b`, `b + grid_dim_x()`, …, and the
+    /// order depends on the shape and the grid only, so every rank's block `b` walks the same tiles: a second pass
+    /// over them (the sum of a reduce-scatter) walks `t` the same way. C++ `gemm.tile_row0(t)`.
+    pub fn tile_row0(&self, t: usize) -> usize {
+        device_only("GemmTiles::tile_row0")
+    }
+
+    /// The first column of tile `t` of the loop's order (see [`tile_row0`](Self::tile_row0)). C++
+    /// `gemm.tile_col0(t)`.
+    pub fn tile_col0(&self, t: usize) -> usize {
+        device_only("GemmTiles::tile_col0")
+    }
+
     /// Makes this thread's value `i` of the current tile `v`: an epilogue that changes the values (a scale, a bias,
     /// an activation) before [`GemmStore::gemm_store`] writes them. C++ `gemm.set_value(i, v)`.
     pub fn set_value(&mut self, i: usize, v: f32) {

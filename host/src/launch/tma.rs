@@ -288,6 +288,26 @@ pub fn gemm_tiles_config(stream: &cudarc::driver::CudaStream, m: usize, n: usize
     Ok(super::LaunchConfig::linear(blocks, GEMM_TILES_THREADS).with_shared_mem(GEMM_TILES_SHARED_BYTES))
 }
 
+/// [`gemm_tiles_config`] for a kernel whose blocks wait for their peers' blocks (an LSA barrier after the loop, as in
+/// a GEMM + reduce-scatter): one block per multiprocessor of the rank's share of its GPU when ranks share it
+/// ([`shared_gpu_share`](super::shared_gpu_share)), so that every rank's grid is resident at once; with one rank per
+/// GPU the same as [`gemm_tiles_config`]. Every rank must launch the same grid: the ranks of one GPU get the same
+/// share.
+pub fn gemm_tiles_config_shared(
+    comm: &impl super::GpuShare,
+    stream: &cudarc::driver::CudaStream,
+    m: usize,
+    n: usize,
+) -> Result<super::LaunchConfig> {
+    let cfg = gemm_tiles_config(stream, m, n)?;
+    let sms = stream.context().attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    // One block per multiprocessor: the loop's 193 KB of shared memory and 384 threads of 168 registers leave room
+    // for no second one.
+    let share = super::shared_gpu_share(u64::try_from(sms.max(1)).unwrap_or(1), 1, comm.ranks_on_gpu()).max(1);
+    let blocks = u64::from(cfg.grid_dim.0).min(share);
+    Ok(super::LaunchConfig { grid_dim: (u32::try_from(blocks).unwrap_or(u32::MAX), 1, 1), ..cfg })
+}
+
 /// Refuses a launch of `kernel`, which opens `gemm_tiles`, with blocks other than 384 × 1 × 1 or less dynamic shared
 /// memory than the loop needs, or without `WEFT_GEMM_MAINLOOP=wgmma` (the loop is Hopper's `wgmma` and TMA: other
 /// builds stop at it), before the device would stop it.

@@ -135,6 +135,72 @@ pub fn gemm_reduce_scatter<T: MmaElement>(
     bar.sync(Cta, Order::AcqRel);
 }
 
+/// [`gemm_reduce_scatter()`] on the persistent Hopper loop (`x.gemm_tiles(&w)`: TMA loads, `wgmma` in 128 × 256
+/// tiles; docs/gemm.md, "weft's TMA loop"): every rank multiplies its own `k` slice (`x`: `m × k`, `w`: `k × n`, f16
+/// or bf16) and gets rows `r·m/R ..` of the sum over ranks in `out` (`m/R × n`).
+///
+/// Each 128 × 256 partial tile goes from the registers straight into the window of the rank that owns its rows, in
+/// this rank's slot (`scratch`: a symmetric window of `m × n` elements of `T`, `R` slots of `m/R × n`; the partials
+/// are rounded to `T` once, as the unfused path's are before `ncclReduceScatter`), two values per store
+/// (`gemm_store`). Every rank's block `b` walks the same tiles (the loop's order depends on the shape and the grid
+/// only), so after LSA barrier `b` (its two consumer warpgroups: the loading warpgroup has left the kernel) block
+/// `b` of each owner has every rank's partial of the tiles block `b` walked, and sums those of its own rows, the
+/// `R` slots in rank order, 16 bytes at a time, into `out`. A second barrier keeps the slots until their owner has
+/// read them. `m/R` a multiple of 128, `n` of 256, `k` of 64; launch with `gemm_tiles_config_shared` (the same
+/// grid on every rank, all resident at once) on a GPU of compute capability 9.0 with `WEFT_GEMM_MAINLOOP=wgmma`.
+#[weft::kernel(types(f16, bf16), launch_bounds(384, 1))]
+pub fn gemm_tiles_reduce_scatter<T: MmaElement>(
+    dev: &DevComm<Lsa>,
+    x: TmaMatrix<T>,
+    w: TmaMatrix<T>,
+    scratch: &Window<T>,
+    out: &mut [T],
+) {
+    let ranks = dev.lsa_size() as usize;
+    let me = dev.lsa_rank() as usize;
+    let n = w.cols();
+    let shard = x.rows() / ranks;
+    let mut gemm = x.gemm_tiles(&w);
+    // From here on only the consumer warpgroups run: warps 4 to 11.
+    let consumers = WarpSpan::from_warps(4, 8, 1);
+    let bar = dev.lsa_barrier(consumers, block_idx_x());
+    while gemm.next_tile() {
+        let owner = gemm.row0() / shard;
+        let mut slot = scratch.lsa(owner as u32);
+        // Row `row0 - owner·shard` of the owner's rows, in this rank's slot (rows `me·shard ..` of its scratch).
+        slot.gemm_store(&gemm, me * shard + gemm.row0() - owner * shard, gemm.col0(), n);
+    }
+    // Block b of every rank has stored its tiles: the partials of block b's tiles of this rank's rows are in.
+    bar.sync(consumers, Order::AcqRel);
+    let mine = scratch.local();
+    let lanes = pack_lanes::<T>();
+    let slot_packs = shard * n / lanes;
+    let row_packs = 256 / lanes;
+    let tile_packs = 128 * row_packs;
+    let thread = thread_idx_x() as usize - 128;
+    let mut t = block_idx_x() as usize;
+    while t < gemm.tiles() {
+        let row0 = gemm.tile_row0(t);
+        if row0 / shard == me {
+            // Pack p of the tile: row p / row_packs, packs of 16 bytes along it; rows of `out` are this rank's.
+            let first = ((row0 - me * shard) * n + gemm.tile_col0(t)) / lanes;
+            let mut p = thread;
+            while p < tile_packs {
+                let at = first + (p / row_packs) * (n / lanes) + p % row_packs;
+                let mut acc = WidePack::<T>::splat(0.0);
+                for s in 0..ranks {
+                    acc += mine.load_pack(s * slot_packs + at).widen();
+                }
+                out.store_pack(at, acc.narrow());
+                p += 256;
+            }
+        }
+        t += grid_dim_x() as usize;
+    }
+    // This rank has read its slots: the peers' next call may overwrite them.
+    bar.sync(consumers, Order::AcqRel);
+}
+
 /// The communication half of the decoupled all-gather + GEMM (example 08's fourth variant, PyTorch's async-TP
 /// shape): copies every rank's shard of `x` into `gathered` (`R × shard` elements, rank order) over LSA, in chunks of
 /// `chunk` elements, one chunk per block at a time, and raises `ready[c] = epoch` once chunk `c` is complete — so a

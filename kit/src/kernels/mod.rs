@@ -58,6 +58,7 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     (gemm_tp::allgather_gemm::NAME, gemm_tp::allgather_gemm::SOURCE),
     (gemm_tp::gemm_reduce_scatter::NAME, gemm_tp::gemm_reduce_scatter::SOURCE),
+    (gemm_tp::gemm_tiles_reduce_scatter::NAME, gemm_tp::gemm_tiles_reduce_scatter::SOURCE),
     (gemm_tp::allgather_signal::NAME, gemm_tp::allgather_signal::SOURCE),
     (rmsnorm::rmsnorm_residual_tp::NAME, rmsnorm::rmsnorm_residual_tp::SOURCE),
     (zero_adam::zero_adam_step::NAME, zero_adam::zero_adam_step::SOURCE),

@@ -204,6 +204,8 @@ fn vocab_method(
         (Vocab::GemmTiles, "row" | "col", 1) => of(Ty::Scalar(Usize), &[(0, Usize)]),
         (Vocab::GemmTiles, "value", 1) => of(Ty::Scalar(F32), &[(0, Usize)]),
         (Vocab::GemmTiles, "set_value", 2) => of(unit, &[(0, Usize), (1, F32)]),
+        (Vocab::GemmTiles, "tiles", 0) => of(Ty::Scalar(Usize), &[]),
+        (Vocab::GemmTiles, "tile_row0" | "tile_col0", 1) => of(Ty::Scalar(Usize), &[(0, Usize)]),
 
         (Vocab::Lanes, "mask", 0) => of(u32_, &[]),
         (Vocab::WarpSpan, "first_warp" | "warp_count" | "id", 0) => of(u32_, &[]),
