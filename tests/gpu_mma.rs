@@ -105,6 +105,21 @@ fn tile_check_child() {
     assert!(waited.is_err(), "the kernel must stop at the out-of-bounds tile");
 }
 
+/// Runs test `child` of this binary in a process of its own with `variable` set (a trap leaves the CUDA context
+/// unusable), prints what it printed, asserts it exited 0, and returns that text.
+fn run_child(child: &str, variable: &str) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let output = std::process::Command::new(exe)
+        .args(["--exact", child, "--include-ignored", "--nocapture", "--test-threads=1"])
+        .env(variable, "1")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    println!("{text}");
+    assert!(output.status.success(), "the child failed:\n{text}");
+    text
+}
+
 /// Set in the child process of [`a_gemm_store_past_its_buffer_stops_the_kernel`].
 const STORE_CHILD: &str = "WEFT_MMA_STORE_TEST_CHILD";
 
@@ -142,15 +157,7 @@ fn store_check_child() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_gemm_store_past_its_buffer_stops_the_kernel() {
-    let exe = std::env::current_exe().unwrap();
-    let output = std::process::Command::new(exe)
-        .args(["--exact", "store_check_child", "--include-ignored", "--nocapture", "--test-threads=1"])
-        .env(STORE_CHILD, "1")
-        .output()
-        .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    println!("{text}");
-    assert!(output.status.success(), "the child failed:\n{text}");
+    let text = run_child("store_check_child", STORE_CHILD);
     if text.contains("child: skipped") {
         println!("skipped: gemm_tiles needs compute capability 9.0 and WEFT_GEMM_MAINLOOP=wgmma");
         return;
@@ -167,15 +174,7 @@ fn a_gemm_store_past_its_buffer_stops_the_kernel() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_tile_past_its_buffer_stops_the_kernel() {
-    let exe = std::env::current_exe().unwrap();
-    let output = std::process::Command::new(exe)
-        .args(["--exact", "tile_check_child", "--include-ignored", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    println!("{text}");
-    assert!(output.status.success(), "the child failed:\n{text}");
+    let text = run_child("tile_check_child", CHILD);
     assert!(text.contains("wait after the out-of-bounds tile: Err"), "{text}");
     // The trap report in the error value (host/src/trap.rs): the kernel, the index and the limit.
     assert!(
