@@ -254,9 +254,10 @@ pub fn gemm_tma<T: MmaElement>(a: TmaMatrix<T>, b: TmaMatrix<T>, out: &mut [T]) 
     }
 }
 
-/// [`gemm_tma`] with the epilogue most GEMMs want: each tile scaled in place (`gemm.set_value`), then written by
-/// `out.gemm_store(&gemm, gemm.row0(), gemm.col0(), n)`: two values per 4-byte store and one bounds check per tile, where the loop of
-/// [`gemm_tma`] stores one 2-byte value at a time and checks each. `out = alpha · a × b`, same shapes and launch.
+/// [`gemm_tma()`] with the epilogue most GEMMs want: each tile scaled in place (`gemm.set_value`), then written by
+/// `out.gemm_store(&gemm, gemm.row0(), gemm.col0(), n)`: two values per 4-byte store and one bounds check per tile,
+/// where the loop of [`gemm_tma()`] stores one 2-byte value at a time and checks each. `out = alpha · a × b`, same
+/// shapes and launch.
 #[weft::kernel(types(f16, bf16), launch_bounds(384, 1))]
 pub fn gemm_tma_store<T: MmaElement>(a: TmaMatrix<T>, b: TmaMatrix<T>, out: &mut [T], alpha: f32) {
     let n = b.cols();

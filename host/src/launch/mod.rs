@@ -474,6 +474,11 @@ pub(crate) fn occupancy(function: &CudaFunction, stream: &CudaStream, cfg: &Laun
     }
     let sms = context.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     let block = u32::try_from(cfg.block_size()).unwrap_or(u32::MAX);
+    // The driver judges a block's dynamic shared memory against the function's allowance (48 KB until raised), so
+    // the allowance is raised first, as for the launch: asked before, the answer for `gemm_tiles`' 193 KB can be 0
+    // blocks, and the co-residency check would refuse a grid that fits.
+    context.bind_to_thread()?;
+    allow_dynamic_shared(function, cfg.shared_mem_bytes)?;
     let per_sm = function.occupancy_max_active_blocks_per_multiprocessor(block, cfg.shared_mem_bytes as usize, None)?;
     let found = (u64::try_from(sms).unwrap_or(0), u64::from(per_sm));
     KNOWN
@@ -482,6 +487,16 @@ pub(crate) fn occupancy(function: &CudaFunction, stream: &CudaStream, cfg: &Laun
         .get_or_insert_with(HashMap::new)
         .insert(key, (found, function.clone()));
     Ok(found)
+}
+
+/// Lets `function` take `bytes` of dynamic shared memory per block where that is above the 48 KB every function may
+/// take (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`); more than the GPU has is the driver's error.
+fn allow_dynamic_shared(function: &CudaFunction, bytes: u32) -> Result<()> {
+    if bytes > DEFAULT_SHARED_MEM_LIMIT {
+        let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+        function.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)?;
+    }
+    Ok(())
 }
 
 pub(crate) fn check_same_context(buffer_stream: &CudaStream, stream: &CudaStream) -> Result<()> {
@@ -528,10 +543,7 @@ pub unsafe fn launch_raw(
 ) -> Result<()> {
     cfg.validate()?;
     stream.context().bind_to_thread()?;
-    if cfg.shared_mem_bytes > DEFAULT_SHARED_MEM_LIMIT {
-        let bytes = i32::try_from(cfg.shared_mem_bytes).unwrap_or(i32::MAX);
-        func.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)?;
-    }
+    allow_dynamic_shared(func, cfg.shared_mem_bytes)?;
     let params = args.kernel_params();
     if cfg.programmatic {
         return launch_programmatic(func, stream, cfg, params);
