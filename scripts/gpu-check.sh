@@ -35,11 +35,12 @@
 #             with the mma.sync mainloop, then WEFT_GEMM_MAINLOOP=wgmma), and
 #             examples 08 (all-gather + GEMM) and 09 (GEMM + reduce-scatter); both at 2, 4 and 8 ranks on 2.30.7
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
-#   fresh     (not in the default) what was written since the last GPU run, most important first: the share test
-#             (barrier kernels leave NCCL's CTAs room on a shared GPU), example 08 five times and the graph test
-#             three times at 8 ranks (both hung once on 2026-12-04; fixes since), examples 08 and 09 with the wgmma
-#             mainloop at 1 (09), 2, 4 and 8 ranks, the GEMM benchmark with its new L2 bandwidth probe and its
-#             experiments; fresh28 and fresh30: only the runs of that release
+#   fresh     (not in the default) what was written since the last GPU run, most important first: on 2.28.9 the
+#             tensor-core tests with the wgmma mainloop (weft's TMA loop, gemm_store, a gemm_store past its buffer),
+#             example 09 at 1 rank (its fourth variant: GEMM + reduce-scatter on the TMA loop), the GEMM benchmark
+#             (both TMA kernels against cuBLAS); on 2.30.7 examples 09 and 08 with the wgmma mainloop at 2, 4 and 8
+#             ranks, then the benchmark's zero_adam case at 4 ranks in full mode three times with WEFT_STACKS (it
+#             stopped once on 2026-12-05 with 32 queues); fresh28 and fresh30: only the runs of that release
 #   queues    (not in the default) NCCL 2.30.7: the two runs that still stopped on 2026-12-05 (the graph timing test
 #             at 8 ranks, the benchmark's zero_adam case at 4) with 32 hardware queues, several times each, and weft's
 #             refusal of 8 queues at 2 ranks
@@ -255,32 +256,18 @@ fresh() { # release: see the header
     [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=wgmma WEFT_BENCH_OUT="$out/bench-gemm-wgmma" \
       run "2.28.9 x1 bench-gemm wgmma" 300 .gpu/bin/test-gemm
   else
-    # The share test (one rank claiming to share its GPU: the share leaves room for NCCL's CTAs).
-    run "2.30.7 test-gpu_kernels" 300 .gpu/bin/test-gpu_kernels --include-ignored --test-threads=1 --nocapture
-    # The two 8-rank runs that hung on 2026-12-04, several times each: example 08 (ranks now line up before their
-    # stream waits on peer-raised flags) and the graph timing test (barrier kernels now leave NCCL's CTAs room).
-    # 90 s: past kit's 60-s round timeout, so a stalled round ends in its error, naming the variant (on stderr).
-    for i in 1 2 3 4 5; do
-      WEFT_RANKS=8 run "2.30.7 x8 example-allgather_gemm #$i" 90 .gpu/bin/example-allgather_gemm
-    done
-    for i in 1 2 3; do
-      WEFT_RANKS=8 run "2.30.7 x8 test-gpu_graphs #$i" 60 .gpu/bin/test-gpu_graphs --include-ignored \
-        --test-threads=1 --nocapture every_rank
-    done
-    # A diagnosis, only if example 08 still hangs: CUDA maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
-    # queues (8 by default), shared by the 16 streams of 8 ranks; with 32 fewer of them share one (docs/multi-rank.md).
-    if grep -E '^2\.30\.7 x8 example-allgather_gemm #' "$summary" | grep -qv ' rc=0 '; then
-      for i in 1 2 3; do
-        CUDA_DEVICE_MAX_CONNECTIONS=32 WEFT_RANKS=8 run "2.30.7 x8 example-allgather_gemm connections=32 #$i" 90 \
-          .gpu/bin/example-allgather_gemm
-      done
-    fi
     # The wgmma mainloop across ranks, before it becomes the default on Hopper; with it, example 09 also runs its
     # GEMM + reduce-scatter on the TMA loop (gemm_tiles_reduce_scatter) against the f64 reference and the unfused path.
     for n in 2 4 8; do
-      for e in allgather_gemm gemm_reduce_scatter; do
+      for e in gemm_reduce_scatter allgather_gemm; do
         WEFT_GEMM_MAINLOOP=wgmma WEFT_RANKS=$n run "2.30.7 x$n example-$e wgmma" 120 ".gpu/bin/example-$e"
       done
+    done
+    # The one stall left (docs/multi-rank.md, "Hardware queues"): zero_adam at 4 ranks, full mode (about 70 s when it
+    # passes; WEFT_GPU_CHECK_QUICK=1 makes it quick mode), with every thread's stack dumped if it stops (WEFT_STACKS).
+    for i in 1 2 3; do
+      WEFT_RANKS=4 WEFT_BENCH_CASES=zero_adam WEFT_BENCH_OUT="$out/bench-x4-zero_adam-full-$i" \
+        run "2.30.7 x4 bench-fused-zero_adam full #$i" 150 .gpu/bin/test-fused
     done
   fi
 }
