@@ -120,6 +120,50 @@ fn run_child(child: &str, variable: &str) -> String {
     text
 }
 
+/// `gemm_tma` recorded into a CUDA graph (its tensor maps baked into the graph, over weft `DeviceBuffer`s, whose drops
+/// wait for the replays) and replayed with new inputs written between replays, against the f64 reference; a
+/// `TmaOperand` over a cudarc buffer is refused while recording, naming the fix. Skips, saying why, unless the GPU is
+/// compute capability 9.0 and `WEFT_GEMM_MAINLOOP=wgmma`.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_recorded_tma_gemm_replays_with_new_inputs() {
+    use half::bf16;
+    use weft::host::launch::{gemm_tiles_config, TmaOperand};
+    let comm = one_rank();
+    let s = comm.context().new_stream().unwrap();
+    let capability = comm.context().compute_capability().unwrap();
+    if capability != (9, 0) || weft::host::jit::gemm_mainloop().ok() != Some(weft::host::jit::GemmMainloop::Wgmma) {
+        println!("skipped: gemm_tiles needs compute capability 9.0 and WEFT_GEMM_MAINLOOP=wgmma");
+        return;
+    }
+    let (m, n, k) = (256, 512, 128);
+    let a = DeviceBuffer::<bf16>::new(&s, m * k).unwrap();
+    let b = DeviceBuffer::<bf16>::new(&s, k * n).unwrap();
+    let out = DeviceBuffer::<bf16>::new(&s, m * n).unwrap();
+    let (ta, tb) = (TmaOperand::gemm_a(&a, m, k, k).unwrap(), TmaOperand::gemm_b(&b, k, n, n).unwrap());
+    let cfg = gemm_tiles_config(&s, m, n).unwrap();
+    let mut graph = weft::host::Graph::capture(&s, |c| gemm_tma::record(c, cfg, &ta, &tb, &out)).unwrap();
+    for round in 0..2u64 {
+        let ha: Vec<bf16> = weft_kit::common::random(m * k, 20 + round).into_iter().map(bf16::from_f32).collect();
+        let hb: Vec<bf16> = weft_kit::common::random(k * n, 30 + round).into_iter().map(bf16::from_f32).collect();
+        graph.write(&a, &ha).unwrap();
+        graph.write(&b, &hb).unwrap();
+        graph.replay().unwrap();
+        let got = graph.read(&out).unwrap();
+        let widen = |v: &[bf16]| -> Vec<f64> { v.iter().map(|x| f64::from(x.to_f32())).collect() };
+        let want = reference(&widen(&ha), &widen(&hb), m, n, k);
+        let error = frobenius_error(got.iter().map(|v| f64::from(v.to_f32())), &want, (m, n, k));
+        println!("recorded gemm_tma bf16 {m}x{n}x{k}, replay {round}: relative error {error:.2e}");
+        assert!(error < 1e-2, "replay {round}: {error}");
+    }
+    drop(graph);
+    // cudarc's buffers cannot hold a graph's replays back from their drop: refused while recording.
+    let slice = s.alloc_zeros::<bf16>(m * k).unwrap();
+    let tc = TmaOperand::gemm_a(&slice, m, k, k).unwrap();
+    let err = weft::host::Graph::capture(&s, |c| gemm_tma::record(c, cfg, &tc, &tb, &out)).unwrap_err();
+    assert!(err.to_string().contains("make the TmaOperand over a weft DeviceBuffer"), "{err}");
+}
+
 /// Set in the child process of [`a_gemm_store_past_its_buffer_stops_the_kernel`].
 const STORE_CHILD: &str = "WEFT_MMA_STORE_TEST_CHILD";
 

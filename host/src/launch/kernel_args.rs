@@ -187,22 +187,31 @@ impl<'a> KernelArgs<'a> {
     }
 
     /// A `TmaMatrix<T>` parameter: the tensor map of `operand` over its buffer (encoded now, with the buffer's
-    /// address) and the matrix's shape, as C++ `weft::TmaMatrix<T>`. The read is recorded like a `&[T]`'s. Not for
-    /// launches recorded into a CUDA graph yet: that is an error naming the parameter.
+    /// address) and the matrix's shape, as C++ `weft::TmaMatrix<T>`. The read is recorded like a `&[T]`'s. In a
+    /// launch recorded into a CUDA graph the map is baked into the graph, so the buffer must be a graph buffer
+    /// (weft's `DeviceBuffer`: its drop waits for the replays, as for a `&[T]` argument of a recorded launch);
+    /// cudarc's types are refused there with an error naming the parameter.
     pub fn push_tma<T: super::TmaElement>(
         &mut self,
         parameter: &'static str,
         operand: &'a super::TmaOperand<'a, T>,
     ) -> Result<()> {
         if self.capture.is_some() {
-            return Err(Error::invalid(
-                parameter,
-                format!(
-                    "`{}` takes a TmaMatrix, and kernels that read through TMA cannot be recorded into a CUDA graph \
-                     yet: launch it on a stream",
-                    self.kernel
-                ),
-            ));
+            let Some(graph) = operand.graph_buffer() else {
+                return Err(Error::invalid(
+                    parameter,
+                    format!(
+                        "`{}` is recorded into a CUDA graph, and the tensor map of `{parameter}` would outlive what \
+                         cudarc's buffers let weft track: make the TmaOperand over a weft DeviceBuffer",
+                        self.kernel
+                    ),
+                ));
+            };
+            super::check_same_context(graph.graph_stream(), self.stream)
+                .map_err(|_| self.wrong_device(parameter, graph.graph_stream().context().ordinal()))?;
+            graph.graph_note_use(self.uses);
+            let image = super::tma::kernel_image(operand.matrix(), graph.graph_address())?;
+            return self.args.push_bytes(&image, super::MAX_ARG_ALIGN);
         }
         let buffer = operand.buffer();
         super::check_same_context(buffer.buffer_stream(), self.stream)

@@ -24,7 +24,7 @@ pub use buffers::{KernelSlice, KernelSliceMut, KernelWindow};
 pub use kernel_args::{check_block_of_256, length_check_failed, KernelArgs};
 pub use params::ParamSlot;
 pub use tma::{
-    check_gemm_tiles, gemm_tiles_config, gemm_tiles_config_shared, TmaElement, TmaMatrix, TmaOperand,
+    check_gemm_tiles, gemm_tiles_config, gemm_tiles_config_shared, TmaBuffer, TmaElement, TmaMatrix, TmaOperand,
     GEMM_TILES_SHARED_BYTES, GEMM_TILES_THREADS,
 };
 

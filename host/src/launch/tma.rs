@@ -17,7 +17,37 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for half::f16 {}
     impl Sealed for half::bf16 {}
+
+    /// What a [`super::TmaBuffer`] tells a launch recorded into a CUDA graph: the buffer as a graph buffer (weft's
+    /// `DeviceBuffer`, whose drop waits for the graph's replays), or `None` (cudarc's types: eager launches only).
+    pub trait TmaBuffer<T> {
+        fn graph_buffer(&self) -> Option<&dyn crate::graph::sealed::GraphBuffer<T>>;
+    }
 }
+
+/// A buffer a kernel's `TmaMatrix<T>` parameter may describe: cudarc's `CudaSlice<T>`, `CudaView<'_, T>` and
+/// `CudaViewMut<'_, T>`, and weft's `DeviceBuffer<T>`, the one a kernel recorded into a CUDA graph may read through
+/// TMA (its drop waits for the graph's replays). Sealed, like [`KernelSlice`](super::KernelSlice).
+pub trait TmaBuffer<T>: super::KernelSlice<T> + sealed::TmaBuffer<T> {}
+
+macro_rules! eager_tma_buffer {
+    ($($ty:ty),* $(,)?) => {$(
+        impl<T> sealed::TmaBuffer<T> for $ty {
+            fn graph_buffer(&self) -> Option<&dyn crate::graph::sealed::GraphBuffer<T>> {
+                None
+            }
+        }
+        impl<T> TmaBuffer<T> for $ty {}
+    )*};
+}
+eager_tma_buffer!(cudarc::driver::CudaSlice<T>, cudarc::driver::CudaView<'_, T>, cudarc::driver::CudaViewMut<'_, T>);
+
+impl<T: cudarc::driver::DeviceRepr> sealed::TmaBuffer<T> for crate::resources::DeviceBuffer<T> {
+    fn graph_buffer(&self) -> Option<&dyn crate::graph::sealed::GraphBuffer<T>> {
+        Some(self)
+    }
+}
+impl<T: cudarc::driver::DeviceRepr> TmaBuffer<T> for crate::resources::DeviceBuffer<T> {}
 
 /// The element types weft describes for TMA: the tensor-core inputs `f16` and `bf16` (sealed).
 pub trait TmaElement: sealed::Sealed + Copy + 'static {
@@ -217,6 +247,7 @@ impl<T: TmaElement> TmaMatrix<T> {
 /// matrix lies inside the buffer, so the map a launch encodes from it lets TMA read that buffer and nothing else.
 pub struct TmaOperand<'a, T> {
     buffer: &'a dyn super::buffers::sealed::Buffer<T>,
+    graph: Option<&'a dyn crate::graph::sealed::GraphBuffer<T>>,
     matrix: TmaMatrix<T>,
 }
 
@@ -234,20 +265,20 @@ impl<T> std::fmt::Debug for TmaOperand<'_, T> {
 
 impl<'a, T: TmaElement> TmaOperand<'a, T> {
     /// `matrix` over `buffer`; fails if `buffer` holds fewer elements than the matrix spans.
-    pub fn new(buffer: &'a impl super::KernelSlice<T>, matrix: TmaMatrix<T>) -> Result<TmaOperand<'a, T>> {
+    pub fn new(buffer: &'a impl TmaBuffer<T>, matrix: TmaMatrix<T>) -> Result<TmaOperand<'a, T>> {
         matrix.check_span(super::buffers::sealed::Buffer::buffer_len(buffer))?;
-        Ok(TmaOperand { buffer, matrix })
+        Ok(TmaOperand { buffer, graph: sealed::TmaBuffer::graph_buffer(buffer), matrix })
     }
 
     /// The left operand of `gemm_tiles`: the `rows × cols` matrix (`m × k`) at the start of `buffer`, `ld` elements
     /// from row to row, copied in the 128 × 64 boxes its stages take.
-    pub fn gemm_a(buffer: &'a impl super::KernelSlice<T>, rows: usize, cols: usize, ld: usize) -> Result<Self> {
+    pub fn gemm_a(buffer: &'a impl TmaBuffer<T>, rows: usize, cols: usize, ld: usize) -> Result<Self> {
         TmaOperand::new(buffer, TmaMatrix::new(rows, cols, ld, [128, 64])?)
     }
 
     /// The right operand of `gemm_tiles`: the `rows × cols` matrix (`k × n`) at the start of `buffer`, in 64 × 64
     /// boxes (four per 256-column tile).
-    pub fn gemm_b(buffer: &'a impl super::KernelSlice<T>, rows: usize, cols: usize, ld: usize) -> Result<Self> {
+    pub fn gemm_b(buffer: &'a impl TmaBuffer<T>, rows: usize, cols: usize, ld: usize) -> Result<Self> {
         TmaOperand::new(buffer, TmaMatrix::new(rows, cols, ld, [64, 64])?)
     }
 
@@ -258,6 +289,11 @@ impl<'a, T: TmaElement> TmaOperand<'a, T> {
 
     pub(crate) fn buffer(&self) -> &'a dyn super::buffers::sealed::Buffer<T> {
         self.buffer
+    }
+
+    /// The buffer as a graph buffer, where it is one (weft's `DeviceBuffer`).
+    pub(crate) fn graph_buffer(&self) -> Option<&'a dyn crate::graph::sealed::GraphBuffer<T>> {
+        self.graph
     }
 }
 

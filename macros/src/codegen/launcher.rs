@@ -311,8 +311,8 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
     let (launch_doc, unchecked_doc) = docs(sig, bounds, &stream);
     let record_doc = " Records this kernel into a CUDA graph being captured (`weft::host::Graph::capture`), with the \
          checks `launch` makes; it runs at each replay. Everything passed is borrowed for the graph's life \
-         `'__weft_graph`, so no replay can outlive it; `&[T]` and `&mut [T]` parameters take weft `DeviceBuffer`s \
-         (docs/graphs.md).\n\n Errors: as `launch`'s.";
+         `'__weft_graph`, so no replay can outlive it; `&[T]` and `&mut [T]` parameters take weft `DeviceBuffer`s, and \
+         `TmaMatrix<T>` parameters `TmaOperand`s over them (docs/graphs.md).\n\n Errors: as `launch`'s.";
     quote! {
         #callees_proven
 
