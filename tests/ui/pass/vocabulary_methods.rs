@@ -192,4 +192,10 @@ pub fn tma_gemm_store(dev: &DevComm<Lsa>, a: TmaMatrix<bf16>, b: TmaMatrix<bf16>
         // A slot of rows elsewhere: the first 128 rows of the peer's window.
         w.lsa(dev.lsa_size() - 1).gemm_store(&gemm, 0, gemm.col0(), n);
     }
+    // The walk again, tile by tile (a reduce-scatter's second pass).
+    let mut t = block_idx_x() as usize;
+    while t < gemm.tiles() {
+        out[gemm.tile_row0(t) * n + gemm.tile_col0(t)] = bf16::from_f32(0.0);
+        t += grid_dim_x() as usize;
+    }
 }
