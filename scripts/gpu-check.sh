@@ -39,8 +39,9 @@
 #             tensor-core tests with the wgmma mainloop (weft's TMA loop, gemm_store, a gemm_store past its buffer),
 #             example 09 at 1 rank (its fourth variant: GEMM + reduce-scatter on the TMA loop), the GEMM benchmark
 #             (both TMA kernels against cuBLAS); on 2.30.7 examples 09 and 08 with the wgmma mainloop at 2, 4 and 8
-#             ranks, then the benchmark's zero_adam case at 4 ranks in full mode three times with WEFT_STACKS (it
-#             stopped once on 2026-12-05 with 32 queues); fresh28 and fresh30: only the runs of that release
+#             ranks, the stream-to-queue probe with 1, 8 and 32 queues, then the benchmark's zero_adam case at 4
+#             ranks in full mode three times with WEFT_STACKS (it stopped once on 2026-12-05 with 32 queues); fresh28
+#             and fresh30: only the runs of that release
 #   queues    (not in the default) NCCL 2.30.7: the two runs that still stopped on 2026-12-05 (the graph timing test
 #             at 8 ranks, the benchmark's zero_adam case at 4) with 32 hardware queues, several times each, and weft's
 #             refusal of 8 queues at 2 ranks
@@ -138,7 +139,7 @@ suite() { # tag
   # WEFT_GPU_CHECK_CODEGEN=1 runs it here too.
   local tests="weft_host weft_device gpu gpu_kernels gpu_graphs gpu_lamport gpu_multimem gpu_pdl gpu_mma gpu_flags gpu_bounds"
   tests="$tests gpu_group_outputs"
-  tests="$tests gpu_timeout gpu_waits gpu_faults"
+  tests="$tests gpu_timeout gpu_waits gpu_faults gpu_queues"
   [ "${WEFT_GPU_CHECK_CODEGEN:-0}" = 1 ] && tests="$tests codegen"
   for t in $tests; do
     [ -x ".gpu/bin/test-$t" ] && run "$tag test-$t" 300 ".gpu/bin/test-$t" --include-ignored --test-threads=1
@@ -262,6 +263,12 @@ fresh() { # release: see the header
       for e in gemm_reduce_scatter allgather_gemm; do
         WEFT_GEMM_MAINLOOP=wgmma WEFT_RANKS=$n run "2.30.7 x$n example-$e wgmma" 120 ".gpu/bin/example-$e"
       done
+    done
+    # Which streams share a hardware queue (tests/gpu_queues.rs): the control with one queue (every pair must share),
+    # then CUDA's default and weft's 32.
+    for c in 1 8 32; do
+      CUDA_DEVICE_MAX_CONNECTIONS=$c run "2.30.7 test-gpu_queues connections=$c" 120 .gpu/bin/test-gpu_queues \
+        --include-ignored --test-threads=1 --nocapture
     done
     # The one stall left (docs/multi-rank.md, "Hardware queues"): zero_adam at 4 ranks, full mode (about 70 s when it
     # passes; WEFT_GPU_CHECK_QUICK=1 makes it quick mode), with every thread's stack dumped if it stops (WEFT_STACKS).
