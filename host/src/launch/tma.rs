@@ -337,11 +337,16 @@ pub fn gemm_tiles_config_shared(
 ) -> Result<super::LaunchConfig> {
     let cfg = gemm_tiles_config(stream, m, n)?;
     let sms = stream.context().attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-    // One block per multiprocessor: the loop's 193 KB of shared memory and 384 threads of 168 registers leave room
-    // for no second one.
-    let share = super::shared_gpu_share(u64::try_from(sms.max(1)).unwrap_or(1), 1, comm.ranks_on_gpu()).max(1);
-    let blocks = u64::from(cfg.grid_dim.0).min(share);
-    Ok(super::LaunchConfig { grid_dim: (u32::try_from(blocks).unwrap_or(u32::MAX), 1, 1), ..cfg })
+    let blocks = shared_gemm_tiles_blocks(u64::try_from(sms.max(1)).unwrap_or(1), cfg.grid_dim.0, comm.ranks_on_gpu());
+    Ok(super::LaunchConfig { grid_dim: (blocks, 1, 1), ..cfg })
+}
+
+/// The blocks of [`gemm_tiles_config_shared`]: at most `blocks` (one per tile, one per multiprocessor), and within
+/// one rank's share of `sms` multiprocessors among `ranks_on_gpu` ranks, one block each (the loop's 193 KB of shared
+/// memory and 384 threads of 168 registers leave room for no second one); never 0.
+fn shared_gemm_tiles_blocks(sms: u64, blocks: u32, ranks_on_gpu: usize) -> u32 {
+    let share = super::shared_gpu_share(sms, 1, ranks_on_gpu).max(1);
+    u32::try_from(u64::from(blocks).min(share)).unwrap_or(u32::MAX).max(1)
 }
 
 /// Refuses a launch of `kernel`, which opens `gemm_tiles`, with blocks other than 384 × 1 × 1 or less dynamic shared
@@ -389,6 +394,26 @@ mod tests {
             Error::InvalidArgument { argument, problem } => (argument.to_string(), problem),
             other => panic!("not an InvalidArgument: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_shared_gpu_gives_each_rank_one_block_per_multiprocessor_of_its_share() {
+        // An H100's 132 multiprocessors: one rank takes them all (or one per tile, if fewer).
+        assert_eq!(shared_gemm_tiles_blocks(132, 132, 1), 132);
+        assert_eq!(shared_gemm_tiles_blocks(132, 8, 1), 8);
+        // Several ranks: the multiprocessors NCCL's CTAs may take (4 per rank) set aside, the rest divided.
+        assert_eq!(shared_gemm_tiles_blocks(132, 132, 2), 62);
+        assert_eq!(shared_gemm_tiles_blocks(132, 132, 4), 29);
+        assert_eq!(shared_gemm_tiles_blocks(132, 132, 8), 12);
+        // Every rank's grid together, and NCCL's CTAs, fit on the GPU at one block per multiprocessor.
+        for ranks in 1..=8usize {
+            let blocks = u64::from(shared_gemm_tiles_blocks(132, 132, ranks));
+            let reserve = if ranks > 1 { 4 * ranks as u64 } else { 0 };
+            assert!(blocks * ranks as u64 + reserve <= 132, "{ranks} ranks: {blocks} blocks each");
+        }
+        // A small shape keeps its tile count; a GPU too small for the reserve still gets one block per rank.
+        assert_eq!(shared_gemm_tiles_blocks(132, 6, 8), 6);
+        assert_eq!(shared_gemm_tiles_blocks(16, 16, 8), 1);
     }
 
     #[test]
