@@ -140,7 +140,7 @@ read_transcribed(os.path.join(HERE, "..", "device", "cuda", "weft.cuh"), [
     "if ((reinterpret_cast<uintptr_t>(base) & 3) == 0 && ld % 2 == 0 && col0 % 2 == 0) {",
     "store_pair(base + top + 8 * f, d_[4 * f], d_[4 * f + 1]);",
     "store_pair(base + bottom + 8 * f, d_[4 * f + 2], d_[4 * f + 3]);",
-    "base[(i % 4 >= 2 ? bottom : top) + 8 * (i / 4) + (i & 1)] = from_f32<T>(d_[i]);",
+    "for (uint32_t i = 0; i < PER_THREAD; ++i) base[(row0 + row(i)) * ld + col0 + col(i)] = from_f32<T>(d_[i]);",
 ], "device/cuda/weft.cuh (GemmTiles)")
 
 failures = []
@@ -298,8 +298,9 @@ print("accumulator: 256 consumer threads x 128 registers vs the m64n256k16 D lay
       % ("all match" if not failures else "%d wrong" % len(failures)))
 
 # gemm_store writes value v of a thread where the epilogue's (row(v), col(v)) says, at rows row0.. and columns col0..
-# of a matrix with ld elements per row: the pairs (values 4f, 4f + 1 at top + 8f; 4f + 2, 4f + 3 at bottom + 8f) and
-# the fallback; every pair starts at an even index when ld and col0 are even (so a 4-byte store is aligned).
+# of a matrix with ld elements per row: the pairs (values 4f, 4f + 1 at top + 8f; 4f + 2, 4f + 3 at bottom + 8f) as
+# the fallback does through row() and col(); every pair starts at an even index when ld and col0 are even (so a
+# 4-byte store is aligned).
 for ld, row0_s, col0_s in [(256, 0, 0), (768, 128, 512), (1280, 384, 256)]:
     written = {}
     for tid in range(128, 128 * (CONSUMERS + 1)):
@@ -311,16 +312,14 @@ for ld, row0_s, col0_s in [(256, 0, 0), (768, 128, 512), (1280, 384, 256)]:
             check(top % 2 == 0 and bottom % 2 == 0, "gemm_store: an odd pair start")
             for index, v in [(top + 8 * f, 4 * f), (top + 8 * f + 1, 4 * f + 1), (bottom + 8 * f, 4 * f + 2),
                              (bottom + 8 * f + 1, 4 * f + 3)]:
-                fallback = (bottom if v % 4 >= 2 else top) + 8 * (v // 4) + (v & 1)
                 r, c = epilogue_row_col(tid, v)
-                check(index == fallback == (row0_s + r) * ld + col0_s + c,
-                      "gemm_store: value %d of thread %d at %d, fallback %d, epilogue %d"
-                      % (v, tid, index, fallback, (row0_s + r) * ld + col0_s + c))
+                check(index == (row0_s + r) * ld + col0_s + c, "gemm_store: value %d of thread %d at %d, epilogue %d"
+                      % (v, tid, index, (row0_s + r) * ld + col0_s + c))
                 written[index] = written.get(index, 0) + 1
     expected = {(row0_s + r) * ld + col0_s + c for r in range(128) for c in range(256)}
     check(set(written) == expected and all(n == 1 for n in written.values()),
           "gemm_store does not write the tile once (ld %d)" % ld)
-print("gemm_store: pairs and fallback write the tile once, where the epilogue's indices say: %s"
+print("gemm_store: the pairs write the tile once, where the epilogue's indices say: %s"
       % ("yes" if not failures else "NO"))
 
 # ---------------------------------------------------------------- 4: end to end, small integers (exact)

@@ -2765,9 +2765,7 @@ class GemmTiles {
       }
     } else {
 #pragma unroll
-      for (uint32_t i = 0; i < PER_THREAD; ++i) {
-        base[(i % 4 >= 2 ? bottom : top) + 8 * (i / 4) + (i & 1)] = from_f32<T>(d_[i]);
-      }
+      for (uint32_t i = 0; i < PER_THREAD; ++i) base[(row0 + row(i)) * ld + col0 + col(i)] = from_f32<T>(d_[i]);
     }
   }
 
