@@ -196,7 +196,7 @@ impl<'a> KernelArgs<'a> {
         parameter: &'static str,
         operand: &'a super::TmaOperand<'a, T>,
     ) -> Result<()> {
-        if self.capture.is_some() {
+        let address = if self.capture.is_some() {
             let Some(graph) = operand.graph_buffer() else {
                 return Err(Error::invalid(
                     parameter,
@@ -210,15 +210,16 @@ impl<'a> KernelArgs<'a> {
             super::check_same_context(graph.graph_stream(), self.stream)
                 .map_err(|_| self.wrong_device(parameter, graph.graph_stream().context().ordinal()))?;
             graph.graph_note_use(self.uses);
-            let image = super::tma::kernel_image(operand.matrix(), graph.graph_address())?;
-            return self.args.push_bytes(&image, super::MAX_ARG_ALIGN);
-        }
-        let buffer = operand.buffer();
-        super::check_same_context(buffer.buffer_stream(), self.stream)
-            .map_err(|_| self.wrong_device(parameter, buffer.buffer_stream().context().ordinal()))?;
-        let (ptr, guard) = buffer.read_address(self.stream);
-        self.args.keep(guard);
-        let image = super::tma::kernel_image(operand.matrix(), ptr)?;
+            graph.graph_address()
+        } else {
+            let buffer = operand.buffer();
+            super::check_same_context(buffer.buffer_stream(), self.stream)
+                .map_err(|_| self.wrong_device(parameter, buffer.buffer_stream().context().ordinal()))?;
+            let (ptr, guard) = buffer.read_address(self.stream);
+            self.args.keep(guard);
+            ptr
+        };
+        let image = super::tma::kernel_image(operand.matrix(), address)?;
         self.args.push_bytes(&image, super::MAX_ARG_ALIGN)
     }
 
