@@ -139,7 +139,7 @@ suite() { # tag
   # WEFT_GPU_CHECK_CODEGEN=1 runs it here too.
   local tests="weft_host weft_device gpu gpu_kernels gpu_graphs gpu_lamport gpu_multimem gpu_pdl gpu_mma gpu_flags gpu_bounds"
   tests="$tests gpu_group_outputs"
-  tests="$tests gpu_timeout gpu_waits gpu_faults gpu_queues"
+  tests="$tests gpu_timeout gpu_waits gpu_faults"
   [ "${WEFT_GPU_CHECK_CODEGEN:-0}" = 1 ] && tests="$tests codegen"
   for t in $tests; do
     [ -x ".gpu/bin/test-$t" ] && run "$tag test-$t" 300 ".gpu/bin/test-$t" --include-ignored --test-threads=1
@@ -264,11 +264,11 @@ fresh() { # release: see the header
         WEFT_GEMM_MAINLOOP=wgmma WEFT_RANKS=$n run "2.30.7 x$n example-$e wgmma" 120 ".gpu/bin/example-$e"
       done
     done
-    # Which streams share a hardware queue (tests/gpu_queues.rs): the control with one queue (every pair must share),
+    # Which streams share a hardware queue (tests/gpu_waits.rs): the control with one queue (every pair must share),
     # then CUDA's default and weft's 32.
     for c in 1 8 32; do
-      CUDA_DEVICE_MAX_CONNECTIONS=$c run "2.30.7 test-gpu_queues connections=$c" 120 .gpu/bin/test-gpu_queues \
-        --include-ignored --test-threads=1 --nocapture
+      CUDA_DEVICE_MAX_CONNECTIONS=$c run "2.30.7 test-gpu_waits queues connections=$c" 120 .gpu/bin/test-gpu_waits \
+        --include-ignored --test-threads=1 --nocapture --exact which_streams_share_a_hardware_queue
     done
     # The one stall left (docs/multi-rank.md, "Hardware queues"): zero_adam at 4 ranks, full mode (about 70 s when it
     # passes; WEFT_GPU_CHECK_QUICK=1 makes it quick mode), with every thread's stack dumped if it stops (WEFT_STACKS).

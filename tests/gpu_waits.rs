@@ -7,6 +7,9 @@
 //! another stream until the host releases it: a call that has not returned after a grace period waits for the
 //! device. The watchdog then releases the spinner, so nothing hangs. A positive control (`cuCtxSynchronize`) must
 //! be seen waiting, which proves the probe can see it; calls outside weft's control are printed as facts.
+//!
+//! With the same spinner, a probe of which streams share one of CUDA's hardware queues (a kernel stuck behind another
+//! stream's waiting one), with its one-queue control.
 
 use weft_kit::test_kernels as kernels;
 
@@ -32,6 +35,18 @@ extern "C" __global__ void spin_until_released(const volatile unsigned int* rele
 }
 "#,
     entry_point: "spin_until_released",
+};
+
+/// Sets the word at `release` (host memory mapped into the device): the queue probe's releasing kernel.
+const RAISE: KernelSpec = KernelSpec {
+    name: "raise_release",
+    source: r#"
+extern "C" __global__ void raise_release(volatile unsigned int* release) {
+    *release = 1;
+    __threadfence_system();
+}
+"#,
+    entry_point: "raise_release",
 };
 
 /// How long a call may take, while the spinner runs, before it counts as waiting for the device.
@@ -66,17 +81,27 @@ impl Spinner {
         unsafe { std::ptr::write_volatile(self.word, value) };
     }
 
+    fn get(&self) -> u32 {
+        // SAFETY: as in `set`; kernels only read the word or store 1 to it, volatile on both sides.
+        unsafe { std::ptr::read_volatile(self.word) }
+    }
+
+    /// Launches `function` (the spinner's, or RAISE: each takes the word's device address) on `stream` with `grid`
+    /// blocks of 32 threads. The caller synchronizes `stream` before the spinner is dropped.
+    fn launch(&self, function: &cudarc::driver::CudaFunction, stream: &CudaStream, grid: u32) {
+        let mut args = ArgBuffer::new();
+        args.push(self.word as u64);
+        // SAFETY: both kernels take one `unsigned int*`, the device address of the live page-locked word, which
+        // outlives them (every caller synchronizes the stream before the spinner, which owns the word, is dropped).
+        unsafe { launch_raw(function, stream, &LaunchConfig::linear(grid, 32), &mut args).unwrap() };
+    }
+
     /// Runs `call` while the spinner spins; whether it was still running after [`GRACE`] (it then waited for the
     /// device, or at least for the spinner).
     fn waits(&self, what: &str, call: impl FnOnce()) -> bool {
         eprintln!("probing: {what}");
         self.set(0);
-        let mut args = ArgBuffer::new();
-        args.push(self.word as u64);
-        // SAFETY: spin_until_released(const volatile unsigned*) gets the device address of a live page-locked word,
-        // which outlives the kernel (the stream is synchronized below before this function returns).
-        unsafe { launch_raw(&self.function, &self.stream, &LaunchConfig::linear(self.grid, 32), &mut args).unwrap() };
-        drop(args);
+        self.launch(&self.function, &self.stream, self.grid);
         std::thread::sleep(Duration::from_millis(20)); // let the spinner start
         let done = AtomicBool::new(false);
         let waited = AtomicBool::new(false);
@@ -276,3 +301,63 @@ fn setup_with_a_peer_on_the_same_gpu_while_a_kernel_spins() {
 // SAFETY: the raw pointer is to page-locked memory the spinner owns for its whole life; the watchdog thread only
 // stores through it with a volatile write (no driver call), which the kernel reads.
 unsafe impl Sync for Spinner {}
+
+/// How long the queue probe waits for a releasing kernel before it counts its stream as sharing the spinner's queue.
+const QUEUE_GRACE: Duration = Duration::from_millis(500);
+
+/// Streams the queue probe creates after the first: one more than CUDA's most queues (32), so a turn-taking
+/// assignment wraps once.
+const QUEUE_STREAMS: usize = 33;
+
+/// Which streams of one CUDA context share a hardware queue (docs/multi-rank.md, "Hardware queues"). Ranks that are
+/// threads of one process share a context, and CUDA feeds its streams to the GPU through `CUDA_DEVICE_MAX_CONNECTIONS`
+/// queues; the stalls of 2026-12-04/05 fit streams of different ranks sharing one, and the counts fit streams taking
+/// the queues in turn as they are created; neither is documented. For streams `first` and `other`: on `first` the
+/// spinner, then a second spinner that waits for it in stream order; then on `other` a kernel that sets the word.
+/// With a queue of its own, `other`'s kernel runs at once and releases both. In one shared queue it sits behind
+/// `first`'s second kernel, which waits for the first: the word stays 0, and after [`QUEUE_GRACE`] the host sets it
+/// itself, so nothing hangs.
+///
+/// The control: with `CUDA_DEVICE_MAX_CONNECTIONS=1` every pair shares the one queue, and the probe must see it for
+/// every pair (else it cannot see sharing at all; `scripts/gpu-check.sh`'s `fresh30` part runs it so). With more
+/// queues it is a measurement: it prints which of the streams created after `first` share its queue.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn which_streams_share_a_hardware_queue() {
+    let ctx = CudaContext::new(0).unwrap();
+    let connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").unwrap_or_else(|_| "unset (8)".into());
+    let spinner = Spinner::new(&ctx);
+    let raise = jit::function(&ctx, &RAISE).unwrap();
+    let first = ctx.new_stream().unwrap();
+    let others: Vec<Arc<CudaStream>> = (0..QUEUE_STREAMS).map(|_| ctx.new_stream().unwrap()).collect();
+    let shares = |other: &CudaStream| -> bool {
+        spinner.set(0);
+        spinner.launch(&spinner.function, &first, 1);
+        // Waits for the first in stream order: it holds the queue's head until the word is set.
+        spinner.launch(&spinner.function, &first, 1);
+        spinner.launch(&raise, other, 1);
+        let started = Instant::now();
+        let mut stuck = true;
+        while started.elapsed() < QUEUE_GRACE {
+            if spinner.get() != 0 {
+                stuck = false;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Releases both spinners (and `other`'s kernel, which then sets the word again).
+        spinner.set(1);
+        first.synchronize().unwrap();
+        other.synchronize().unwrap();
+        stuck
+    };
+    let shared: Vec<usize> = others.iter().enumerate().filter(|(_, other)| shares(other)).map(|(i, _)| i + 1).collect();
+    println!(
+        "CUDA_DEVICE_MAX_CONNECTIONS={connections}: of the {QUEUE_STREAMS} streams created after a stream, these share \
+         its hardware queue (1 = the next one created): {shared:?}"
+    );
+    if connections == "1" {
+        // The control: one queue for everything, so the probe must see every pair share it.
+        assert_eq!(shared.len(), QUEUE_STREAMS, "the probe missed sharing in the one queue: it cannot see sharing");
+    }
+}
