@@ -68,8 +68,8 @@ fn main() -> Result<()> {
                 "runs one rank per GPU (WEFT_RANKS=n runs n) and, for (m, n, k) in {SHAPES:?}, computes this \
                  rank's rows of the sum over ranks of x x w in bf16 with the fused kernel, with the same GEMM kernel + \
                  ncclReduceScatter, with cuBLAS + ncclReduceScatter and (on compute capability 9.0 with \
-                 WEFT_GEMM_MAINLOOP=wgmma) with the fused kernel on the TMA loop, checks them against an f64 host reference \
-                 and each other, and prints their median times and TFLOP/s."
+                 WEFT_GEMM_MAINLOOP=wgmma) with the fused kernel on the TMA loop, checks them against an f64 host \
+                 reference and each other, and prints their median times and TFLOP/s."
             ),
         ),
     }
@@ -153,10 +153,10 @@ fn run() -> Result<()> {
             // The Hopper variant's shape rules (m / R a multiple of 128 holds for every shape here).
             let tma = hopper && n % 256 == 0 && k % 64 == 0;
             let mut out_tma = s.clone_htod(&poison)?;
-            let scratch_tma =
-                if tma { Some(comm.alloc_window::<bf16>(&s, m * n, WindowFlags::COLL_SYMMETRIC)?) } else { None };
-            let operands = if tma {
+            // Its scratch window, operands and grid, where it runs.
+            let hopper_rs = if tma {
                 Some((
+                    comm.alloc_window::<bf16>(&s, m * n, WindowFlags::COLL_SYMMETRIC)?,
                     weft::host::launch::TmaOperand::gemm_a(&x, m, k, k)?,
                     weft::host::launch::TmaOperand::gemm_b(&w, k, n, n)?,
                     weft::host::launch::gemm_tiles_config_shared(comm, &s, m, n)?,
@@ -183,7 +183,7 @@ fn run() -> Result<()> {
                 errors.push(("fused vs f64", common::relative_error(&got, &references[index][rank])));
             }
             errors.push(("fused vs unfused", common::relative_error(&got, &unfused)));
-            if let (Some((tx, tw, tcfg)), Some(scratch_tma)) = (&operands, &scratch_tma) {
+            if let Some((scratch_tma, tx, tw, tcfg)) = &hopper_rs {
                 fused_tma::launch(&s, *tcfg, &dev, tx, tw, scratch_tma, &mut out_tma)?;
                 let got_tma = weft::host::cuda::download(&s, &out_tma)?;
                 if index < CHECKED {
@@ -206,11 +206,11 @@ fn run() -> Result<()> {
                         }
                         None => Ok(()),
                     },
-                    _ => match (&operands, &scratch_tma) {
-                        (Some((tx, tw, tcfg)), Some(scratch_tma)) => {
+                    _ => match &hopper_rs {
+                        Some((scratch_tma, tx, tw, tcfg)) => {
                             fused_tma::launch(&s, *tcfg, &dev, tx, tw, scratch_tma, &mut out_tma)
                         }
-                        _ => Ok(()),
+                        None => Ok(()),
                     },
                 })?;
             let times = vec![
