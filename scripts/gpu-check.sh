@@ -37,7 +37,7 @@
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
 #   fresh     (not in the default) what was written since the last GPU run, most important first: on 2.28.9 the
 #             tensor-core tests with the wgmma mainloop (weft's TMA loop, gemm_store, a gemm_store past its buffer),
-#             example 09 at 1 rank (its fourth variant: GEMM + reduce-scatter on the TMA loop), the GEMM benchmark
+#             examples 09 and 08 at 1 rank (their variants on the TMA loop), the GEMM benchmark
 #             (both TMA kernels against cuBLAS); on 2.30.7 examples 09 and 08 with the wgmma mainloop at 2, 4 and 8
 #             ranks, the stream-to-queue probe with 1, 8 and 32 queues, then the benchmark's zero_adam case at 4
 #             ranks in full mode three times with WEFT_STACKS (it stopped once on 2026-12-05 with 32 queues); fresh28
@@ -253,12 +253,16 @@ fresh() { # release: see the header
     WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 test-gpu_mma wgmma" 300 .gpu/bin/test-gpu_mma --include-ignored \
       --test-threads=1 --nocapture
     WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 example-gemm_reduce_scatter wgmma" 180 .gpu/bin/example-gemm_reduce_scatter
+    # Example 08's fifth variant: the all-gather + GEMM on the TMA loop (allgather_gemm_tiles, one map per rank).
+    WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 example-allgather_gemm wgmma" 180 .gpu/bin/example-allgather_gemm
     # The GEMM benchmark now also measures the L2 -> SM read bandwidth and the bound it sets (docs/gemm.md).
     [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=wgmma WEFT_BENCH_OUT="$out/bench-gemm-wgmma" \
       run "2.28.9 x1 bench-gemm wgmma" 300 .gpu/bin/test-gemm
   else
     # The wgmma mainloop across ranks, before it becomes the default on Hopper; with it, example 09 also runs its
-    # GEMM + reduce-scatter on the TMA loop (gemm_tiles_reduce_scatter) against the f64 reference and the unfused path.
+    # GEMM + reduce-scatter on the TMA loop (gemm_tiles_reduce_scatter) and example 08 its all-gather + GEMM on the
+    # TMA loop (allgather_gemm_tiles: TMA reads of the peers' windows), each against the f64 reference and the
+    # unfused path.
     for n in 2 4 8; do
       for e in gemm_reduce_scatter allgather_gemm; do
         WEFT_GEMM_MAINLOOP=wgmma WEFT_RANKS=$n run "2.30.7 x$n example-$e wgmma" 120 ".gpu/bin/example-$e"

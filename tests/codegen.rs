@@ -5,6 +5,7 @@
 //! the hand-written CUDA of tests/cuda/.
 
 use weft_kit::kernels as example_kernels;
+use weft_kit::kernels::gemm_tp::allgather_gemm_tiles as ag_gemm;
 use weft_kit::kernels::gemm_tp::gemm_tiles_reduce_scatter as gemm_rs;
 use weft_kit::test_kernels as kernels;
 
@@ -138,7 +139,8 @@ fn the_wgmma_form_of_the_gemm_kernels_is_not_serialized_by_ptxas() {
 }
 
 /// weft's own TMA GEMM (`a.gemm_tiles(&b)`: kit's `gemm_tma` with its epilogue written in the kernel, `gemm_tma_store`
-/// with the tile stored whole, and the GEMM + reduce-scatter `gemm_tiles_reduce_scatter`) compiles for
+/// with the tile stored whole, the GEMM + reduce-scatter `gemm_tiles_reduce_scatter` and the all-gather + GEMM
+/// `allgather_gemm_tiles`, whose left operand is every rank's shard through a map each) compiles for
 /// sm_90a in both bounds-check forms without spills, without ptxas serializing its `wgmma` (C7510, C7518), and with
 /// the producer's registers handed to the consumers (ptxas ignores `setmaxnreg` when the producer's path could reach
 /// the consumers' code: C7507).
@@ -152,10 +154,16 @@ fn the_tma_gemm_loop_compiles_for_sm90a_without_spills_serialized_mmas_or_ignore
         (kernels::gemm_tma_store::NAME, kernels::gemm_tma_store::SOURCE, BoundsChecks::On),
         (gemm_rs::NAME, gemm_rs::SOURCE, BoundsChecks::Off),
         (gemm_rs::NAME, gemm_rs::SOURCE, BoundsChecks::On),
+        (ag_gemm::NAME, ag_gemm::SOURCE, BoundsChecks::Off),
+        (ag_gemm::NAME, ag_gemm::SOURCE, BoundsChecks::On),
     ] {
         assert!(
             source.contains("const __grid_constant__ weft::TmaMatrix<"),
             "the maps must stay in parameter space:\n{source}"
+        );
+        assert!(
+            name != ag_gemm::NAME || source.contains("const __grid_constant__ weft::TmaShards<"),
+            "the shards' maps must stay in parameter space:\n{source}"
         );
         let text = ptxas.compile(name, source, Some(check));
         assert!(text.contains("0 bytes spill stores, 0 bytes spill loads"), "`{name}` ({check:?}) spills:\n{text}");
@@ -178,6 +186,7 @@ fn the_tma_gemm_loop_compiles_where_it_cannot_run() {
         (kernels::gemm_tma::NAME, kernels::gemm_tma::SOURCE),
         (kernels::gemm_tma_store::NAME, kernels::gemm_tma_store::SOURCE),
         (gemm_rs::NAME, gemm_rs::SOURCE),
+        (ag_gemm::NAME, ag_gemm::SOURCE),
     ] {
         for arch in [GpuArch { major: 8, minor: 0 }, GpuArch { major: 8, minor: 9 }, GpuArch::SM_90] {
             let request = CompileRequest::new(name, source, weft::device::WEFT_CUH, arch)

@@ -2567,6 +2567,29 @@ static_assert(sizeof(TmaMatrix<__nv_bfloat16>) == 192 && offsetof(TmaMatrix<__nv
                   offsetof(TmaMatrix<__nv_bfloat16>, box_rows) == 144,
               "host/src/launch/tma.rs writes this layout");
 
+// A matrix sharded by rows over the LSA team, described for TMA: rank r's shard_rows rows are the start of its part
+// of a symmetric window, and maps[r] is the same tensor map as maps[rank] but for the address of r's part (the
+// windows are symmetric: the same extent, the same row stride). `a.gemm_tiles(b)` then reads each tile's rows of
+// `a` straight from their owner's window: the all-gather of a column-parallel linear layer, fused into the GEMM's
+// loads. At most MAX_PEERS ranks (the maps are a __grid_constant__ parameter of 128 bytes each); the host's
+// TmaShards (host/src/launch/tma.rs) writes this layout.
+template <class T>
+struct alignas(64) TmaShards {
+  static constexpr uint32_t MAX_PEERS = 8;
+  TmaMap maps[MAX_PEERS];
+  unsigned long long shard_rows_, cols_;
+  unsigned int box_rows, box_cols, peers, rank;
+  // Rows of the whole matrix (every rank's shard, in rank order).
+  WEFT_FN size_t rows() const { return size_t(shard_rows_) * peers; }
+  WEFT_FN size_t cols() const { return cols_; }
+  WEFT_FN size_t shard_rows() const { return shard_rows_; }
+  // The persistent GEMM loop over this (m x k) times b (k x n), starting with this rank's own rows: see GemmTiles.
+  WEFT_FN GemmTiles<T> gemm_tiles(TmaMatrix<T> const& b) const;
+};
+static_assert(sizeof(TmaShards<__nv_bfloat16>) == 1088 && offsetof(TmaShards<__nv_bfloat16>, shard_rows_) == 1024 &&
+                  offsetof(TmaShards<__nv_bfloat16>, box_rows) == 1040,
+              "host/src/launch/tma.rs writes this layout");
+
 namespace detail {
 // The rules GemmTiles checks, by code (the host's copy, host/src/trap.rs, is checked against these lines).
 WEFT_FN const char* gemm_tiles_misuse_text(unsigned code) {
@@ -2578,6 +2601,7 @@ WEFT_FN const char* gemm_tiles_misuse_text(unsigned code) {
     case 4: return "a's map must copy 128 x 64 boxes and b's 64 x 64 (make them with TmaOperand::gemm_a and gemm_b)";
     case 5: return "it needs sm_90a (WEFT_GEMM_MAINLOOP=wgmma on a Hopper GPU)";
     default: return "a pipeline barrier waited for about 2 s: a stage was never filled or never released";
+    case 7: return "a's shards must be a positive multiple of 128 rows each, at most 8, this rank's among them";
   }
 }
 WEFT_FN void gemm_tiles_misuse(unsigned code) {
@@ -2652,7 +2676,26 @@ class GemmTiles {
   static constexpr uint32_t SHARED_BYTES = STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8;
 
   // Opened by every thread of the block together (it synchronises the block once).
-  WEFT_FN GemmTiles(TmaMatrix<T> const& a, TmaMatrix<T> const& b) : a_(&a), b_(&b) {
+  WEFT_FN GemmTiles(TmaMatrix<T> const& a, TmaMatrix<T> const& b)
+      : a_maps_(&a.map), b_(&b), shard_rows_(a.rows()) {
+    open(a.rows(), a.cols(), a.box_rows, a.box_cols, b);
+  }
+  // The rows of `a` in shards, shard r in LSA rank r's window through a.maps[r]: the walk starts at this rank's own
+  // bands (rows rank * shard_rows ..), so that at any moment the ranks read different peers' shards.
+  WEFT_FN GemmTiles(TmaShards<T> const& a, TmaMatrix<T> const& b)
+      : a_maps_(&a.maps[0]), b_(&b), shard_rows_(a.shard_rows()) {
+#if defined(WEFT_GEMM_USES_WGMMA)
+    if (a.peers == 0 || a.peers > TmaShards<T>::MAX_PEERS || a.rank >= a.peers || a.shard_rows() == 0 ||
+        a.shard_rows() % BM != 0) {
+      detail::gemm_tiles_misuse(7);
+    }
+    first_band_ = size_t(a.rank) * (a.shard_rows() / BM);
+#endif
+    open(a.rows(), a.cols(), a.box_rows, a.box_cols, b);
+  }
+
+ private:
+  WEFT_FN void open(size_t m, size_t k, uint32_t a_box_rows, uint32_t a_box_cols, TmaMatrix<T> const& b) {
     static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value,
                   "gemm_tiles multiplies f16 or bf16 matrices");
 #if !defined(WEFT_GEMM_USES_WGMMA)
@@ -2661,7 +2704,7 @@ class GemmTiles {
 #else
     uint32_t dynamic_bytes;
     asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
-    const size_t m = a.rows(), n = b.cols(), k = a.cols();
+    const size_t n = b.cols();
     if (blockDim.x != THREADS || blockDim.y != 1 || blockDim.z != 1) detail::gemm_tiles_misuse(0);
     if (dynamic_bytes < SHARED_BYTES) detail::gemm_tiles_misuse(1);
     if (b.rows() != k) detail::gemm_tiles_misuse(2);
@@ -2670,7 +2713,7 @@ class GemmTiles {
     if (m % BM != 0 || n % BN != 0 || k % BK != 0 || k == 0 || m >= limit || n >= limit || k >= limit) {
       detail::gemm_tiles_misuse(3);
     }
-    if (a.box_rows != BM || a.box_cols != BK || b.box_rows != BK || b.box_cols != 64) detail::gemm_tiles_misuse(4);
+    if (a_box_rows != BM || a_box_cols != BK || b.box_rows != BK || b.box_cols != 64) detail::gemm_tiles_misuse(4);
     const uint32_t raw = detail::shared_u32(weft_dynamic_shared);
     stages_ = raw + ((1024 - (raw & 1023)) & 1023);
     full_ = stages_ + STAGES * STAGE_BYTES;
@@ -2705,6 +2748,7 @@ class GemmTiles {
 #endif
   }
 
+ public:
   // The next tile of this block, computed: true while tiles are left (then row0(), col0() and value(i) describe
   // it), false once the walk is over. Only consumer threads get here (the producer has left the kernel).
   WEFT_FN bool next_tile() {
@@ -2779,26 +2823,36 @@ class GemmTiles {
     }
   }
 
-  // Tile t of the grouped order: eight bands of 128 rows at a time, column by column.
+  // Tile t of the grouped order: eight bands of 128 rows at a time, column by column, the bands counted from
+  // first_band_ (0, or this rank's own shard's first band: a rotation of the rows, so still every tile once).
   WEFT_FN void origin(size_t t, size_t& row0, size_t& col0) const {
     const size_t group = 8, first = (t / (group * tiles_n_)) * group;
     const size_t rows = tiles_m_ - first < group ? tiles_m_ - first : group, within = t % (group * tiles_n_);
-    row0 = (first + within % rows) * BM;
+    size_t band = first + within % rows + first_band_;
+    if (band >= tiles_m_) band -= tiles_m_;
+    row0 = band * BM;
     col0 = (within / rows) * BN;
   }
 
 #if defined(WEFT_GEMM_USES_WGMMA)
   WEFT_FN void produce() {
+    // What this kernel's threads wrote, and what an acquire before the loop (an LSA barrier: the peers' shards are
+    // in place) made visible, ordered before TMA's reads, which are the async proxy's.
+    asm volatile("fence.proxy.async.global;" ::: "memory");
     uint32_t it = 0;
     for (size_t t = blockIdx.x; t < tiles_; t += gridDim.x) {
       size_t row0, col0;
       origin(t, row0, col0);
+      // The shard holding the tile's rows (every tile lies in one: shards are whole bands), and the rows within it.
+      const size_t owner = row0 / shard_rows_;
+      const TmaMap* a_map = a_maps_ + owner;
+      const int32_t a_row = int32_t(row0 - owner * shard_rows_);
       for (size_t kt = 0; kt < ktiles_; ++kt, ++it) {
         const uint32_t s = it % STAGES, stage = stages_ + s * STAGE_BYTES;
         // A fresh barrier counts its phase -1 as complete: the first round through the stages does not wait.
         detail::mbar_wait(empty_ + 8 * s, ((it / STAGES) & 1) ^ 1);
         detail::mbar_arrive_expect(full_ + 8 * s, STAGE_BYTES);
-        detail::tma_load_2d(stage, &a_->map, full_ + 8 * s, int32_t(kt * BK), int32_t(row0));
+        detail::tma_load_2d(stage, a_map, full_ + 8 * s, int32_t(kt * BK), a_row);
 #pragma unroll
         for (uint32_t j = 0; j < BN / 64; ++j) {
           detail::tma_load_2d(stage + A_BYTES + j * B_BOX_BYTES, &b_->map, full_ + 8 * s, int32_t(col0 + 64 * j),
@@ -2843,15 +2897,21 @@ class GemmTiles {
   }
 #endif
 
-  const TmaMatrix<T>* a_;
+  // a's maps: one (a TmaMatrix), or one per shard (a TmaShards); shard s holds rows s * shard_rows_ ...
+  const TmaMap* a_maps_;
   const TmaMatrix<T>* b_;
+  size_t shard_rows_;
   uint32_t stages_ = 0, full_ = 0, empty_ = 0, it_ = 0, warpgroup_ = 0, row_base_ = 0, col_base_ = 0;
-  size_t tiles_m_ = 0, tiles_n_ = 0, tiles_ = 0, ktiles_ = 0, t_ = 0, row0_ = 0, col0_ = 0;
+  size_t tiles_m_ = 0, tiles_n_ = 0, tiles_ = 0, ktiles_ = 0, t_ = 0, row0_ = 0, col0_ = 0, first_band_ = 0;
   float d_[PER_THREAD];
 };
 
 template <class T>
 WEFT_FN GemmTiles<T> TmaMatrix<T>::gemm_tiles(TmaMatrix<T> const& b) const {
+  return GemmTiles<T>(*this, b);
+}
+template <class T>
+WEFT_FN GemmTiles<T> TmaShards<T>::gemm_tiles(TmaMatrix<T> const& b) const {
   return GemmTiles<T>(*this, b);
 }
 

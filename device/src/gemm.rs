@@ -150,6 +150,49 @@ impl<T: MmaElement> TmaMatrix<T> {
     }
 }
 
+/// A row-major f16 or bf16 matrix sharded by rows over the LSA team, described for TMA: LSA rank `r`'s
+/// [`shard_rows`](TmaShards::shard_rows) rows are the start of its part of a symmetric window, and the matrix is
+/// every rank's shard in rank order. A kernel parameter (`x: TmaShards<bf16>`) that the host builds from the window
+/// (`weft::host::launch::TmaShards::gemm_a`), read only through [`gemm_tiles`](TmaShards::gemm_tiles): the loop
+/// reads each tile's rows straight from their owner's window, so an all-gather + GEMM (a column-parallel linear
+/// layer) needs no gathered copy. It holds one tensor map per rank (at most 8 ranks). C++ `weft::TmaShards<T>`, a
+/// `__grid_constant__` parameter, so neither `Clone` nor `Copy`, like [`TmaMatrix`].
+///
+/// TMA reads the peers' shards: the kernel must know they are in place before it opens the loop (an LSA barrier
+/// with `Order::Acquire`, ended before `gemm_tiles`), and keep them until every peer has read them (a second
+/// barrier, of the consumer warpgroups, after the loop). kit's `allgather_gemm_tiles` shows both.
+#[derive(Debug)]
+pub struct TmaShards<T> {
+    _device_only: PhantomData<T>,
+}
+
+impl<T: MmaElement> TmaShards<T> {
+    /// Rows of the whole matrix: every rank's shard. C++ `x.rows()`.
+    pub fn rows(&self) -> usize {
+        device_only("TmaShards::rows")
+    }
+
+    /// Columns of the matrix. C++ `x.cols()`.
+    pub fn cols(&self) -> usize {
+        device_only("TmaShards::cols")
+    }
+
+    /// Rows of one rank's shard. C++ `x.shard_rows()`.
+    pub fn shard_rows(&self) -> usize {
+        device_only("TmaShards::shard_rows")
+    }
+
+    /// The persistent Hopper GEMM `self (m × k) × b (k × n)`, as [`TmaMatrix::gemm_tiles`] (the same loop, the same
+    /// rules, the same `GemmTiles`), but each tile's rows of `self` are read through their owner's map, and the
+    /// walk starts at this rank's own rows (a rotation of the bands: every rank still gets every tile of its
+    /// blocks' share, in `gemm.row0()` order of the whole matrix), so that at any moment the ranks read different
+    /// peers. Its own rule, checked when it opens: each shard a positive multiple of 128 rows. C++
+    /// `x.gemm_tiles(b)`.
+    pub fn gemm_tiles(&self, b: &TmaMatrix<T>) -> GemmTiles<T> {
+        device_only("TmaShards::gemm_tiles")
+    }
+}
+
 /// A block's walk over its 128 × 256 tiles of a [`TmaMatrix::gemm_tiles`] product of `T` matrices, and this thread's
 /// share (128 `f32` values) of the current one. C++ `weft::GemmTiles<T>`.
 #[derive(Debug)]

@@ -123,7 +123,7 @@ pub use caps::{Capabilities, CapabilitySet, HasGin, HasLsa, HasMultimem};
 pub use comm::{DevComm, Team};
 pub use coop::{Coop, Cta, Lanes, Thread, Warp, WarpSpan};
 pub use exec::*;
-pub use gemm::{GemmOperand, GemmStore, GemmTile, GemmTiles, TmaMatrix};
+pub use gemm::{GemmOperand, GemmStore, GemmTile, GemmTiles, TmaMatrix, TmaShards};
 pub use gin::{
     CounterInc, GinSession, LocalAction, NoAction, RemoteAction, SignalAdd, SignalInc, StrongSignalAdd,
     StrongSignalInc, StrongVaSignalAdd, StrongVaSignalInc, VaSignalAdd, VaSignalInc, WeakCounterInc, WeakSignalAdd,
@@ -179,9 +179,9 @@ pub mod prelude {
         HybridBarrier, Lamport, Lanes, LlA2a, LlA2aHandle, LoadPack, LoadWide, LocalAction, LsaBarrier, MmaA, MmaAcc,
         MmaB, MmaElement, MmaLoad, MmaStore, MultimemElement, MultimemStore, MultimemView, NoAction, Numeric, Order,
         Pack, RemoteAction, Scope, SharedArray, Shuffle, SignalAdd, SignalInc, StorePack, StoreWide, StrongSignalAdd,
-        StrongSignalInc, StrongVaSignalAdd, StrongVaSignalInc, Team, Thread, TmaMatrix, VaSignalAdd, VaSignalInc, Warp,
-        WarpSpan, WeakCounterInc, WeakSignalAdd, WeakSignalInc, WeakVaSignalAdd, WeakVaSignalInc, WidePack, Window,
-        WindowView,
+        StrongSignalInc, StrongVaSignalAdd, StrongVaSignalInc, Team, Thread, TmaMatrix, TmaShards, VaSignalAdd,
+        VaSignalInc, Warp, WarpSpan, WeakCounterInc, WeakSignalAdd, WeakSignalInc, WeakVaSignalAdd, WeakVaSignalInc,
+        WidePack, Window, WindowView,
     };
     pub use half::{bf16, f16};
 }

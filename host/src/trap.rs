@@ -52,8 +52,8 @@ pub(crate) const GEMM_MISUSE_TEXT: [&str; 6] = [
 ];
 
 /// The rules `gemm_tiles` checks on the device, by code: weft.cuh's `gemm_tiles_misuse_text` (a test compares the
-/// two). The last is not a rule but the pipeline's bounded wait running out.
-pub(crate) const GEMM_TILES_MISUSE_TEXT: [&str; 7] = [
+/// two). Code 6 is not a rule but the pipeline's bounded wait running out.
+pub(crate) const GEMM_TILES_MISUSE_TEXT: [&str; 8] = [
     "launch it with blocks of exactly 384 threads in x (a producer and two consumer warpgroups)",
     "launch it with GemmTiles::SHARED_BYTES (197696) bytes of dynamic shared memory",
     "a.cols() must equal b.rows() (the k both operands share)",
@@ -61,6 +61,7 @@ pub(crate) const GEMM_TILES_MISUSE_TEXT: [&str; 7] = [
     "a's map must copy 128 x 64 boxes and b's 64 x 64 (make them with TmaOperand::gemm_a and gemm_b)",
     "it needs sm_90a (WEFT_GEMM_MAINLOOP=wgmma on a Hopper GPU)",
     "a pipeline barrier waited for about 2 s: a stage was never filled or never released",
+    "a's shards must be a positive multiple of 128 rows each, at most 8, this rank's among them",
 ];
 
 /// The reason of a misuse report: `what`'s rule `code`, by its text where the host knows it.

@@ -223,6 +223,22 @@ impl<'a> KernelArgs<'a> {
         self.args.push_bytes(&image, super::MAX_ARG_ALIGN)
     }
 
+    /// A `TmaShards<T>` parameter: the tensor maps of every LSA rank's shard (encoded when `shards` was made: a
+    /// window's addresses do not change while it lives) and the shape, as C++ `weft::TmaShards<T>`. The launch is
+    /// recorded on the window like a `&Window<T>` argument's, in a CUDA graph's replays too (the graph borrows the
+    /// window for its life).
+    pub fn push_tma_shards<T>(&mut self, parameter: &'static str, shards: &'a super::TmaShards<'a, T>) -> Result<()> {
+        let window = shards.window();
+        if window.cuda_device() != self.stream.context().ordinal() {
+            return Err(self.wrong_device(parameter, window.cuda_device()));
+        }
+        // Still registered (close_all_resources releases windows): the addresses in the maps are its.
+        window.window_arg()?;
+        self.args.push_bytes(shards.kernel_image(), super::MAX_ARG_ALIGN)?;
+        window.note_launch(self.uses);
+        Ok(())
+    }
+
     /// An `LlA2aHandle` parameter, by value.
     pub fn push_ll_a2a_handle<T: Copy + 'static>(&mut self, parameter: &'static str, handle: T) {
         let _ = parameter;

@@ -25,7 +25,7 @@ pub use kernel_args::{check_block_of_256, length_check_failed, KernelArgs};
 pub use params::ParamSlot;
 pub use tma::{
     check_gemm_tiles, gemm_tiles_config, gemm_tiles_config_shared, TmaBuffer, TmaElement, TmaMatrix, TmaOperand,
-    GEMM_TILES_SHARED_BYTES, GEMM_TILES_THREADS,
+    TmaShards, GEMM_TILES_SHARED_BYTES, GEMM_TILES_THREADS, TMA_SHARDS_MAX_PEERS,
 };
 
 /// A `weft::Window<T>` kernel parameter: an NCCL window and the part of it the kernel sees.

@@ -309,6 +309,123 @@ pub(crate) fn kernel_image<T: TmaElement>(matrix: &TmaMatrix<T>, address: u64) -
     Ok(image)
 }
 
+/// The most LSA ranks a [`TmaShards`] describes: its maps are one kernel parameter (C++ `TmaShards::MAX_PEERS`).
+pub const TMA_SHARDS_MAX_PEERS: usize = 8;
+/// The bytes of C++ `weft::TmaShards<T>`: the maps, then shard rows and columns (`u64`), the box (`u32` rows, `u32`
+/// columns), the peers and this rank (`u32` each), at 64-byte alignment.
+const TMA_SHARDS_BYTES: usize = 1088;
+
+/// A matrix sharded by rows over the LSA team, each rank's shard at the start of its part of a symmetric window,
+/// described for TMA: what a kernel's `TmaShards<T>` parameter takes (the left operand of `x.gemm_tiles(&w)`, read
+/// straight from its owners' windows: an all-gather fused into the GEMM's loads).
+///
+/// It holds one tensor map per LSA rank, each over that rank's part of the window (its address from
+/// `ncclGetLsaDevicePointer`, NCCL 2.29+; this rank's own from its buffer, so one rank works on any release). The
+/// maps are encoded once, when it is made, and each covers only `shard_rows × cols` of the part, `ld` elements
+/// from row to row, checked to lie inside this rank's part: the window is symmetric, so every peer's part has the
+/// same length and the map lets TMA read that peer's part and nothing else. The window stays borrowed for as long as
+/// this lives, and each launch is recorded on it like a `&Window<T>` argument's (what deregistering it waits for).
+pub struct TmaShards<'a, T> {
+    window: &'a dyn super::buffers::sealed::SymmetricWindow<T>,
+    matrix: TmaMatrix<T>,
+    peers: usize,
+    rank: usize,
+    image: Box<[u8; TMA_SHARDS_BYTES]>,
+}
+
+impl<T> std::fmt::Debug for TmaShards<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TmaShards")
+            .field("shard_rows", &self.matrix.rows)
+            .field("cols", &self.matrix.cols)
+            .field("ld", &self.matrix.ld)
+            .field("peers", &self.peers)
+            .field("rank", &self.rank)
+            .finish()
+    }
+}
+
+impl<'a, T: TmaElement + crate::Element> TmaShards<'a, T> {
+    /// The left operand of `gemm_tiles` over `window`: every LSA rank's `shard_rows × cols` matrix (`m/R × k`) at
+    /// the start of its part, `ld` elements from row to row, copied in the 128 × 64 boxes the loop's stages take.
+    ///
+    /// Errors name the fix: more than 8 LSA ranks, `shard_rows` not a positive multiple of 128 (a tile's rows must
+    /// lie in one shard), a matrix past the window's end, TMA's rules ([`TmaMatrix::new`]), a released window, or
+    /// NCCL older than 2.29 with more than one LSA rank ([`Error::Unsupported`]: use the `gemm_block` all-gather +
+    /// GEMM, kit's `allgather_gemm`, there).
+    pub fn gemm_a<M: crate::Mode>(
+        window: &'a crate::resources::Window<'_, T, M>,
+        shard_rows: usize,
+        cols: usize,
+        ld: usize,
+    ) -> Result<TmaShards<'a, T>> {
+        let team = window.communicator().team_lsa()?;
+        let (peers, rank) = (usize::try_from(team.nranks).unwrap_or(0), usize::try_from(team.rank).unwrap_or(0));
+        check_shards(peers, rank, shard_rows)?;
+        let matrix = TmaMatrix::new(shard_rows, cols, ld, [128, 64])?;
+        matrix.check_span(window.len())?;
+        // The window must be live (not released by close_all_resources) for its addresses to mean anything.
+        window.raw()?;
+        let mut image = Box::new([0u8; TMA_SHARDS_BYTES]);
+        for peer in 0..peers {
+            let address = if peer == rank { window.buffer().device_address() } else { window.lsa_address(peer, 0)? };
+            image[peer * 128..(peer + 1) * 128].copy_from_slice(&matrix.encode(address)?);
+        }
+        image[1024..1032].copy_from_slice(&(shard_rows as u64).to_ne_bytes());
+        image[1032..1040].copy_from_slice(&(cols as u64).to_ne_bytes());
+        image[1040..1044].copy_from_slice(&matrix.box_rows.to_ne_bytes());
+        image[1044..1048].copy_from_slice(&matrix.box_cols.to_ne_bytes());
+        // Both below TMA_SHARDS_MAX_PEERS (check_shards).
+        image[1048..1052].copy_from_slice(&(peers as u32).to_ne_bytes());
+        image[1052..1056].copy_from_slice(&(rank as u32).to_ne_bytes());
+        Ok(TmaShards { window, matrix, peers, rank, image })
+    }
+}
+
+impl<'a, T> TmaShards<'a, T> {
+    /// One shard's description (every rank's is the same).
+    pub fn shard(&self) -> &TmaMatrix<T> {
+        &self.matrix
+    }
+
+    /// The LSA ranks, one shard each.
+    pub fn peers(&self) -> usize {
+        self.peers
+    }
+
+    pub(crate) fn window(&self) -> &'a dyn super::buffers::sealed::SymmetricWindow<T> {
+        self.window
+    }
+
+    /// The bytes of C++ `weft::TmaShards<T>`.
+    pub(crate) fn kernel_image(&self) -> &[u8] {
+        &self.image[..]
+    }
+}
+
+/// Refuses shards a `TmaShards` cannot describe, naming the fix.
+fn check_shards(peers: usize, rank: usize, shard_rows: usize) -> Result<()> {
+    if peers == 0 || peers > TMA_SHARDS_MAX_PEERS || rank >= peers {
+        return Err(Error::invalid(
+            "window",
+            format!(
+                "its LSA team has {peers} ranks (this one {rank}): TmaShards holds a tensor map for each of at most \
+                 {TMA_SHARDS_MAX_PEERS}; with more, use the gemm_block all-gather + GEMM (kit's allgather_gemm)"
+            ),
+        ));
+    }
+    if shard_rows == 0 || shard_rows % 128 != 0 {
+        return Err(Error::invalid(
+            "shard_rows",
+            format!(
+                "{shard_rows} rows per rank: gemm_tiles reads 128-row tiles, each from one rank's shard, so a shard \
+                 is a positive multiple of 128 rows; pad the activations"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Threads per block of a kernel that opens `gemm_tiles` (weft.cuh's `GemmTiles::THREADS`).
 pub const GEMM_TILES_THREADS: u32 = weft_device::GemmTiles::<weft_device::bf16>::THREADS;
 /// The dynamic shared memory it needs: four 48 KB stages, 1 KB to align them, eight 8-byte barriers
@@ -454,6 +571,32 @@ mod tests {
             let text = check_gemm_tiles_with("k", &bad, Wgmma).unwrap_err().to_string();
             assert!(text.contains("gemm_tiles_config") && text.contains("384"), "{text}");
         }
+    }
+
+    #[test]
+    fn shards_are_whole_tiles_on_at_most_eight_ranks() {
+        assert!(check_shards(1, 0, 128).is_ok());
+        assert!(check_shards(8, 7, 4096).is_ok());
+        for (peers, rank, rows, argument, says) in [
+            (9, 0, 128, "window", "at most 8"),
+            (0, 0, 128, "window", "0 ranks"),
+            (4, 4, 128, "window", "this one 4"),
+            (2, 0, 0, "shard_rows", "positive multiple of 128"),
+            (2, 1, 192, "shard_rows", "192 rows per rank"),
+        ] {
+            match check_shards(peers, rank, rows).unwrap_err() {
+                Error::InvalidArgument { argument: named, problem } => {
+                    assert_eq!(named, argument, "{problem}");
+                    assert!(problem.contains(says), "{problem}");
+                }
+                other => panic!("not an InvalidArgument: {other:?}"),
+            }
+        }
+        // The image's size is weft.cuh's `sizeof(TmaShards)`, which holds TMA_SHARDS_MAX_PEERS maps.
+        let cuh = weft_device::WEFT_CUH;
+        assert!(cuh.contains("sizeof(TmaShards<__nv_bfloat16>) == 1088"), "weft.cuh's layout of TmaShards changed");
+        assert!(cuh.contains(&format!("MAX_PEERS = {TMA_SHARDS_MAX_PEERS};")));
+        assert_eq!(TMA_SHARDS_BYTES, 1088);
     }
 
     #[test]

@@ -201,6 +201,37 @@ pub fn gemm_tiles_reduce_scatter<T: MmaElement>(
     bar.sync(consumers, Order::AcqRel);
 }
 
+/// [`allgather_gemm()`] on the persistent Hopper loop (TMA loads, `wgmma` in 128 × 256 tiles; docs/gemm.md,
+/// "All-gather + GEMM on the loop"): `out (m × n) = all_gather(x) (m × k) × w (k × n)`, f16 or bf16, accumulated in
+/// f32 and rounded once.
+///
+/// `x` describes every rank's shard of the activations in its window (`TmaShards::gemm_a`: one tensor map per LSA
+/// rank), so the loop's producer reads each tile's rows with TMA straight from the owner's window, and each rank's
+/// blocks start with its own rows. Nothing is gathered into a local copy. The first LSA barrier (the whole block,
+/// before the loop opens) makes every shard readable; the second (the two consumer warpgroups after the loop: the
+/// loading warpgroup has left the kernel) keeps each shard until no peer's block reads it. Each 128 × 256 tile is
+/// stored whole (`gemm_store`). `m/R` a multiple of 128, `n` of 256, `k` of 64; launch with
+/// `gemm_tiles_config_shared` (the same grid on every rank, all resident at once) on a GPU of compute capability
+/// 9.0 with `WEFT_GEMM_MAINLOOP=wgmma`.
+#[weft::kernel(types(f16, bf16), launch_bounds(384, 1))]
+pub fn allgather_gemm_tiles<T: MmaElement>(dev: &DevComm<Lsa>, x: TmaShards<T>, w: TmaMatrix<T>, out: &mut [T]) {
+    // Every rank's shard is in place before TMA reads it (the loop fences TMA's reads after this acquire).
+    let start = dev.lsa_barrier(Cta, block_idx_x());
+    start.sync(Cta, Order::Acquire);
+    start.end();
+    let n = w.cols();
+    let mut gemm = x.gemm_tiles(&w);
+    // From here on only the consumer warpgroups run: warps 4 to 11.
+    let consumers = WarpSpan::from_warps(4, 8, 1);
+    let done = dev.lsa_barrier(consumers, block_idx_x());
+    while gemm.next_tile() {
+        out.gemm_store(&gemm, gemm.row0(), gemm.col0(), n);
+    }
+    // Block b's copies have all landed (its consumers waited for every stage): once block b of every rank has, the
+    // peers may change their shards.
+    done.sync(consumers, Order::Release);
+}
+
 /// The communication half of the decoupled all-gather + GEMM (example 08's fourth variant, PyTorch's async-TP
 /// shape): copies every rank's shard of `x` into `gathered` (`R × shard` elements, rank order) over LSA, in chunks of
 /// `chunk` elements, one chunk per block at a time, and raises `ready[c] = epoch` once chunk `c` is complete — so a

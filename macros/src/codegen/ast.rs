@@ -47,8 +47,9 @@ pub(crate) enum ParamKind {
     Scalar { rust: Type },
     /// `LlA2aHandle`, pushed as its `#[repr(C)]` bytes.
     LlA2aHandle { rust: Type },
-    /// `TmaMatrix<T>`: a tensor map and the matrix's shape, by value (a `__grid_constant__` parameter).
-    TmaMatrix { elem: Type },
+    /// `TmaMatrix<T>` (`sharded: false`): a tensor map and the matrix's shape, by value (a `__grid_constant__`
+    /// parameter); `TmaShards<T>` (`sharded: true`): one map per LSA rank, the same way.
+    TmaMatrix { elem: Type, sharded: bool },
     /// Anything else a device fn may take (a barrier session by reference, `&mut u32`, a `Team`).
     Other,
 }
@@ -349,8 +350,8 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
         if kind == FnKind::Kernel && matches!(kind_of, ParamKind::Other) && cx.error_count() == before {
             cx.error_spanned_by(
                 &pt.ty,
-                "kernel parameters are `&DevComm<C>`, `&Window<T>`, `&[T]`, `&mut [T]`, `LlA2aHandle`, `TmaMatrix<T>` \
-                 or scalars",
+                "kernel parameters are `&DevComm<C>`, `&Window<T>`, `&[T]`, `&mut [T]`, `LlA2aHandle`, `TmaMatrix<T>`, \
+                 `TmaShards<T>` or scalars",
             );
             params.push(refused(ident, (*pt.ty).clone()));
             continue;
@@ -491,10 +492,10 @@ fn classify(ty: &Type, generics: &GenericNames, caps: &[CapParam], cx: &Ctxt) ->
             if name == "LlA2aHandle" {
                 return ParamKind::LlA2aHandle { rust: ty.clone() };
             }
-            if name == "TmaMatrix" {
+            if name == "TmaMatrix" || name == "TmaShards" {
                 if let syn::PathArguments::AngleBracketed(a) = &last.arguments {
                     if let Some(syn::GenericArgument::Type(elem)) = a.args.first() {
-                        return ParamKind::TmaMatrix { elem: elem.clone() };
+                        return ParamKind::TmaMatrix { elem: elem.clone(), sharded: name == "TmaShards" };
                     }
                 }
             }

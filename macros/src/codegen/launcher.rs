@@ -40,6 +40,9 @@ pub(crate) mod host {
     pub(super) fn tma_operand() -> TokenStream {
         quote!(::weft::host::launch::TmaOperand)
     }
+    pub(super) fn tma_shards() -> TokenStream {
+        quote!(::weft::host::launch::TmaShards)
+    }
     pub(super) fn kernel_slice() -> TokenStream {
         quote!(::weft::host::launch::KernelSlice)
     }
@@ -175,7 +178,7 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
         }
         // A `TmaMatrix<T>` parameter's map is encoded for `T` on the host.
         let through_tma = sig.params.iter().any(|p| match &p.kind {
-            ParamKind::TmaMatrix { elem } => super::types::last_ident(elem).is_some_and(|n| e.ident == n),
+            ParamKind::TmaMatrix { elem, .. } => super::types::last_ident(elem).is_some_and(|n| e.ident == n),
             _ => false,
         });
         if through_tma {
@@ -241,12 +244,16 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
                 pushes.push(quote!(__weft_args.push_ll_a2a_handle(#name, #ident);));
                 record_pushes.push(quote!(__weft_args.push_ll_a2a_handle(#name, #ident);));
             }
-            ParamKind::TmaMatrix { elem } => {
-                let operand = host::tma_operand();
+            ParamKind::TmaMatrix { elem, sharded } => {
+                let (operand, push) = if *sharded {
+                    (host::tma_shards(), quote!(push_tma_shards))
+                } else {
+                    (host::tma_operand(), quote!(push_tma))
+                };
                 params.push(quote!(#ident: &#operand<'_, #elem>));
                 record_params.push(quote!(#ident: &#graph #operand<'_, #elem>));
-                pushes.push(quote!(__weft_args.push_tma(#name, #ident)?;));
-                record_pushes.push(quote!(__weft_args.push_tma(#name, #ident)?;));
+                pushes.push(quote!(__weft_args.#push(#name, #ident)?;));
+                record_pushes.push(quote!(__weft_args.#push(#name, #ident)?;));
             }
             ParamKind::Other => {}
         }

@@ -375,8 +375,16 @@ impl TypeMapper<'_> {
                 let (cpp, t) = self.map(inner, Position::Local)?;
                 if mutable {
                     Some((format!("{cpp}&"), Ty::Ref(Box::new(t))))
-                } else if matches!(t, Ty::Scalar(_) | Ty::Param(_) | Ty::Tuple(_) | Ty::Vocab(Vocab::TmaMatrix, _)) {
-                    // A `TmaMatrix` is the kernel's `__grid_constant__` parameter: lent as the const it is.
+                } else if matches!(
+                    t,
+                    Ty::Scalar(_)
+                        | Ty::Param(_)
+                        | Ty::Tuple(_)
+                        | Ty::Vocab(Vocab::TmaMatrix, _)
+                        | Ty::Vocab(Vocab::TmaShards, _)
+                ) {
+                    // A `TmaMatrix` or `TmaShards` is the kernel's `__grid_constant__` parameter: lent as the const
+                    // it is.
                     Some((format!("{cpp} const&"), t))
                 } else {
                     // Vocabulary objects (barrier sessions, GIN sessions) mutate state in methods Rust declares on
@@ -388,7 +396,7 @@ impl TypeMapper<'_> {
                 self.cx.error_spanned_by(
                     ty,
                     "kernel parameters are `&DevComm<C>`, `&Window<T>`, `&[T]`, `&mut [T]`, `LlA2aHandle`, \
-                     `TmaMatrix<T>` or scalars: pass this by value or through a window",
+                     `TmaMatrix<T>`, `TmaShards<T>` or scalars: pass this by value or through a window",
                 );
                 None
             }
@@ -503,7 +511,8 @@ impl TypeMapper<'_> {
                     | Vocab::MultimemView
                     | Vocab::MmaA
                     | Vocab::MmaB
-                    | Vocab::TmaMatrix),
+                    | Vocab::TmaMatrix
+                    | Vocab::TmaShards),
                 ) => Ty::Vocab(v, elem),
                 Some(v) => Ty::Vocab(v, None),
                 None => {

@@ -26,6 +26,8 @@ pub(crate) enum Vocab {
     /// A matrix described for TMA (a kernel parameter, with its element type) and the persistent GEMM loop over
     /// two of them (gemm.rs).
     TmaMatrix,
+    /// A matrix sharded by rows over the LSA team, one tensor map per rank (a kernel parameter, gemm.rs).
+    TmaShards,
     GemmTiles,
     Thread,
     Warp,
@@ -60,7 +62,7 @@ pub(crate) const ACTIONS: &[(&str, usize)] = &[
 ];
 
 impl Vocab {
-    const NAMED: [Vocab; 25] = [
+    const NAMED: [Vocab; 26] = [
         Vocab::Team,
         Vocab::LsaBarrier,
         Vocab::GinBarrier,
@@ -77,6 +79,7 @@ impl Vocab {
         Vocab::MmaAcc,
         Vocab::GemmTile,
         Vocab::TmaMatrix,
+        Vocab::TmaShards,
         Vocab::GemmTiles,
         Vocab::Thread,
         Vocab::Warp,
@@ -115,6 +118,7 @@ impl Vocab {
             Vocab::MmaAcc => "MmaAcc",
             Vocab::GemmTile => "GemmTile",
             Vocab::TmaMatrix => "TmaMatrix",
+            Vocab::TmaShards => "TmaShards",
             Vocab::GemmTiles => "GemmTiles",
             Vocab::Thread => "Thread",
             Vocab::Warp => "Warp",
@@ -138,13 +142,15 @@ impl Vocab {
     /// copy in local memory is no map) and the `GemmTiles` loop state. A `let` may bind one made by a call (C++17
     /// guaranteed elision), and a device fn may borrow one; copying, moving or reassigning one is refused.
     pub(crate) fn is_pinned(self) -> bool {
-        self.is_session() || matches!(self, Vocab::TmaMatrix | Vocab::GemmTiles)
+        self.is_session() || matches!(self, Vocab::TmaMatrix | Vocab::TmaShards | Vocab::GemmTiles)
     }
 
     /// Why [`is_pinned`](Self::is_pinned) holds, for errors.
     pub(crate) fn why_pinned(self) -> &'static str {
         match self {
-            Vocab::TmaMatrix => "TMA reads its tensor map where the launch put it, and a copy would be in local memory",
+            Vocab::TmaMatrix | Vocab::TmaShards => {
+                "TMA reads its tensor map where the launch put it, and a copy would be in local memory"
+            }
             Vocab::GemmTiles => "the loop's state belongs to its block's pipeline",
             _ => "C++ can neither copy nor move one",
         }

@@ -199,3 +199,21 @@ pub fn tma_gemm_store(dev: &DevComm<Lsa>, a: TmaMatrix<bf16>, b: TmaMatrix<bf16>
         t += grid_dim_x() as usize;
     }
 }
+
+// A matrix sharded over the LSA team, one map per rank: its shape, lent to a device fn, and the same loop.
+#[weft::device_fn]
+pub fn shard_of(x: &TmaShards<bf16>) -> usize {
+    x.shard_rows()
+}
+
+#[weft::kernel(launch_bounds(384, 1))]
+pub fn tma_shards_gemm_tiles(dev: &DevComm<Lsa>, x: TmaShards<bf16>, w: TmaMatrix<bf16>, out: &mut [bf16]) {
+    let start = dev.lsa_barrier(Cta, block_idx_x());
+    start.sync(Cta, Order::Acquire);
+    start.end();
+    let n = w.cols() + (x.rows() + x.cols() + shard_of(&x)) * 0;
+    let mut gemm = x.gemm_tiles(&w);
+    while gemm.next_tile() {
+        out.gemm_store(&gemm, gemm.row0(), gemm.col0(), n);
+    }
+}

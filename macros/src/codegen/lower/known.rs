@@ -145,6 +145,7 @@ pub(crate) const VOCABULARY_METHODS: &[&str] = &[
     "rows",
     "send",
     "set_value",
+    "shard_rows",
     "signal",
     "signal_shadow",
     "size",

@@ -199,6 +199,8 @@ fn vocab_method(
 
         (Vocab::TmaMatrix, "rows" | "cols", 0) => of(Ty::Scalar(Usize), &[]),
         (Vocab::TmaMatrix, "gemm_tiles", 1) => of(vocab(Vocab::GemmTiles), &[]),
+        (Vocab::TmaShards, "rows" | "cols" | "shard_rows", 0) => of(Ty::Scalar(Usize), &[]),
+        (Vocab::TmaShards, "gemm_tiles", 1) => of(vocab(Vocab::GemmTiles), &[]),
         (Vocab::GemmTiles, "next_tile" | "is_empty", 0) => of(Ty::Scalar(Bool), &[]),
         (Vocab::GemmTiles, "row0" | "col0" | "len", 0) => of(Ty::Scalar(Usize), &[]),
         (Vocab::GemmTiles, "row" | "col", 1) => of(Ty::Scalar(Usize), &[(0, Usize)]),

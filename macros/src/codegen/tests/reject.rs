@@ -200,8 +200,8 @@ fn signature_errors() {
     let e = kernel_errors(quote!(), quote! { fn k(x: &u32) {} });
     assert_one_error(
         &e,
-        "kernel parameters are `&DevComm<C>`, `&Window<T>`, `&[T]`, `&mut [T]`, `LlA2aHandle`, `TmaMatrix<T>` or \
-         scalars",
+        "kernel parameters are `&DevComm<C>`, `&Window<T>`, `&[T]`, `&mut [T]`, `LlA2aHandle`, `TmaMatrix<T>`, \
+         `TmaShards<T>` or scalars",
     );
     // `gemm_tiles` hands registers between warpgroups: its kernels must be compiled for 384 threads, one block per SM.
     let e = kernel_errors(
@@ -239,6 +239,20 @@ fn signature_errors() {
     assert_one_error(&e, "`g` is a `GemmTiles`, which cannot be copied or moved");
     let e = device_fn_errors(quote!(), quote! { fn f(a: TmaMatrix<bf16>) -> usize { a.rows() } });
     assert_one_error(&e, "a `TmaMatrix` cannot be passed by value (TMA reads its tensor map");
+    // So do a `TmaShards`' maps.
+    let e = kernel_errors(
+        quote!(launch_bounds(384, 1)),
+        quote! {
+            fn k(x: TmaShards<bf16>, b: TmaMatrix<bf16>, out: &mut [f32]) {
+                let moved = x;
+                let mut g = moved.gemm_tiles(&b);
+                while g.next_tile() { out[g.row0()] = g.value(0); }
+            }
+        },
+    );
+    assert_one_error(&e, "`x` is a `TmaShards`, which cannot be copied or moved (TMA reads its tensor map");
+    let e = device_fn_errors(quote!(), quote! { fn f(x: TmaShards<bf16>) -> usize { x.shard_rows() } });
+    assert_one_error(&e, "a `TmaShards` cannot be passed by value (TMA reads its tensor map");
     let e = kernel_errors(quote!(), quote! { fn k((a, b): (u32, u32)) {} });
     assert_one_error(&e, "parameters must be plain names");
     let e = kernel_errors(quote!(), quote! { fn k<const N: usize>(x: &[u32]) {} });
