@@ -112,7 +112,10 @@ read_transcribed(os.path.join(HERE, "..", "device", "cuda", "weft.cuh"), [
     "const uint32_t s = it % STAGES, stage = stages_ + s * STAGE_BYTES;",
     "detail::mbar_wait(empty_ + 8 * s, ((it / STAGES) & 1) ^ 1);",
     "detail::mbar_arrive_expect(full_ + 8 * s, STAGE_BYTES);",
-    "detail::tma_load_2d(stage, &a_->map, full_ + 8 * s, int32_t(kt * BK), int32_t(row0));",
+    "const size_t owner = row0 / shard_rows_;",
+    "const TmaMap* a_map = a_maps_ + owner;",
+    "const int32_t a_row = int32_t(row0 - owner * shard_rows_);",
+    "detail::tma_load_2d(stage, a_map, full_ + 8 * s, int32_t(kt * BK), a_row);",
     "for (uint32_t j = 0; j < BN / 64; ++j) {",
     "detail::tma_load_2d(stage + A_BYTES + j * B_BOX_BYTES, &b_->map, full_ + 8 * s, int32_t(col0 + 64 * j),",
     "const uint32_t s = it_ % STAGES, stage = stages_ + s * STAGE_BYTES;",
@@ -129,8 +132,11 @@ read_transcribed(os.path.join(HERE, "..", "device", "cuda", "weft.cuh"), [
     "for (size_t t = blockIdx.x; t < tiles_; t += gridDim.x) {",
     "t_ += gridDim.x;",
     "const size_t rows = tiles_m_ - first < group ? tiles_m_ - first : group, within = t % (group * tiles_n_);",
-    "row0 = (first + within % rows) * BM;",
+    "size_t band = first + within % rows + first_band_;",
+    "if (band >= tiles_m_) band -= tiles_m_;",
+    "row0 = band * BM;",
     "col0 = (within / rows) * BN;",
+    "first_band_ = size_t(a.rank) * (a.shard_rows() / BM);",
     "row_base_ = (warpgroup_ > 0 ? warpgroup_ - 1 : 0) * 64 + ((threadIdx.x / 32) % 4) * 16 + (threadIdx.x % 32) / 4;",
     "col_base_ = (threadIdx.x % 4) * 2;",
     "WEFT_FN size_t row(size_t i) const { return row_base_ + ((i % 4) >= 2 ? 8u : 0u); }",
@@ -539,6 +545,50 @@ for cluster in (1, 2):
                 bad_walks.append((cluster, m, n, grid))
 check(not bad_walks, "the persistent walk misses or repeats tiles: %s" % bad_walks[:3])
 print("persistent walk (one CTA and clusters of 2, 5 shapes, grids of 1 to 132 blocks): every tile exactly once")
+
+
+# weft's loop over a TmaShards (an all-gather + GEMM): the bands rotated to start at this rank's shard
+# (first_band_), and each tile's A box read through its owner's map at the row within that shard.
+def shard_walk(m, n, grid, ranks, rank):
+    tiles_m, tiles_n = m // BM, n // BN
+    shard_rows = m // ranks
+    first_band = rank * (shard_rows // BM)
+    out = []
+    for block in range(grid):
+        for t in range(block, tiles_m * tiles_n, grid):
+            row0, col0 = tile_origin(t, tiles_m, tiles_n, BM)
+            band = row0 // BM + first_band
+            if band >= tiles_m:
+                band -= tiles_m
+            row0 = band * BM
+            owner = row0 // shard_rows
+            a_row = row0 - owner * shard_rows
+            # The box's 128 rows lie inside the owner's shard (its map's extent): no zero fill, no other rank's rows.
+            check(0 <= owner < ranks and 0 <= a_row and a_row + BM <= shard_rows,
+                  "m %d, %d ranks, rank %d: tile at row %d reads rows %d.. of rank %d's %d"
+                  % (m, ranks, rank, row0, a_row, owner, shard_rows))
+            out.append((row0, col0, block))
+    return out
+
+
+bad_shard_walks = []
+for ranks in (1, 2, 4, 8):
+    for m, n in [(1024, 256), (4096, 1024), (8192, 2048), (2048 * ranks, 512)]:
+        if (m // ranks) % BM:
+            continue
+        want = sorted((r, c) for r in range(0, m, BM) for c in range(0, n, BN))
+        for grid in (1, 3, 12, 29, 62, 132):
+            for rank in range(ranks):
+                got = shard_walk(m, n, grid, ranks, rank)
+                if sorted((r, c) for r, c, _ in got) != want:
+                    bad_shard_walks.append((ranks, rank, m, n, grid))
+                # Block 0's first tile is in this rank's own shard: the ranks start on different peers.
+                first = [r for r, _, b in got if b == 0][0]
+                if first // (m // ranks) != rank:
+                    bad_shard_walks.append(("first tile", ranks, rank, m, n, grid))
+check(not bad_shard_walks, "the sharded walk misses, repeats or starts elsewhere: %s" % bad_shard_walks[:3])
+print("sharded walk (1 to 8 ranks, 4 shapes, grids of 1 to 132): every tile once, each box inside its owner's shard, "
+      "each rank's first tile its own")
 
 if failures:
     print("FAILED: %d mismatches" % len(failures))
