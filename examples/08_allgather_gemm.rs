@@ -23,7 +23,8 @@
 //!   `WEFT_GEMM_MAINLOOP=wgmma`, where `n` is a multiple of 256 and `k` of 64, and with NCCL 2.29+ when there are
 //!   several ranks): TMA loads and `wgmma` in 128 × 256 tiles, the loop's producer reading each tile's rows of `x`
 //!   with TMA straight from the owner's window through one tensor map per rank (`TmaShards`), each rank starting
-//!   with its own rows, each tile stored whole (`gemm_store`). Not yet in the selector: it has not run on a GPU.
+//!   with its own rows, each tile stored whole (`gemm_store`). Not yet in the selector's defaults (it has not run on a GPU):
+//!   `WEFT_AG_GEMM_PATHS=fused_tma` picks it.
 //!
 //! Checks: at the small shapes every rank's fused result against an f64 host reference; at every shape the fused
 //! result against the unfused one (outputs poisoned with NaN first). Sizes need `m / R` and `n` multiples of 128
@@ -279,6 +280,8 @@ fn run() -> Result<()> {
                 AllGatherGemm::Fused => 0,
                 AllGatherGemm::Decoupled if blas.is_some() => 3,
                 AllGatherGemm::Decoupled => 0,
+                AllGatherGemm::FusedTma if hopper_ag.is_some() => 4,
+                AllGatherGemm::FusedTma => 0,
                 AllGatherGemm::Nccl if blas.is_some() => 2,
                 AllGatherGemm::Nccl => 1,
             };

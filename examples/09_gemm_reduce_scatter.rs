@@ -19,7 +19,8 @@
 //! - fused on the Hopper loop (`kernels/gemm_tp.rs`, `gemm_tiles_reduce_scatter`; on compute capability 9.0 with
 //!   `WEFT_GEMM_MAINLOOP=wgmma`, and where `n` is a multiple of 256 and `k` of 64): TMA loads and `wgmma` in
 //!   128 × 256 tiles, each partial tile stored whole into its owner's bf16 scratch window (`gemm_store`), the owner's
-//!   sum 16 bytes at a time. Not yet in the selector: it has not run on a GPU.
+//!   sum 16 bytes at a time. Not yet in the selector's defaults (it has not run on a GPU):
+//!   `WEFT_GEMM_RS_PATHS=fused_tma` picks it.
 //!
 //! Checks: at the small shapes every rank's fused result against an f64 host reference; at every shape against the
 //! unfused one (outputs poisoned with NaN first; the unfused path rounds the partial products to bf16 before
@@ -221,6 +222,8 @@ fn run() -> Result<()> {
             ];
             let picked = match paths.pick(m * n * k, nranks) {
                 GemmReduceScatter::Fused => 0,
+                GemmReduceScatter::FusedTma if tma => 3,
+                GemmReduceScatter::FusedTma => 0,
                 GemmReduceScatter::Nccl if blas.is_some() => 2,
                 GemmReduceScatter::Nccl => 1,
             };
