@@ -79,7 +79,7 @@ export NCCL_DEBUG=WARN WEFT_CACHE_DIR=/tmp/weft-cache WEFT_STACKS=1
 export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
 [ "${WEFT_GPU_CHECK_QUICK:-0}" = 1 ] && export WEFT_BENCH_QUICK=1
 # The multi-rank tests and the fault tests; everything else is one rank (or several on several GPUs).
-multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_graphs "every_rank" test-gpu_lamport "every_rank" test-gpu_multimem "" test-gpu_faults "")
+multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_graphs "every_rank" test-gpu_lamport "every_rank" test-gpu_multimem "" test-gpu_faults "" test-gpu_mma "every_rank")
 
 run() { # name, timeout (s), command...
   local name=$1 limit=${WEFT_GPU_CHECK_TIMEOUT:-$2}; shift 2
@@ -267,6 +267,9 @@ fresh() { # release: see the header
       for e in gemm_reduce_scatter allgather_gemm; do
         WEFT_GEMM_MAINLOOP=wgmma WEFT_RANKS=$n run "2.30.7 x$n example-$e wgmma" 120 ".gpu/bin/example-$e"
       done
+      # The TMA all-gather + GEMM's own test: shards of one and three bands, small grids, two calls in a row.
+      WEFT_GEMM_MAINLOOP=wgmma WEFT_RANKS=$n run "2.30.7 x$n test-gpu_mma every_rank wgmma" 120 .gpu/bin/test-gpu_mma \
+        --include-ignored --test-threads=1 --nocapture every_rank
     done
     # Which streams share a hardware queue (tests/gpu_waits.rs): the control with one queue (every pair must share),
     # then CUDA's default and weft's 32.

@@ -4,6 +4,8 @@
 //! `gemm_block`) against an f64 host reference in f16 and bf16, a tile that reaches past its buffer stopping the
 //! kernel instead of reading beyond it, and `gemm_block` refusing a block of the wrong size; and the persistent TMA
 //! loop (`gemm_tma`, `a.gemm_tiles(&b)`) against the same reference where the GPU and `WEFT_GEMM_MAINLOOP` allow it.
+//! One test runs on every rank of the placement (`WEFT_RANKS`): the all-gather + GEMM on that loop, reading the
+//! peers' windows through TMA (`..._on_every_rank`, which `scripts/gpu-check.sh` runs at 2, 4 and 8 ranks).
 
 use weft_kit::test_kernels::{gemm_tiles, gemm_tma, gemm_tma_store, mma_gemm, mma_gemm_shared};
 
@@ -429,4 +431,120 @@ fn a_block_of_the_wrong_size_stops_the_gemm() {
             && text.contains("gemm_block: launch it with blocks of exactly 256"),
         "the error does not carry the trap report:\n{text}"
     );
+}
+
+/// The all-gather + GEMM on the TMA loop (kit's `allgather_gemm_tiles`: `x.gemm_tiles(&w)` over a `TmaShards`, one
+/// tensor map per rank's window) on every rank of the placement (`WEFT_RANKS`, else one per GPU): each rank's
+/// `all_gather(x) × w` against the f64 reference of every rank's rows times its own weights, at a shard of one
+/// 128-row band and of three, a grid smaller than the tiles, and `k` past the four stages, each shape launched twice
+/// (the second call's barriers follow the first's, and the first's writes to the same output are overwritten). Shards
+/// that are not whole bands, and a matrix past the window's end, are refused on the host. Skips, saying why, without
+/// compute capability 9.0 and `WEFT_GEMM_MAINLOOP=wgmma`, or with several ranks on NCCL older than 2.29 (the host
+/// cannot learn the peers' addresses there).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_tma_all_gather_gemm_matches_the_host_reference_on_every_rank() {
+    use weft::host::caps::Lsa;
+    use weft::host::launch::{gemm_tiles_config_shared, TmaOperand, TmaShards};
+    use weft::host::{DevComm, Placement, WindowFlags};
+    use weft_kit::kernels::gemm_tp::allgather_gemm_tiles as ag;
+    type T = half::bf16;
+
+    let placement = Placement::from_env().expect("WEFT_RANKS");
+    println!("{}", placement.describe());
+    let nranks = placement.nranks();
+    // (rows per rank, n, k, most blocks).
+    const SHAPES: [(usize, usize, usize, u32); 3] = [(128, 256, 64, 132), (384, 256, 320, 3), (256, 768, 128, 132)];
+    let x_seed = |rank: usize, shape: usize| 700 + 16 * shape as u64 + rank as u64;
+    let outcome = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
+        let me = comm.rank();
+        let s = comm.context().new_stream()?;
+        if comm.context().compute_capability()? != (9, 0)
+            || weft::host::jit::gemm_mainloop()? != weft::host::jit::GemmMainloop::Wgmma
+        {
+            return Ok(None);
+        }
+        // Loaded before the first collective setup call (docs/multi-rank.md, "Load before launch").
+        ag::function::<T>(comm.context())?;
+        let most = gemm_tiles_config_shared(comm, &s, nranks * 384, 768)?;
+        let dev: DevComm<'_, Lsa> = comm.dev_comm(&ag::requirements(&most))?;
+        let mut results = Vec::new();
+        for (index, &(shard, n, k, blocks)) in SHAPES.iter().enumerate() {
+            let m = shard * nranks;
+            let mut x = comm.alloc_window::<T>(&s, shard * k, WindowFlags::COLL_SYMMETRIC)?;
+            x.buffer_mut().copy_from_host(&weft_kit::common::random_as::<T>(shard * k, x_seed(me, index)))?;
+            let w = DeviceBuffer::from_host(&s, &weft_kit::common::random_as::<T>(k * n, 800 + me as u64))?;
+            let tx = match TmaShards::gemm_a(&x, shard, k, k) {
+                Ok(tx) => tx,
+                Err(Error::Unsupported { .. }) if nranks > 1 => return Ok(None),
+                Err(other) => return Err(other),
+            };
+            if index == 0 {
+                // Not whole bands, and more rows than the window holds: refused before anything is encoded.
+                let refused = [TmaShards::gemm_a(&x, 64, k / 2, k / 2), TmaShards::gemm_a(&x, 256, k, k)];
+                for refusal in refused {
+                    match refusal {
+                        Err(Error::InvalidArgument { argument, .. })
+                            if argument == "shard_rows" || argument == "buffer" => {}
+                        // An error, not a panic: the peers then stop instead of waiting for this rank.
+                        other => {
+                            return Err(Error::InvalidArgument {
+                                argument: "shards",
+                                problem: format!("rank {me}: a bad TmaShards was not refused: {other:?}"),
+                            })
+                        }
+                    }
+                }
+            }
+            let tw = TmaOperand::gemm_b(&w, k, n, n)?;
+            let cfg = gemm_tiles_config_shared(comm, &s, m, n)?;
+            let cfg = LaunchConfig { grid_dim: (cfg.grid_dim.0.min(blocks), 1, 1), ..cfg };
+            let mut out = DeviceBuffer::from_host(&s, &vec![T::NAN; m * n])?;
+            ag::launch(&s, cfg, &dev, &tx, &tw, &mut out)?;
+            ag::launch(&s, cfg, &dev, &tx, &tw, &mut out)?;
+            let got = weft::host::cuda::download(&s, &out)?;
+            results.push((index, cfg.grid_dim.0, got));
+            weft::host::cuda::settle(&s)?;
+            drop(tx);
+            drop(x);
+        }
+        weft::host::cuda::settle(&s)?;
+        drop(dev);
+        Ok(Some((me, results)))
+    })
+    .unwrap();
+    for rank in outcome {
+        let Some((me, results)) = rank else {
+            println!(
+                "skipped: allgather_gemm_tiles needs compute capability 9.0, WEFT_GEMM_MAINLOOP=wgmma, and NCCL 2.29+ \
+                 with several ranks"
+            );
+            return;
+        };
+        for (index, blocks, got) in results {
+            let (shard, n, k, _) = SHAPES[index];
+            let m = shard * nranks;
+            let x: Vec<f64> = (0..nranks)
+                .flat_map(|r| weft_kit::common::random_as::<T>(shard * k, x_seed(r, index)))
+                .map(|v| f64::from(v.to_f32()))
+                .collect();
+            let w: Vec<f64> = weft_kit::common::random_as::<T>(k * n, 800 + me as u64)
+                .into_iter()
+                .map(|v| f64::from(v.to_f32()))
+                .collect();
+            // Row by row (i, p, j): the naive order of `reference` strides through w and is too slow at 8 ranks.
+            let mut want = vec![0.0f64; m * n];
+            for (i, row) in want.chunks_mut(n).enumerate() {
+                for p in 0..k {
+                    let a = x[i * k + p];
+                    for (o, b) in row.iter_mut().zip(&w[p * n..(p + 1) * n]) {
+                        *o += a * b;
+                    }
+                }
+            }
+            let error = frobenius_error(got.iter().map(|v| f64::from(v.to_f32())), &want, (m, n, k));
+            println!("rank {me} of {nranks}: allgather_gemm_tiles {m}x{n}x{k} on {blocks} blocks: relative error {error:.2e}");
+            assert!(error < 1e-2, "rank {me}: allgather_gemm_tiles {m}x{n}x{k}: {error}");
+        }
+    }
 }
