@@ -39,7 +39,7 @@
 #             tensor-core tests with the wgmma mainloop (weft's TMA loop, gemm_store, a gemm_store past its buffer),
 #             examples 09 and 08 at 1 rank (their variants on the TMA loop), the GEMM benchmark
 #             (both TMA kernels against cuBLAS); on 2.30.7 examples 09 and 08 with the wgmma mainloop at 2, 4 and 8
-#             ranks, the stream-to-queue probe with 1, 8 and 32 queues, then the benchmark's zero_adam case at 4
+#             ranks, the stream-to-queue probes with 1, 8 and 32 queues, then the benchmark's zero_adam case at 4
 #             ranks in full mode three times with WEFT_STACKS (it stopped once on 2026-12-05 with 32 queues); fresh28
 #             and fresh30: only the runs of that release
 #   queues    (not in the default) NCCL 2.30.7: the two runs that still stopped on 2026-12-05 (the graph timing test
@@ -271,11 +271,12 @@ fresh() { # release: see the header
       WEFT_GEMM_MAINLOOP=wgmma WEFT_RANKS=$n run "2.30.7 x$n test-gpu_mma every_rank wgmma" 120 .gpu/bin/test-gpu_mma \
         --include-ignored --test-threads=1 --nocapture every_rank
     done
-    # Which streams share a hardware queue (tests/gpu_waits.rs): the control with one queue (every pair must share),
-    # then CUDA's default and weft's 32.
+    # Which streams share a hardware queue (tests/gpu_waits.rs), and whether destroyed streams and NCCL's own
+    # streams (init, a window and a device communicator, first collectives) move the turn on: the control with one
+    # queue (every pair must share), then CUDA's default and weft's 32.
     for c in 1 8 32; do
       CUDA_DEVICE_MAX_CONNECTIONS=$c run "2.30.7 test-gpu_waits queues connections=$c" 120 .gpu/bin/test-gpu_waits \
-        --include-ignored --test-threads=1 --nocapture --exact which_streams_share_a_hardware_queue
+        --include-ignored --test-threads=1 --nocapture hardware_queue
     done
     # The one stall left (docs/multi-rank.md, "Hardware queues"): zero_adam at 4 ranks, full mode (about 70 s when it
     # passes; WEFT_GPU_CHECK_QUICK=1 makes it quick mode), with every thread's stack dumped if it stops (WEFT_STACKS).

@@ -325,33 +325,17 @@ const QUEUE_STREAMS: usize = 33;
 #[ignore = "needs a CUDA GPU"]
 fn which_streams_share_a_hardware_queue() {
     let ctx = CudaContext::new(0).unwrap();
-    let connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").unwrap_or_else(|_| "unset (8)".into());
+    let connections = connections();
     let spinner = Spinner::new(&ctx);
     let raise = jit::function(&ctx, &RAISE).unwrap();
     let first = ctx.new_stream().unwrap();
     let others: Vec<Arc<CudaStream>> = (0..QUEUE_STREAMS).map(|_| ctx.new_stream().unwrap()).collect();
-    let shares = |other: &CudaStream| -> bool {
-        spinner.set(0);
-        spinner.launch(&spinner.function, &first, 1);
-        // Waits for the first in stream order: it holds the queue's head until the word is set.
-        spinner.launch(&spinner.function, &first, 1);
-        spinner.launch(&raise, other, 1);
-        let started = Instant::now();
-        let mut stuck = true;
-        while started.elapsed() < QUEUE_GRACE {
-            if spinner.get() != 0 {
-                stuck = false;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        // Releases both spinners (and `other`'s kernel, which then sets the word again).
-        spinner.set(1);
-        first.synchronize().unwrap();
-        other.synchronize().unwrap();
-        stuck
-    };
-    let shared: Vec<usize> = others.iter().enumerate().filter(|(_, other)| shares(other)).map(|(i, _)| i + 1).collect();
+    let shared: Vec<usize> = others
+        .iter()
+        .enumerate()
+        .filter(|(_, other)| shares_a_queue(&spinner, &raise, &first, other))
+        .map(|(i, _)| i + 1)
+        .collect();
     println!(
         "CUDA_DEVICE_MAX_CONNECTIONS={connections}: of the {QUEUE_STREAMS} streams created after a stream, these share \
          its hardware queue (1 = the next one created): {shared:?}"
@@ -359,5 +343,111 @@ fn which_streams_share_a_hardware_queue() {
     if connections == "1" {
         // The control: one queue for everything, so the probe must see every pair share it.
         assert_eq!(shared.len(), QUEUE_STREAMS, "the probe missed sharing in the one queue: it cannot see sharing");
+    }
+}
+
+fn connections() -> String {
+    std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").unwrap_or_else(|_| "unset (8)".into())
+}
+
+/// Whether a kernel on `other` gets stuck behind `first`'s waiting kernel: see [`which_streams_share_a_hardware_queue`].
+fn shares_a_queue(
+    spinner: &Spinner,
+    raise: &cudarc::driver::CudaFunction,
+    first: &CudaStream,
+    other: &CudaStream,
+) -> bool {
+    spinner.set(0);
+    spinner.launch(&spinner.function, first, 1);
+    // Waits for the first in stream order: it holds the queue's head until the word is set.
+    spinner.launch(&spinner.function, first, 1);
+    spinner.launch(raise, other, 1);
+    let started = Instant::now();
+    let mut stuck = true;
+    while started.elapsed() < QUEUE_GRACE {
+        if spinner.get() != 0 {
+            stuck = false;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Releases both spinners (and `other`'s kernel, which then sets the word again).
+    spinner.set(1);
+    first.synchronize().unwrap();
+    other.synchronize().unwrap();
+    stuck
+}
+
+/// What moves the next stream's hardware queue along, if streams take the queues in turn: for a stream `first`,
+/// then `between` (which may create streams of its own, or drop them), then [`QUEUE_STREAMS`] new streams, the
+/// first of those that shares `first`'s queue (1 = the first created after `between`), or `None`; and what
+/// `between` returned, kept alive until the streams are measured.
+fn first_sharing_after<R>(
+    ctx: &Arc<CudaContext>,
+    spinner: &Spinner,
+    raise: &cudarc::driver::CudaFunction,
+    between: impl FnOnce() -> R,
+) -> (Option<usize>, R) {
+    let first = ctx.new_stream().unwrap();
+    let kept = between();
+    let later: Vec<Arc<CudaStream>> = (0..QUEUE_STREAMS).map(|_| ctx.new_stream().unwrap()).collect();
+    let found = later.iter().position(|other| shares_a_queue(spinner, raise, &first, other)).map(|i| i + 1);
+    (found, kept)
+}
+
+/// Whether streams created and then destroyed, and the streams NCCL creates for a communicator, move the turn of
+/// the hardware queues on (docs/multi-rank.md, "Hardware queues": the stall left at 4 ranks came after many
+/// communicator resources had been made and freed). If CUDA hands the queues out in turn, with `P` the first later
+/// stream that shares a stream's queue when nothing happens between, a step that makes `P − j` streams moves that to
+/// `j`: so each line prints how many streams the step seems to have created. One rank, NCCL's communicator on this
+/// context: its init, a window and a device communicator, then its first collectives. Printed as facts; the control
+/// is that with `CUDA_DEVICE_MAX_CONNECTIONS=1` every step finds sharing at 1.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn what_moves_a_new_stream_to_another_hardware_queue() {
+    let ctx = CudaContext::new(0).unwrap();
+    let connections = connections();
+    let spinner = Spinner::new(&ctx);
+    let raise = jit::function(&ctx, &RAISE).unwrap();
+    let (period, ()) = first_sharing_after(&ctx, &spinner, &raise, || ());
+    let mut found = vec![("nothing", period)];
+    let (dropped, ()) = first_sharing_after(&ctx, &spinner, &raise, || {
+        for _ in 0..7 {
+            drop(ctx.new_stream().unwrap());
+        }
+    });
+    found.push(("7 streams created and destroyed", dropped));
+    let (init, comm) = first_sharing_after(&ctx, &spinner, &raise, || {
+        Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap()
+    });
+    found.push(("ncclCommInitRank", init));
+    let s = comm.context().new_stream().unwrap();
+    let (resources, (window, dev)) = first_sharing_after(&ctx, &spinner, &raise, || {
+        let window = comm.alloc_window::<f32>(&s, 1 << 20, WindowFlags::COLL_SYMMETRIC).unwrap();
+        let dev: DevComm<'_, Lsa> = comm.dev_comm(&weft::host::Requirements::new().lsa_barriers(8)).unwrap();
+        (window, dev)
+    });
+    found.push(("a window and a device communicator", resources));
+    let (collectives, ()) = first_sharing_after(&ctx, &spinner, &raise, || {
+        let (a, mut b) =
+            (DeviceBuffer::<f32>::new(&s, 1 << 16).unwrap(), DeviceBuffer::<f32>::new(&s, 1 << 16).unwrap());
+        comm.all_reduce(&a, &mut b, weft::host::ReduceOp::Sum, &s).unwrap();
+        comm.reduce_scatter(&a, &mut b, weft::host::ReduceOp::Sum, &s).unwrap();
+        comm.all_gather(&a, &mut b, &s).unwrap();
+        s.synchronize().unwrap();
+    });
+    found.push(("the first all-reduce, reduce-scatter and all-gather", collectives));
+    println!("CUDA_DEVICE_MAX_CONNECTIONS={connections}: the first of {QUEUE_STREAMS} later streams sharing a stream's queue");
+    for (step, at) in &found {
+        let moved = match (period, at) {
+            (Some(p), Some(j)) => format!("; the step moved the turn on by {} streams", p as i64 - *j as i64),
+            _ => String::new(),
+        };
+        println!("  after {step}: {at:?}{moved}");
+    }
+    drop((dev, window));
+    comm.finalize().unwrap().destroy().unwrap();
+    if connections == "1" {
+        assert!(found.iter().all(|(_, at)| *at == Some(1)), "the probe missed sharing in the one queue: {found:?}");
     }
 }
