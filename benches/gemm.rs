@@ -173,13 +173,21 @@ fn main() -> Result<()> {
         "gemm_wide.csv",
         "the 128 x 256-tile experiment",
     )?;
-    // Last of all GPU work: a trap in these kernels (their bounded barrier waits) loses the CUDA context.
-    report(weft_tma(&ctx, &stream, &blas, timing, &rows, false), out, "gemm_weft_tma.csv", "weft's TMA loop")?;
+    // Last of all GPU work: a trap in these kernels (their bounded barrier waits) loses the CUDA context. The loop is
+    // TMA + wgmma in the wgmma build on Hopper, cp.async + mma.sync elsewhere (its own files).
+    let wgmma = ctx.compute_capability()? == (9, 0)
+        && weft::host::jit::gemm_mainloop()? == weft::host::jit::GemmMainloop::Wgmma;
+    let (plain, stored) = if wgmma {
+        ("gemm_weft_tma.csv", "gemm_weft_tma_store.csv")
+    } else {
+        ("gemm_weft_tiles_mma_sync.csv", "gemm_weft_tiles_mma_sync_store.csv")
+    };
+    report(weft_tma(&ctx, &stream, &blas, timing, &rows, false, wgmma), out, plain, "weft's gemm_tiles loop")?;
     report(
-        weft_tma(&ctx, &stream, &blas, timing, &rows, true),
+        weft_tma(&ctx, &stream, &blas, timing, &rows, true, wgmma),
         out,
-        "gemm_weft_tma_store.csv",
-        "weft's TMA loop with gemm_store",
+        stored,
+        "weft's gemm_tiles loop with gemm_store",
     )?;
     for (cluster, file) in [(1, "gemm_tma.csv"), (2, "gemm_tma_cluster.csv")] {
         let what = if cluster == 1 { "the TMA experiment" } else { "the TMA experiment with clusters of 2" };
@@ -299,9 +307,10 @@ fn wide_experiment(
     experiment.run(ctx, stream, blas, timing, rows, &|a, b, c, shape| wide.launch(stream, a, b, c, shape)).map(Some)
 }
 
-/// weft's own TMA loop (`a.gemm_tiles(&b)`: the TMA experiment's design behind weft's API, the epilogue written in
-/// the kernel) against cuBLAS at every shape, where the GPU has `wgmma` and the process compiles for it
-/// (`WEFT_GEMM_MAINLOOP=wgmma`): prints its table and returns its CSV (`None` where it cannot run). `paired`: kit's
+/// weft's own persistent loop (`a.gemm_tiles(&b)`: the TMA experiment's design behind weft's API, the epilogue
+/// written in the kernel) against cuBLAS at every shape: TMA + `wgmma` where the GPU has it and the process compiles
+/// for it (`wgmma`: `WEFT_GEMM_MAINLOOP=wgmma` on compute capability 9.0), else the same pipeline with `cp.async` and
+/// `mma.sync`. Prints its table and returns its CSV (`None` where the GPU runs neither). `paired`: kit's
 /// `gemm_tma_store` (the tile scaled by 1.0 in place, then written by `out.gemm_store(&gemm, gemm.row0(),
 /// gemm.col0(), n)`, two values per store), else kit's `gemm_tma` (a loop storing one value at a time).
 fn weft_tma(
@@ -311,25 +320,36 @@ fn weft_tma(
     timing: Timing,
     rows: &[Row],
     paired: bool,
+    wgmma: bool,
 ) -> Result<Option<String>> {
-    use weft::host::jit::{gemm_mainloop, GemmMainloop};
     use weft::host::launch::{gemm_tiles_config, TmaOperand};
-    if ctx.compute_capability()? != (9, 0) || gemm_mainloop()? != GemmMainloop::Wgmma {
+    if let Err(why) = gemm_tiles_config(stream, 128, 256) {
+        println!("\nweft's gemm_tiles loop does not run here: {why}");
         return Ok(None);
     }
-    let (label, intro) = if paired {
-        (
+    let (label, intro) = match (paired, wgmma) {
+        (true, true) => (
             "weft_tma_store",
             "weft's TMA loop with `out.gemm_store(..)` (kit's `gemm_tma_store`: the tile scaled in place by \
              `set_value`, then two values per 4-byte store, one bounds check per tile), against cuBLAS again",
-        )
-    } else {
-        (
+        ),
+        (false, true) => (
             "weft_tma",
             "weft's TMA loop (kit's `gemm_tma`: `a.gemm_tiles(&b)` with the epilogue in the kernel, one value per \
              store; a TMA producer warpgroup, two m64n256k16 consumer warpgroups, 4 stages of 64-wide k, persistent \
              blocks), against cuBLAS again",
-        )
+        ),
+        (true, false) => (
+            "weft_tiles_mma_sync_store",
+            "weft's gemm_tiles loop on mma.sync with `out.gemm_store(..)` (kit's `gemm_tma_store`), against cuBLAS \
+             again",
+        ),
+        (false, false) => (
+            "weft_tiles_mma_sync",
+            "weft's gemm_tiles loop on mma.sync (kit's `gemm_tma` without WEFT_GEMM_MAINLOOP=wgmma: a cp.async \
+             producer warpgroup into the same 4 swizzled stages, two consumer warpgroups of 64 x 64 mma.sync warp \
+             squares fed by ldmatrix, persistent blocks), against cuBLAS again",
+        ),
     };
     let experiment = Experiment { label, intro };
     experiment
@@ -355,7 +375,7 @@ fn report(result: Result<Option<String>>, out: Option<&std::path::Path>, file: &
                 std::fs::write(dir.join(file), csv)?;
             }
         }
-        Ok(None) => println!("\n({what} needs compute capability 9.0: not run)"),
+        Ok(None) => println!("\n({what} cannot run on this GPU: not run)"),
         Err(error) => println!("\n{what} failed: {error}"),
     }
     Ok(())

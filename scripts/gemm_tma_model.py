@@ -22,7 +22,12 @@ own pieces:
    producers multicast half of B each into both, whose consumers release each stage on both CTAs' barriers; and
    its wrong variants (releasing only one's own stages, no multicast, a count of one CTA, no wait) are caught;
 6. the persistent walk: every 128 x 256 tile of the output is computed exactly once, with and without clusters,
-   for several shapes and grid sizes.
+   for several shapes and grid sizes, and weft's walk over a matrix sharded over ranks reads each tile's rows from
+   one owner;
+7. weft's mma.sync loop (the same GemmTiles without wgmma): its producer's cp.async copies write the stage layout
+   TMA writes, its ldmatrix addresses (an XOR form) are the swizzle's, its fragments (ldmatrix .x4 and .x4.trans
+   into mma.sync m16n8k16) give a 128 x 256 tile equal to A x B, value by value where row(i) and col(i) say; and
+   gemm_store's pairs follow both loops' layouts.
 
 Exit status 1 on any mismatch, or when a line of gemm_tma.cu this model transcribes has changed (model_guard).
 """
@@ -107,7 +112,7 @@ read_transcribed(os.path.join(HERE, "..", "device", "cuda", "weft.cuh"), [
     "stages_ = raw + ((1024 - (raw & 1023)) & 1023);",
     "full_ = stages_ + STAGES * STAGE_BYTES;",
     "empty_ = full_ + STAGES * 8;",
-    "detail::mbar_init(full_ + 8 * s, 1);",
+    "detail::mbar_init(full_ + 8 * s, WEFT_GEMM_TILES_LOOP == 2 ? 1 : 128);",
     "detail::mbar_init(empty_ + 8 * s, 2 * 4);",
     "const uint32_t s = it % STAGES, stage = stages_ + s * STAGE_BYTES;",
     "detail::mbar_wait(empty_ + 8 * s, ((it / STAGES) & 1) ^ 1);",
@@ -137,15 +142,34 @@ read_transcribed(os.path.join(HERE, "..", "device", "cuda", "weft.cuh"), [
     "row0 = band * BM;",
     "col0 = (within / rows) * BN;",
     "first_band_ = size_t(a.rank) * (a.shard_rows() / BM);",
-    "row_base_ = (warpgroup_ > 0 ? warpgroup_ - 1 : 0) * 64 + ((threadIdx.x / 32) % 4) * 16 + (threadIdx.x % 32) / 4;",
-    "col_base_ = (threadIdx.x % 4) * 2;",
-    "WEFT_FN size_t row(size_t i) const { return row_base_ + ((i % 4) >= 2 ? 8u : 0u); }",
-    "WEFT_FN size_t col(size_t i) const { return col_base_ + uint32_t(i / 4) * 8 + uint32_t(i & 1); }",
+    "row_base_ = (warpgroup_ > 0 ? warpgroup_ - 1 : 0) * 64 + warp_in_group * 16 + lane / 4;",
+    "col_base_ = (lane % 4) * 2;",
+    "return row_base_ + uint32_t(i / 4 / FRAGMENT_COLS) * 16 + ((i % 4) >= 2 ? 8u : 0u);",
+    "return col_base_ + uint32_t(i / 4 % FRAGMENT_COLS) * 8 + uint32_t(i & 1);",
     # gemm_store (store_into): the pairs, and the one-at-a-time fallback.
-    "const size_t top = (row0 + row_base_) * ld + col0 + col_base_, bottom = top + 8 * ld;",
+    "const size_t top = (row0 + row_base_) * ld + col0 + col_base_;",
     "if ((reinterpret_cast<uintptr_t>(base) & 3) == 0 && ld % 2 == 0 && col0 % 2 == 0) {",
-    "store_pair(base + top + 8 * f, d_[4 * f], d_[4 * f + 1]);",
-    "store_pair(base + bottom + 8 * f, d_[4 * f + 2], d_[4 * f + 3]);",
+    "const size_t at = top + (f / FRAGMENT_COLS) * 16 * ld + (f % FRAGMENT_COLS) * 8;",
+    "store_pair(base + at, d_[4 * f], d_[4 * f + 1]);",
+    "store_pair(base + at + 8 * ld, d_[4 * f + 2], d_[4 * f + 3]);",
+    # The mma.sync loop (WEFT_GEMM_TILES_LOOP 1), section 7 below.
+    "static constexpr uint32_t FRAGMENT_COLS = WEFT_GEMM_TILES_LOOP == 1 ? 8 : 32;",
+    "row_base_ = (warpgroup_ > 0 ? warpgroup_ - 1 : 0) * 64 + lane / 4;",
+    "col_base_ = warp_in_group * 64 + (lane % 4) * 2;",
+    "for (uint32_t i = 0; i < A_BYTES / 16 / 128; ++i) {",
+    "const uint32_t chunk = p + 128 * i, r = chunk / 8, c = chunk % 8;",
+    "detail::cp_async_16_to(stage + r * 128 + ((c ^ (r % 8)) * 16), a + r * lda_ + kt * BK + c * 8);",
+    "for (uint32_t i = 0; i < (STAGE_BYTES - A_BYTES) / 16 / 128; ++i) {",
+    "const uint32_t chunk = p + 128 * i, j = chunk / 512, r = (chunk % 512) / 8, c = chunk % 8;",
+    "detail::cp_async_16_to(stage + A_BYTES + j * B_BOX_BYTES + r * 128 + ((c ^ (r % 8)) * 16),",
+    "b + (kt * BK + r) * ldb + col0 + 64 * j + c * 8);",
+    "const uint32_t chunk = ((lane / 16) ^ (lane % 8)) * 16;",
+    "const uint32_t a_lane = ((warpgroup_ - 1) * 64 + lane % 16) * 128 + chunk;",
+    "const uint32_t b_lane = A_BYTES + warp * B_BOX_BYTES + (lane % 16) * 128 + chunk;",
+    "for (uint32_t mi = 0; mi < 4; ++mi) detail::ldmatrix_x4_at((a0 ^ (kk * 32)) + mi * 2048, fa[mi], false);",
+    "detail::ldmatrix_x4_at((b0 ^ (nj * 32)) + kk * 2048, fb, true);",
+    "detail::mma_16816<T>(&d_[4 * (mi * 8 + 2 * nj)], fa[mi], &fb[0]);",
+    "detail::mma_16816<T>(&d_[4 * (mi * 8 + 2 * nj + 1)], fa[mi], &fb[2]);",
     "for (uint32_t i = 0; i < PER_THREAD; ++i) base[(row0 + row(i)) * ld + col0 + col(i)] = from_f32<T>(d_[i]);",
 ], "device/cuda/weft.cuh (GemmTiles)")
 
@@ -589,6 +613,128 @@ for ranks in (1, 2, 4, 8):
 check(not bad_shard_walks, "the sharded walk misses, repeats or starts elsewhere: %s" % bad_shard_walks[:3])
 print("sharded walk (1 to 8 ranks, 4 shapes, grids of 1 to 132): every tile once, each box inside its owner's shard, "
       "each rank's first tile its own")
+
+
+
+# ---------------------------------------------------------------- 7: the mma.sync loop (weft.cuh, WEFT_GEMM_TILES_LOOP 1)
+# Its producer warpgroup copies with cp.async into the stage layout TMA writes, and its consumer warps read 64 x 64
+# squares with ldmatrix and multiply with mma.sync m16n8k16. PTX ISA: ldmatrix .x4 takes the row addresses of
+# matrix q from lanes 8q..8q+7, and lane l receives in register q elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4)
+# + 1) of matrix q, or with .trans those of the transposed matrix: (2 (l % 4), l / 4) and (2 (l % 4) + 1, l / 4).
+# mma m16n8k16: A a0 (g, 2t..), a1 (g + 8, 2t..), a2 (g, 2t + 8..), a3 (g + 8, 2t + 8..); B b0 (k 2t.., n g),
+# b1 (k 2t + 8.., n g); C c0, c1 (g, 2t..), c2, c3 (g + 8, 2t..), with g = l / 4, t = l % 4.
+def mma_sync_copies(smem, stage, a, b, col0, kt):
+    """The producer's copies of k-tile kt (a, b: element functions of the whole matrices; A rows from 0)."""
+    for p in range(128):
+        for i in range(A_BYTES // 16 // 128):
+            chunk = p + 128 * i
+            r, c = chunk // 8, chunk % 8
+            for e in range(8):
+                smem[stage + r * 128 + ((c ^ (r % 8)) * 16) + 2 * e] = a(r, kt * BK + c * 8 + e)
+        for i in range((STAGE_BYTES - A_BYTES) // 16 // 128):
+            chunk = p + 128 * i
+            j, r, c = chunk // 512, (chunk % 512) // 8, chunk % 8
+            for e in range(8):
+                smem[stage + A_BYTES + j * B_BOX_BYTES + r * 128 + ((c ^ (r % 8)) * 16) + 2 * e] = \
+                    b(kt * BK + r, col0 + 64 * j + c * 8 + e)
+
+
+def ldmatrix_x4(smem, addresses, trans):
+    """regs[l][q]: the two elements lane l gets in register q, from the rows lanes 8q.. name."""
+    regs = [[None] * 4 for _ in range(32)]
+    for l in range(32):
+        g, t = l // 4, l % 4
+        for q in range(4):
+            if trans:
+                regs[l][q] = tuple(smem[addresses[8 * q + 2 * t + d] + 2 * g] for d in (0, 1))
+            else:
+                regs[l][q] = tuple(smem[addresses[8 * q + g] + 2 * (2 * t + d)] for d in (0, 1))
+    return regs
+
+
+def mma_sync_square(smem, stage, consumer, warp):
+    """One consumer warp's reads of a stage, as the loop's addresses give them: for each lane, its 128 values'
+    (A element, B element) products summed over the stage's 64 k (the k-tile's share of d_), by value index."""
+    values = [[0] * 128 for _ in range(32)]
+    chunk_of = lambda l: ((l // 16) ^ (l % 8)) * 16
+    for kk in range(BK // 16):
+        fa = []
+        for mi in range(4):
+            addresses = []
+            for l in range(32):
+                a0 = stage + (consumer * 64 + l % 16) * 128 + chunk_of(l)
+                at = (a0 ^ (kk * 32)) + mi * 2048
+                # The XOR form is the swizzle's direct address of row r, chunk c.
+                r, c = consumer * 64 + mi * 16 + l % 16, kk * 2 + l // 16
+                check(at == stage + r * 128 + ((c ^ (r % 8)) * 16), "A address, lane %d kk %d mi %d" % (l, kk, mi))
+                addresses.append(at)
+            fa.append(ldmatrix_x4(smem, addresses, False))
+        for nj in range(4):
+            addresses = []
+            for l in range(32):
+                b0 = stage + A_BYTES + warp * B_BOX_BYTES + (l % 16) * 128 + chunk_of(l)
+                at = (b0 ^ (nj * 32)) + kk * 2048
+                r, c = kk * 16 + l % 16, nj * 2 + l // 16
+                check(at == stage + A_BYTES + warp * B_BOX_BYTES + r * 128 + ((c ^ (r % 8)) * 16),
+                      "B address, lane %d kk %d nj %d" % (l, kk, nj))
+                addresses.append(at)
+            fb = ldmatrix_x4(smem, addresses, True)
+            for mi in range(4):
+                for q, ni in ((0, 2 * nj), (1, 2 * nj + 1)):
+                    # mma m16n8k16 on this lane's fragments: A (16 x 16) from the warp's fa[mi], B (16 x 8) from fb's
+                    # registers 2q, 2q + 1, each lane's C values as the sums of the rebuilt tiles.
+                    A = [[None] * 16 for _ in range(16)]
+                    B = [[None] * 8 for _ in range(16)]
+                    for l in range(32):
+                        g, t = l // 4, l % 4
+                        for reg, (row, col) in enumerate(((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8))):
+                            A[row][col], A[row][col + 1] = fa[mi][l][reg]
+                        for reg, k0 in ((2 * q, 2 * t), (2 * q + 1, 2 * t + 8)):
+                            B[k0][g], B[k0 + 1][g] = fb[l][reg]
+                    for l in range(32):
+                        g, t = l // 4, l % 4
+                        for e in range(4):
+                            row, col = g + (8 if e >= 2 else 0), 2 * t + (e & 1)
+                            values[l][4 * (mi * 8 + ni) + e] += sum(A[row][k] * B[k][col] for k in range(16))
+    return values
+
+
+random.seed(7)
+KT = 2
+A_full = [[random.randint(-3, 3) for _ in range(KT * BK)] for _ in range(BM)]
+B_full = [[random.randint(-3, 3) for _ in range(BN)] for _ in range(KT * BK)]
+d = {(c, w, l): [0] * 128 for c in range(2) for w in range(4) for l in range(32)}
+for kt in range(KT):
+    smem = {}
+    mma_sync_copies(smem, 0, lambda r, k: A_full[r][k], lambda k, n: B_full[k][n], 0, kt)
+    tma = {}
+    load_stage(tma, 0, lambda r, k: A_full[r][k], lambda k, n: B_full[k][n], 0, 0, kt)
+    check(smem == tma, "the mma.sync producer's stage differs from TMA's (k-tile %d)" % kt)
+    for consumer in range(2):
+        for warp in range(4):
+            for l, vals in enumerate(mma_sync_square(smem, 0, consumer, warp)):
+                d[(consumer, warp, l)] = [x + y for x, y in zip(d[(consumer, warp, l)], vals)]
+bad = 0
+for (consumer, warp, l), vals in d.items():
+    row_base, col_base = consumer * 64 + l // 4, warp * 64 + (l % 4) * 2
+    for i, v in enumerate(vals):
+        row = row_base + (i // 4 // 8) * 16 + (8 if i % 4 >= 2 else 0)
+        col = col_base + (i // 4 % 8) * 8 + (i & 1)
+        want = sum(A_full[row][k] * B_full[k][col] for k in range(KT * BK))
+        if v != want:
+            bad += 1
+check(bad == 0, "the mma.sync loop's tile differs from A x B in %d values" % bad)
+# gemm_store's pairs: value 4 f (+ 1) at `at`, 4 f + 2 (+ 3) a row of 8 below, for both loops' layouts.
+for fragment_cols in (8, 32):
+    for f in range(32):
+        for e in range(4):
+            i = 4 * f + e
+            at = (f // fragment_cols) * 16 * BN + (f % fragment_cols) * 8 + (8 * BN if e >= 2 else 0) + (e & 1)
+            row = (i // 4 // fragment_cols) * 16 + (8 if i % 4 >= 2 else 0)
+            col = (i // 4 % fragment_cols) * 8 + (i & 1)
+            check(at == row * BN + col, "gemm_store's pair %d (fragments of %d columns)" % (i, fragment_cols))
+print("mma.sync loop: its copies write TMA's stage layout, its ldmatrix addresses are the swizzle's, and a 128 x 256 "
+      "tile over %d k-tiles equals A x B; gemm_store's pairs follow both layouts" % KT)
 
 if failures:
     print("FAILED: %d mismatches" % len(failures))

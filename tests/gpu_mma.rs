@@ -3,7 +3,8 @@
 //! `mma_gemm_shared`, through shared tiles and `ldmatrix`; `gemm_tiles`, 128 x 128 block tiles through
 //! `gemm_block`) against an f64 host reference in f16 and bf16, a tile that reaches past its buffer stopping the
 //! kernel instead of reading beyond it, and `gemm_block` refusing a block of the wrong size; and the persistent TMA
-//! loop (`gemm_tma`, `a.gemm_tiles(&b)`) against the same reference where the GPU and `WEFT_GEMM_MAINLOOP` allow it.
+//! loop (`gemm_tma`, `a.gemm_tiles(&b)`: TMA + `wgmma` with `WEFT_GEMM_MAINLOOP=wgmma` on Hopper, `cp.async` +
+//! `mma.sync` otherwise) against the same reference.
 //! One test runs on every rank of the placement (`WEFT_RANKS`): the all-gather + GEMM on that loop, reading the
 //! peers' windows through TMA (`..._on_every_rank`, which `scripts/gpu-check.sh` runs at 2, 4 and 8 ranks).
 
@@ -16,6 +17,19 @@ use weft::host::{Communicator, Config, DeviceBuffer, Error, LaunchConfig, Unique
 
 fn one_rank() -> Communicator {
     Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap()
+}
+
+/// Which `gemm_tiles` loop kernels compiled for `s`'s GPU run: TMA + `wgmma` on compute capability 9.0 with
+/// `WEFT_GEMM_MAINLOOP=wgmma`, `cp.async` + `mma.sync` elsewhere; `Err` with `gemm_tiles_config`'s reason where the GPU
+/// cannot run either (below compute capability 8.0, or too little shared memory per block).
+fn gemm_tiles_loop(s: &std::sync::Arc<weft::host::launch::CudaStream>) -> Result<&'static str, String> {
+    weft::host::launch::gemm_tiles_config(s, 128, 256).map_err(|e| e.to_string())?;
+    let hopper = s.context().compute_capability().map_err(|e| e.to_string())? == (9, 0);
+    Ok(if hopper && weft::host::jit::gemm_mainloop().ok() == Some(weft::host::jit::GemmMainloop::Wgmma) {
+        "TMA + wgmma"
+    } else {
+        "cp.async + mma.sync"
+    })
 }
 
 /// `out = a (m x k) * b (k x n)` in f64 from the rounded inputs.
@@ -124,8 +138,8 @@ fn run_child(child: &str, variable: &str) -> String {
 
 /// `gemm_tma` recorded into a CUDA graph (its tensor maps baked into the graph, over weft `DeviceBuffer`s, whose drops
 /// wait for the replays) and replayed with new inputs written between replays, against the f64 reference; a
-/// `TmaOperand` over a cudarc buffer is refused while recording, naming the fix. Skips, saying why, unless the GPU is
-/// compute capability 9.0 and `WEFT_GEMM_MAINLOOP=wgmma`.
+/// `TmaOperand` over a cudarc buffer is refused while recording, naming the fix. Either loop ([`gemm_tiles_loop`]);
+/// skips, saying why, on a GPU that runs neither.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_recorded_tma_gemm_replays_with_new_inputs() {
@@ -133,11 +147,10 @@ fn a_recorded_tma_gemm_replays_with_new_inputs() {
     use weft::host::launch::{gemm_tiles_config, TmaOperand};
     let comm = one_rank();
     let s = comm.context().new_stream().unwrap();
-    let capability = comm.context().compute_capability().unwrap();
-    if capability != (9, 0) || weft::host::jit::gemm_mainloop().ok() != Some(weft::host::jit::GemmMainloop::Wgmma) {
-        println!("skipped: gemm_tiles needs compute capability 9.0 and WEFT_GEMM_MAINLOOP=wgmma");
-        return;
-    }
+    let which = match gemm_tiles_loop(&s) {
+        Ok(which) => which,
+        Err(why) => return println!("skipped: {why}"),
+    };
     let (m, n, k) = (256, 512, 128);
     let a = DeviceBuffer::<bf16>::new(&s, m * k).unwrap();
     let b = DeviceBuffer::<bf16>::new(&s, k * n).unwrap();
@@ -155,7 +168,7 @@ fn a_recorded_tma_gemm_replays_with_new_inputs() {
         let widen = |v: &[bf16]| -> Vec<f64> { v.iter().map(|x| f64::from(x.to_f32())).collect() };
         let want = reference(&widen(&ha), &widen(&hb), m, n, k);
         let error = frobenius_error(got.iter().map(|v| f64::from(v.to_f32())), &want, (m, n, k));
-        println!("recorded gemm_tma bf16 {m}x{n}x{k}, replay {round}: relative error {error:.2e}");
+        println!("recorded gemm_tma bf16 {m}x{n}x{k} ({which}), replay {round}: relative error {error:.2e}");
         assert!(error < 1e-2, "replay {round}: {error}");
     }
     drop(graph);
@@ -178,10 +191,8 @@ fn store_check_child() {
     }
     let comm = one_rank();
     let s = comm.context().new_stream().unwrap();
-    let capability = comm.context().compute_capability().unwrap();
-    if capability != (9, 0) || weft::host::jit::gemm_mainloop().ok() != Some(weft::host::jit::GemmMainloop::Wgmma) {
-        println!("child: skipped: gemm_tiles needs compute capability 9.0 and WEFT_GEMM_MAINLOOP=wgmma");
-        return;
+    if let Err(why) = gemm_tiles_loop(&s) {
+        return println!("child: skipped: {why}");
     }
     let (m, n, k) = (128, 256, 64);
     let a = DeviceBuffer::from_host(&s, &vec![half::bf16::ONE; m * k]).unwrap();
@@ -205,8 +216,7 @@ fn store_check_child() {
 fn a_gemm_store_past_its_buffer_stops_the_kernel() {
     let text = run_child("store_check_child", STORE_CHILD);
     if text.contains("child: skipped") {
-        println!("skipped: gemm_tiles needs compute capability 9.0 and WEFT_GEMM_MAINLOOP=wgmma");
-        return;
+        return println!("skipped: this GPU runs no gemm_tiles loop (the child says why)");
     }
     assert!(text.contains("wait after the short output: Err"), "{text}");
     // The tile's last row (127) is not below the rows the buffer holds (127).
@@ -268,11 +278,11 @@ fn check_block_gemm<T: weft::device::MmaElement + DeviceRepr + weft::host::Eleme
     }
 }
 
-/// `gemm_tma` (the persistent TMA loop: a producer warpgroup, two `m64n256k16` consumer warpgroups, 128 x 256
-/// tiles) against the f64 host reference: one tile, several tiles per block (a grid smaller than the tiles), `k`
-/// from one stage to more than the four stages hold, and a sub-matrix of a wider `a` (`ld` past `k`). Skips, saying
-/// why, on a GPU that is not compute capability 9.0 or without `WEFT_GEMM_MAINLOOP=wgmma`; checks first that a launch
-/// with the wrong block size is refused before it runs.
+/// `gemm_tma` (the persistent loop: a producer warpgroup, two consumer warpgroups, 128 x 256 tiles; TMA + `wgmma` or
+/// `cp.async` + `mma.sync`, [`gemm_tiles_loop`]) against the f64 host reference: one tile, several tiles per block (a
+/// grid smaller than the tiles), `k` from one stage to more than the four stages hold, and a sub-matrix of a wider
+/// `a` (`ld` past `k`). Skips, saying why, on a GPU that runs neither loop; checks first that a launch with the wrong
+/// block size is refused before it runs.
 fn check_tma_gemm<
     T: weft::device::MmaElement
         + DeviceRepr
@@ -286,15 +296,10 @@ fn check_tma_gemm<
 ) {
     let comm = one_rank();
     let s = comm.context().new_stream().unwrap();
-    let capability = comm.context().compute_capability().unwrap();
-    if capability != (9, 0) {
-        println!("skipped: gemm_tiles needs compute capability 9.0 (sm_90a); this GPU is {capability:?}");
-        return;
-    }
-    if weft::host::jit::gemm_mainloop().ok() != Some(weft::host::jit::GemmMainloop::Wgmma) {
-        println!("skipped: gemm_tiles needs WEFT_GEMM_MAINLOOP=wgmma (kernels compiled for sm_90a)");
-        return;
-    }
+    let which = match gemm_tiles_loop(&s) {
+        Ok(which) => which,
+        Err(why) => return println!("skipped: {why}"),
+    };
     // (m, n, k, lda, blocks): one tile; 4 tiles on 3 blocks with k past the four stages; 12 tiles on 5 blocks with a
     // of lda 320 (a sub-matrix: the map must skip the columns past k).
     for (m, n, k, lda, blocks) in [(128, 256, 64, 64, 1), (256, 512, 640, 640, 3), (384, 1024, 256, 320, 5)] {
@@ -316,7 +321,7 @@ fn check_tma_gemm<
         let got = out.copy_to_host().unwrap();
         let error = frobenius_error(got.iter().map(|&g| from(g)), &want, (m, n, k));
         println!(
-            "gemm_tma {} {m}x{n}x{k} (lda {lda}) on {} blocks: relative error {error:.2e}",
+            "gemm_tma {} {m}x{n}x{k} (lda {lda}) on {} blocks, {which}: relative error {error:.2e}",
             <T as weft::device::Element>::NAME,
             cfg.grid_dim.0
         );
@@ -438,9 +443,9 @@ fn a_block_of_the_wrong_size_stops_the_gemm() {
 /// `all_gather(x) × w` against the f64 reference of every rank's rows times its own weights, at a shard of one
 /// 128-row band and of three, a grid smaller than the tiles, and `k` past the four stages, each shape launched twice
 /// (the second call's barriers follow the first's, and the first's writes to the same output are overwritten). Shards
-/// that are not whole bands, and a matrix past the window's end, are refused on the host. Skips, saying why, without
-/// compute capability 9.0 and `WEFT_GEMM_MAINLOOP=wgmma`, or with several ranks on NCCL older than 2.29 (the host
-/// cannot learn the peers' addresses there).
+/// that are not whole bands, and a matrix past the window's end, are refused on the host. Either loop
+/// ([`gemm_tiles_loop`]); skips, saying why, on a GPU that runs neither, or with several ranks on NCCL older than
+/// 2.29 (the host cannot learn the peers' addresses there).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn the_tma_all_gather_gemm_matches_the_host_reference_on_every_rank() {
@@ -459,9 +464,7 @@ fn the_tma_all_gather_gemm_matches_the_host_reference_on_every_rank() {
     let outcome = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
         let me = comm.rank();
         let s = comm.context().new_stream()?;
-        if comm.context().compute_capability()? != (9, 0)
-            || weft::host::jit::gemm_mainloop()? != weft::host::jit::GemmMainloop::Wgmma
-        {
+        if gemm_tiles_loop(&s).is_err() {
             return Ok(None);
         }
         // Loaded before the first collective setup call (docs/multi-rank.md, "Load before launch").
@@ -516,8 +519,8 @@ fn the_tma_all_gather_gemm_matches_the_host_reference_on_every_rank() {
     for rank in outcome {
         let Some((me, results)) = rank else {
             println!(
-                "skipped: allgather_gemm_tiles needs compute capability 9.0, WEFT_GEMM_MAINLOOP=wgmma, and NCCL 2.29+ \
-                 with several ranks"
+                "skipped: allgather_gemm_tiles needs a GPU that runs gemm_tiles (compute capability 8.0 or newer with \
+                 193 KB of shared memory per block), and NCCL 2.29+ with several ranks"
             );
             return;
         };

@@ -2558,13 +2558,17 @@ struct alignas(64) TmaMatrix {
   TmaMap map;
   unsigned long long rows_, cols_;
   unsigned int box_rows, box_cols;
+  // The matrix's device address and row stride in elements, for the mma.sync loop, which copies with cp.async (the
+  // host checked the same extent as the map's against the buffer).
+  unsigned long long address_, ld_;
   WEFT_FN size_t rows() const { return rows_; }
   WEFT_FN size_t cols() const { return cols_; }
   // The persistent GEMM loop over this (m x k) times b (k x n): see GemmTiles.
   WEFT_FN GemmTiles<T> gemm_tiles(TmaMatrix const& b) const;
 };
 static_assert(sizeof(TmaMatrix<__nv_bfloat16>) == 192 && offsetof(TmaMatrix<__nv_bfloat16>, rows_) == 128 &&
-                  offsetof(TmaMatrix<__nv_bfloat16>, box_rows) == 144,
+                  offsetof(TmaMatrix<__nv_bfloat16>, box_rows) == 144 &&
+                  offsetof(TmaMatrix<__nv_bfloat16>, address_) == 152,
               "host/src/launch/tma.rs writes this layout");
 
 // A matrix sharded by rows over the LSA team, described for TMA: rank r's shard_rows rows are the start of its part
@@ -2579,6 +2583,8 @@ struct alignas(64) TmaShards {
   TmaMap maps[MAX_PEERS];
   unsigned long long shard_rows_, cols_;
   unsigned int box_rows, box_cols, peers, rank;
+  // Each rank's shard's device address and the row stride in elements, for the mma.sync loop (as TmaMatrix's).
+  unsigned long long ld_, addresses[MAX_PEERS];
   // Rows of the whole matrix (every rank's shard, in rank order).
   WEFT_FN size_t rows() const { return size_t(shard_rows_) * peers; }
   WEFT_FN size_t cols() const { return cols_; }
@@ -2586,9 +2592,20 @@ struct alignas(64) TmaShards {
   // The persistent GEMM loop over this (m x k) times b (k x n), starting with this rank's own rows: see GemmTiles.
   WEFT_FN GemmTiles<T> gemm_tiles(TmaMatrix<T> const& b) const;
 };
-static_assert(sizeof(TmaShards<__nv_bfloat16>) == 1088 && offsetof(TmaShards<__nv_bfloat16>, shard_rows_) == 1024 &&
-                  offsetof(TmaShards<__nv_bfloat16>, box_rows) == 1040,
+static_assert(sizeof(TmaShards<__nv_bfloat16>) == 1152 && offsetof(TmaShards<__nv_bfloat16>, shard_rows_) == 1024 &&
+                  offsetof(TmaShards<__nv_bfloat16>, box_rows) == 1040 && offsetof(TmaShards<__nv_bfloat16>, ld_) == 1056 &&
+                  offsetof(TmaShards<__nv_bfloat16>, addresses) == 1064,
               "host/src/launch/tma.rs writes this layout");
+
+// Which loop `gemm_tiles` compiles to: 2, TMA + wgmma (sm_90a, WEFT_GEMM_MAINLOOP=wgmma); 1, cp.async + mma.sync
+// (any other build for sm_80 and newer, into the same stages: see GemmTiles); 0, none (the loop traps when opened).
+#if defined(WEFT_GEMM_USES_WGMMA)
+#define WEFT_GEMM_TILES_LOOP 2
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define WEFT_GEMM_TILES_LOOP 1
+#else
+#define WEFT_GEMM_TILES_LOOP 0
+#endif
 
 namespace detail {
 // The rules GemmTiles checks, by code (the host's copy, host/src/trap.rs, is checked against these lines).
@@ -2599,7 +2616,7 @@ WEFT_FN const char* gemm_tiles_misuse_text(unsigned code) {
     case 2: return "a.cols() must equal b.rows() (the k both operands share)";
     case 3: return "m must be a multiple of 128, n of 256 and k a positive multiple of 64, each below 2^31";
     case 4: return "a's map must copy 128 x 64 boxes and b's 64 x 64 (make them with TmaOperand::gemm_a and gemm_b)";
-    case 5: return "it needs sm_90a (WEFT_GEMM_MAINLOOP=wgmma on a Hopper GPU)";
+    case 5: return "it needs a GPU of compute capability 8.0 or newer";
     default: return "a pipeline barrier waited for about 2 s: a stage was never filled or never released";
     case 7: return "a's shards must be a positive multiple of 128 rows each, at most 8, this rank's among them";
   }
@@ -2632,6 +2649,60 @@ WEFT_FN void mbar_wait(uint32_t bar, uint32_t parity) {
   long long start = clock64();
   while (!mbar_try_wait(bar, parity)) {
     if (clock64() - start > (1ll << 32)) gemm_tiles_misuse(6);
+  }
+}
+// The mma.sync loop's forms (sm_80 has no try_wait): a non-blocking test of the phase with this parity, polled with
+// the same bound; and the arrival of this thread's cp.async copies, once they have landed.
+WEFT_FN bool mbar_test_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+WEFT_FN void mbar_poll(uint32_t bar, uint32_t parity) {
+  if (mbar_test_wait(bar, parity)) return;
+  long long start = clock64();
+  while (!mbar_test_wait(bar, parity)) {
+    if (clock64() - start > (1ll << 32)) gemm_tiles_misuse(6);
+  }
+}
+WEFT_FN void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+WEFT_FN void cp_async_16_to(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(__cvta_generic_to_global(src)) : "memory");
+}
+// acc (4 f32) += a (16 x 16) x b (16 x 8): mma.sync m16n8k16 on fragments in registers.
+template <class T>
+WEFT_FN void mma_16816(float* acc, const uint32_t* a, const uint32_t* b) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+WEFT_FN void ldmatrix_x4_at(uint32_t address, uint32_t* r, bool trans) {
+  if (trans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
   }
 }
 WEFT_FN void tma_load_2d(uint32_t dst, const TmaMap* map, uint32_t bar, int32_t c0, int32_t c1) {
@@ -2674,17 +2745,20 @@ class GemmTiles {
   // The stages, 1 KB to align them to 1024 bytes (the swizzle and the descriptors address absolute bits), and the
   // 2 x STAGES barriers: host/src/launch/tma.rs's GEMM_TILES_SHARED_BYTES.
   static constexpr uint32_t SHARED_BYTES = STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8;
+  // Fragments of m16n8 per row of a warp's share: wgmma's warp holds 16 rows x 256 columns (32 fragments in a row),
+  // mma.sync's warp a 64 x 64 square (4 rows of 8 fragments).
+  static constexpr uint32_t FRAGMENT_COLS = WEFT_GEMM_TILES_LOOP == 1 ? 8 : 32;
 
   // Opened by every thread of the block together (it synchronises the block once).
   WEFT_FN GemmTiles(TmaMatrix<T> const& a, TmaMatrix<T> const& b)
-      : a_maps_(&a.map), b_(&b), shard_rows_(a.rows()) {
+      : a_maps_(&a.map), a_addresses_(&a.address_), lda_(a.ld_), b_(&b), shard_rows_(a.rows()) {
     open(a.rows(), a.cols(), a.box_rows, a.box_cols, b);
   }
   // The rows of `a` in shards, shard r in LSA rank r's window through a.maps[r]: the walk starts at this rank's own
   // bands (rows rank * shard_rows ..), so that at any moment the ranks read different peers' shards.
   WEFT_FN GemmTiles(TmaShards<T> const& a, TmaMatrix<T> const& b)
-      : a_maps_(&a.maps[0]), b_(&b), shard_rows_(a.shard_rows()) {
-#if defined(WEFT_GEMM_USES_WGMMA)
+      : a_maps_(&a.maps[0]), a_addresses_(&a.addresses[0]), lda_(a.ld_), b_(&b), shard_rows_(a.shard_rows()) {
+#if WEFT_GEMM_TILES_LOOP != 0
     if (a.peers == 0 || a.peers > TmaShards<T>::MAX_PEERS || a.rank >= a.peers || a.shard_rows() == 0 ||
         a.shard_rows() % BM != 0) {
       detail::gemm_tiles_misuse(7);
@@ -2698,8 +2772,8 @@ class GemmTiles {
   WEFT_FN void open(size_t m, size_t k, uint32_t a_box_rows, uint32_t a_box_cols, TmaMatrix<T> const& b) {
     static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value,
                   "gemm_tiles multiplies f16 or bf16 matrices");
-#if !defined(WEFT_GEMM_USES_WGMMA)
-    // TMA, mbarrier fences and wgmma exist on sm_90a only: elsewhere the kernel compiles and stops here.
+#if WEFT_GEMM_TILES_LOOP == 0
+    // Before sm_80 there is neither mma.sync m16n8k16 nor cp.async: the kernel compiles and stops here.
     detail::gemm_tiles_misuse(5);
 #else
     uint32_t dynamic_bytes;
@@ -2724,20 +2798,31 @@ class GemmTiles {
     ktiles_ = k / BK;
     t_ = blockIdx.x;
     warpgroup_ = threadIdx.x / 128;
-    // This thread's first value: consumer (warpgroup - 1) holds rows 64 (warpgroup - 1).., its warp w rows 16w..
-    row_base_ = (warpgroup_ > 0 ? warpgroup_ - 1 : 0) * 64 + ((threadIdx.x / 32) % 4) * 16 + (threadIdx.x % 32) / 4;
-    col_base_ = (threadIdx.x % 4) * 2;
+    // This thread's first value: consumer (warpgroup - 1) holds rows 64 (warpgroup - 1)..; with wgmma its warp w
+    // rows 16w.. and every column, with mma.sync a 64 x 64 square, columns 64w...
+    const uint32_t lane = threadIdx.x % 32, warp_in_group = (threadIdx.x / 32) % 4;
+#if WEFT_GEMM_TILES_LOOP == 2
+    row_base_ = (warpgroup_ > 0 ? warpgroup_ - 1 : 0) * 64 + warp_in_group * 16 + lane / 4;
+    col_base_ = (lane % 4) * 2;
+#else
+    row_base_ = (warpgroup_ > 0 ? warpgroup_ - 1 : 0) * 64 + lane / 4;
+    col_base_ = warp_in_group * 64 + (lane % 4) * 2;
+#endif
     if (threadIdx.x == 0) {
       for (uint32_t s = 0; s < STAGES; ++s) {
-        detail::mbar_init(full_ + 8 * s, 1);
+        // Full: TMA's one expected-bytes arrival, or one arrival per producer thread once its copies land.
+        detail::mbar_init(full_ + 8 * s, WEFT_GEMM_TILES_LOOP == 2 ? 1 : 128);
         detail::mbar_init(empty_ + 8 * s, 2 * 4);
       }
+#if WEFT_GEMM_TILES_LOOP == 2
       // Visible to the async proxy (TMA's completions) and to the other threads.
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
     }
     __syncthreads();
     // The producer issues the block's whole walk here, before the kernel's loop, and leaves the kernel: with no path
     // from its threads into the consumers' code, ptxas honours setmaxnreg (tests/codegen.rs checks it does).
+#if WEFT_GEMM_TILES_LOOP == 2
     if (warpgroup_ == 0) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
       if (threadIdx.x == 0) produce();
@@ -2745,6 +2830,21 @@ class GemmTiles {
     } else {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     }
+#else
+    // cp.async copies 16 bytes per thread and instruction: the whole producer warpgroup issues them. Where the
+    // target has setmaxnreg (sm_90a: Hopper, whatever the mainloop), the consumers take the producers' registers
+    // as in the wgmma loop; elsewhere every thread has the 168 registers 384 threads leave.
+    if (warpgroup_ == 0) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
+#endif
+      produce_copies();
+      asm volatile("exit;" ::: "memory");
+    }
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+#endif
+#endif
 #endif
   }
 
@@ -2752,7 +2852,7 @@ class GemmTiles {
   // The next tile of this block, computed: true while tiles are left (then row0(), col0() and value(i) describe
   // it), false once the walk is over. Only consumer threads get here (the producer has left the kernel).
   WEFT_FN bool next_tile() {
-#if defined(WEFT_GEMM_USES_WGMMA)
+#if WEFT_GEMM_TILES_LOOP != 0
     if (warpgroup_ == 0) return false;
     if (t_ >= tiles_) return false;
     origin(t_, row0_, col0_);
@@ -2768,9 +2868,14 @@ class GemmTiles {
   WEFT_FN size_t col0() const { return col0_; }
   WEFT_FN size_t len() const { return PER_THREAD; }
   WEFT_FN bool is_empty() const { return false; }
-  // Fragment f = i / 4 of the warp: columns 8f.., rows lane / 4 (+ 8 for values 2 and 3), columns 2 (lane % 4) (+ 1).
-  WEFT_FN size_t row(size_t i) const { return row_base_ + ((i % 4) >= 2 ? 8u : 0u); }
-  WEFT_FN size_t col(size_t i) const { return col_base_ + uint32_t(i / 4) * 8 + uint32_t(i & 1); }
+  // Fragment f = i / 4 of the warp: rows 16 (f / FRAGMENT_COLS).., columns 8 (f % FRAGMENT_COLS).. of the warp's
+  // share; within it rows lane / 4 (+ 8 for values 2 and 3), columns 2 (lane % 4) (+ 1).
+  WEFT_FN size_t row(size_t i) const {
+    return row_base_ + uint32_t(i / 4 / FRAGMENT_COLS) * 16 + ((i % 4) >= 2 ? 8u : 0u);
+  }
+  WEFT_FN size_t col(size_t i) const {
+    return col_base_ + uint32_t(i / 4 % FRAGMENT_COLS) * 8 + uint32_t(i & 1);
+  }
   WEFT_FN float value(size_t i) const { return d_[i]; }
   // The walk itself: the product's tile count, and where tile t of the loop's order starts (block b computes tiles
   // b, b + gridDim.x, ...; the order depends on the shape and the grid only, so every rank's block b walks the same
@@ -2797,15 +2902,16 @@ class GemmTiles {
   WEFT_FN void store_into(C& c, size_t row0, size_t col0, size_t ld) const {
     static_assert(std::is_same<std::remove_cv_t<std::remove_reference_t<decltype(c[0])>>, T>::value,
                   "gemm_store writes the tile's own element type");
-    const size_t top = (row0 + row_base_) * ld + col0 + col_base_, bottom = top + 8 * ld;
+    const size_t top = (row0 + row_base_) * ld + col0 + col_base_;
     // Every pair starts at an even index when ld and col0 are (col_base_ is): all of them are aligned when element 0
     // is too.
     T* const base = &c[0];
     if ((reinterpret_cast<uintptr_t>(base) & 3) == 0 && ld % 2 == 0 && col0 % 2 == 0) {
 #pragma unroll
       for (uint32_t f = 0; f < PER_THREAD / 4; ++f) {
-        store_pair(base + top + 8 * f, d_[4 * f], d_[4 * f + 1]);
-        store_pair(base + bottom + 8 * f, d_[4 * f + 2], d_[4 * f + 3]);
+        const size_t at = top + (f / FRAGMENT_COLS) * 16 * ld + (f % FRAGMENT_COLS) * 8;
+        store_pair(base + at, d_[4 * f], d_[4 * f + 1]);
+        store_pair(base + at + 8 * ld, d_[4 * f + 2], d_[4 * f + 3]);
       }
     } else {
 #pragma unroll
@@ -2834,7 +2940,7 @@ class GemmTiles {
     col0 = (within / rows) * BN;
   }
 
-#if defined(WEFT_GEMM_USES_WGMMA)
+#if WEFT_GEMM_TILES_LOOP == 2
   WEFT_FN void produce() {
     // What this kernel's threads wrote, and what an acquire before the loop (an LSA barrier: the peers' shards are
     // in place) made visible, ordered before TMA's reads, which are the async proxy's.
@@ -2895,10 +3001,91 @@ class GemmTiles {
     fence_operands();
     release((it_ - 1) % STAGES);
   }
+#elif WEFT_GEMM_TILES_LOOP == 1
+  // The producer warpgroup's copies, into the stage layout TMA writes (so both loops read the same stages): A's 128
+  // rows of 64 elements and B's four boxes of 64 k-rows x 64 columns, each row 128 bytes whose 16-byte chunk c sits
+  // at c ^ (row % 8). Thread p copies A chunks p, p + 128, ... (8) and B chunks likewise (16), consecutive threads
+  // along a row; its copies arrive on the stage's full barrier once they have landed (128 arrivals fill it).
+  WEFT_FN void produce_copies() {
+    const uint32_t p = threadIdx.x;
+    const T* const b = reinterpret_cast<const T*>(b_->address_);
+    const size_t ldb = b_->ld_;
+    uint32_t it = 0;
+    for (size_t t = blockIdx.x; t < tiles_; t += gridDim.x) {
+      size_t row0, col0;
+      origin(t, row0, col0);
+      // The shard holding the tile's rows (one: shards are whole bands), and the rows within it.
+      const size_t owner = row0 / shard_rows_;
+      const T* const a = reinterpret_cast<const T*>(a_addresses_[owner]) + (row0 - owner * shard_rows_) * lda_;
+      for (size_t kt = 0; kt < ktiles_; ++kt, ++it) {
+        const uint32_t s = it % STAGES, stage = stages_ + s * STAGE_BYTES;
+        detail::mbar_poll(empty_ + 8 * s, ((it / STAGES) & 1) ^ 1);
+#pragma unroll
+        for (uint32_t i = 0; i < A_BYTES / 16 / 128; ++i) {
+          const uint32_t chunk = p + 128 * i, r = chunk / 8, c = chunk % 8;
+          detail::cp_async_16_to(stage + r * 128 + ((c ^ (r % 8)) * 16), a + r * lda_ + kt * BK + c * 8);
+        }
+#pragma unroll
+        for (uint32_t i = 0; i < (STAGE_BYTES - A_BYTES) / 16 / 128; ++i) {
+          const uint32_t chunk = p + 128 * i, j = chunk / 512, r = (chunk % 512) / 8, c = chunk % 8;
+          detail::cp_async_16_to(stage + A_BYTES + j * B_BOX_BYTES + r * 128 + ((c ^ (r % 8)) * 16),
+                                 b + (kt * BK + r) * ldb + col0 + 64 * j + c * 8);
+        }
+        detail::cp_async_arrive(full_ + 8 * s);
+      }
+    }
+    // Nothing may leave while its copies are in flight.
+    asm volatile("cp.async.wait_all;" ::: "memory");
+  }
+
+  // A consumer warp's 64 x 64 square (rows 64 (warpgroup - 1).., columns 64 (warp % 4)..: B's box warp % 4) of each
+  // stage: per k step of 16, A's four 16-row fragments by ldmatrix.x4, then B's fragments two columns of 8 at a
+  // time (ldmatrix.x4.trans), 32 mma.sync. The stage is released once its last fragments are in registers.
+  //
+  // The addresses: ldmatrix lane l names row l % 16 of its four 8 x 8 matrices, at the 16-byte chunk 2 step + l / 16
+  // (A: k step kk; B: column pair nj), which the swizzle puts at chunk (2 step + l / 16) ^ (row % 8). Every row here
+  // is l % 16 plus a multiple of 16, so row % 8 = l % 8, and the chunk's byte offset is (l / 16 ^ l % 8) 16 XOR
+  // step 32 (the two terms share no bit). Rows are 128 bytes and the stages 1024-byte aligned, so the lane's address
+  // is its row's start plus (l / 16 ^ l % 8) 16, XOR step 32, plus 2048 per 16 rows (A) or k-rows (B) further.
+  WEFT_FN void consume() {
+    const uint32_t lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+    const uint32_t chunk = ((lane / 16) ^ (lane % 8)) * 16;
+    const uint32_t a_lane = ((warpgroup_ - 1) * 64 + lane % 16) * 128 + chunk;
+    const uint32_t b_lane = A_BYTES + warp * B_BOX_BYTES + (lane % 16) * 128 + chunk;
+#pragma unroll
+    for (int i = 0; i < int(PER_THREAD); ++i) d_[i] = 0.0f;
+    for (size_t kt = 0; kt < ktiles_; ++kt, ++it_) {
+      const uint32_t s = it_ % STAGES, stage = stages_ + s * STAGE_BYTES;
+      detail::mbar_poll(full_ + 8 * s, (it_ / STAGES) & 1);
+      const uint32_t a0 = stage + a_lane, b0 = stage + b_lane;
+#pragma unroll
+      for (uint32_t kk = 0; kk < BK / 16; ++kk) {
+        uint32_t fa[4][4];
+#pragma unroll
+        for (uint32_t mi = 0; mi < 4; ++mi) detail::ldmatrix_x4_at((a0 ^ (kk * 32)) + mi * 2048, fa[mi], false);
+#pragma unroll
+        for (uint32_t nj = 0; nj < 4; ++nj) {
+          uint32_t fb[4];
+          detail::ldmatrix_x4_at((b0 ^ (nj * 32)) + kk * 2048, fb, true);
+#pragma unroll
+          for (uint32_t mi = 0; mi < 4; ++mi) {
+            detail::mma_16816<T>(&d_[4 * (mi * 8 + 2 * nj)], fa[mi], &fb[0]);
+            detail::mma_16816<T>(&d_[4 * (mi * 8 + 2 * nj + 1)], fa[mi], &fb[2]);
+          }
+        }
+      }
+      // Every lane's reads of the stage are done (its fragments fed the MMAs above).
+      __syncwarp();
+      if (lane == 0) detail::mbar_arrive(empty_ + 8 * s);
+    }
+  }
 #endif
 
-  // a's maps: one (a TmaMatrix), or one per shard (a TmaShards); shard s holds rows s * shard_rows_ ...
+  // a's maps: one (a TmaMatrix), or one per shard (a TmaShards); shard s holds rows s * shard_rows_ ..; the same
+  // for the addresses the mma.sync loop copies from, lda_ elements from row to row.
   const TmaMap* a_maps_;
+  const unsigned long long* a_addresses_;
+  size_t lda_;
   const TmaMatrix<T>* b_;
   size_t shard_rows_;
   uint32_t stages_ = 0, full_ = 0, empty_ = 0, it_ = 0, warpgroup_ = 0, row_base_ = 0, col_base_ = 0;

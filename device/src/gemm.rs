@@ -130,18 +130,23 @@ impl<T: MmaElement> TmaMatrix<T> {
         device_only("TmaMatrix::cols")
     }
 
-    /// The persistent Hopper GEMM `self (m × k) × b (k × n)` in 128 × 256 tiles, opened by every thread of the block
+    /// The persistent GEMM `self (m × k) × b (k × n)` in 128 × 256 tiles, opened by every thread of the block
     /// together; the kernel's loop `while gemm.next_tile() { … }` gets each of the block's tiles in turn, computed in
     /// `f32`, and its body is the epilogue. C++ `a.gemm_tiles(b)` (weft.cuh, `GemmTiles`).
     ///
-    /// A block is three warpgroups: the first loads stages with TMA and **leaves the kernel here** (so code after this
-    /// call runs on threads 128–383 only: `thread_idx_x() == 0` is never true after it); the other two multiply, 64
-    /// rows of the tile each. Blocks are persistent: block `b` takes tiles `b`, `b + grid`, …, so launch at most one
-    /// block per multiprocessor (`weft::host::launch::gemm_tiles_config`).
+    /// A block is three warpgroups: the first loads stages (with TMA, or with `cp.async`) and **leaves the kernel
+    /// here** (so code after this call runs on threads 128–383 only: `thread_idx_x() == 0` is never true after it);
+    /// the other two multiply, 64 rows of the tile each. Blocks are persistent: block `b` takes tiles `b`,
+    /// `b + grid`, …, so launch at most one block per multiprocessor (`weft::host::launch::gemm_tiles_config`).
+    ///
+    /// Two loops behind one API: Hopper's TMA and `wgmma` where the kernel is compiled for sm_90a with
+    /// `WEFT_GEMM_MAINLOOP=wgmma`; elsewhere (from compute capability 8.0) the same stages filled by `cp.async` and
+    /// multiplied by `mma.sync` in 64 × 64 warp squares. The values' places in the tile ([`GemmTiles::row`],
+    /// [`GemmTiles::col`]) differ between them; `gemm_store` follows either.
     ///
     /// Preconditions, checked when it opens (a failed one stops the kernel with a trap report naming the rule):
-    /// blocks of exactly 384 threads with `GemmTiles::SHARED_BYTES` of dynamic shared memory, the kernel compiled for
-    /// sm_90a (`WEFT_GEMM_MAINLOOP=wgmma` on a Hopper GPU), `self.cols() == b.rows()`, `m` a multiple of 128, `n` of
+    /// blocks of exactly 384 threads with `GemmTiles::SHARED_BYTES` of dynamic shared memory (Hopper has it; an A100
+    /// does not), a GPU of compute capability 8.0 or newer, `self.cols() == b.rows()`, `m` a multiple of 128, `n` of
     /// 256, `k` a positive multiple of 64, and both maps made for it (`TmaOperand::gemm_a`, `TmaOperand::gemm_b`).
     /// Kernels that call it declare `#[weft::kernel(launch_bounds(384, 1))]`. The loop body must not synchronise
     /// the whole block (`sync_threads`): the loading warpgroup has left.

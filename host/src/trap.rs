@@ -59,7 +59,7 @@ pub(crate) const GEMM_TILES_MISUSE_TEXT: [&str; 8] = [
     "a.cols() must equal b.rows() (the k both operands share)",
     "m must be a multiple of 128, n of 256 and k a positive multiple of 64, each below 2^31",
     "a's map must copy 128 x 64 boxes and b's 64 x 64 (make them with TmaOperand::gemm_a and gemm_b)",
-    "it needs sm_90a (WEFT_GEMM_MAINLOOP=wgmma on a Hopper GPU)",
+    "it needs a GPU of compute capability 8.0 or newer",
     "a pipeline barrier waited for about 2 s: a stage was never filled or never released",
     "a's shards must be a positive multiple of 128 rows each, at most 8, this rank's among them",
 ];

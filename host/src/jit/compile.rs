@@ -30,9 +30,9 @@ impl GpuArch {
 }
 
 impl GpuArch {
-    /// The architecture-specific target (`sm_90a`) on Hopper, whose `wgmma` instructions exist only there (a cubin
-    /// for `sm_90a` runs on compute capability 9.0 exactly, which is what a cubin compiled for this device needs),
-    /// else the architecture itself: what nvcc's `-arch` gets when the `wgmma` GEMM mainloop is asked for.
+    /// The architecture-specific target (`sm_90a`) on Hopper, whose `wgmma` and `setmaxnreg` exist only there (a
+    /// cubin for `sm_90a` runs on compute capability 9.0 exactly, which is what a cubin compiled for this device
+    /// needs), else the architecture itself: what nvcc's `-arch` gets.
     pub fn nvcc_target(&self) -> String {
         if (self.major, self.minor) == (9, 0) {
             format!("{self}a")
@@ -94,8 +94,9 @@ impl<'a> CompileRequest<'a> {
     pub fn flags(&self) -> Vec<String> {
         let mut flags: Vec<String> = vec![
             "-cubin".into(),
-            // sm_90a only where the wgmma mainloop is asked for (opt-in until it has run on a GPU).
-            if self.wgmma() { format!("-arch={}", self.arch.nvcc_target()) } else { format!("-arch={}", self.arch) },
+            // sm_90a on Hopper whichever the mainloop: its setmaxnreg lets gemm_tiles' mma.sync loop give the
+            // consumers the producers' registers too (a cubin for this device runs on it only anyway).
+            format!("-arch={}", self.arch.nvcc_target()),
             "-std=c++17".into(),
             "--extended-lambda".into(),
             "--expt-relaxed-constexpr".into(),
@@ -109,9 +110,9 @@ impl<'a> CompileRequest<'a> {
     }
 }
 
-/// The GEMM mainloop behind `gemm_block` (docs/gemm.md): `mma.sync` (the default, any sm_80+ GPU), or, with
-/// `WEFT_GEMM_MAINLOOP=wgmma`, Hopper's `wgmma` where the target has it (kernels are then compiled for `sm_90a` on
-/// compute capability 9.0; elsewhere `mma.sync` stays). `wgmma` is opt-in until it has run on a GPU. Part of the
+/// The GEMM mainloop behind `gemm_block` and `gemm_tiles` (docs/gemm.md): `mma.sync` (the default, any sm_80+ GPU),
+/// or, with `WEFT_GEMM_MAINLOOP=wgmma`, Hopper's `wgmma` (and TMA, for `gemm_tiles`) where the target has it
+/// (kernels for compute capability 9.0 are compiled for `sm_90a` either way; elsewhere `mma.sync` stays). Part of the
 /// compile flags, so of the cache key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GemmMainloop {
@@ -316,7 +317,7 @@ mod tests {
         let args: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(
             args.join(" "),
-            "-cubin -arch=sm_90 -std=c++17 --extended-lambda --expt-relaxed-constexpr -O3 -lineinfo \
+            "-cubin -arch=sm_90a -std=c++17 --extended-lambda --expt-relaxed-constexpr -O3 -lineinfo \
              -I/cache/include/abc -I/nccl/include -I/cuda/include -I/cuda/include/cccl /src/k.cu -o /o.cubin"
         );
     }

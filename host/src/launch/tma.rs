@@ -297,8 +297,9 @@ impl<'a, T: TmaElement> TmaOperand<'a, T> {
     }
 }
 
-/// The bytes of C++ `weft::TmaMatrix<T>` (weft.cuh): the tensor map, then rows and columns (`u64`) and the box
-/// (`u32` rows, `u32` columns), 192 bytes at 64-byte alignment.
+/// The bytes of C++ `weft::TmaMatrix<T>` (weft.cuh): the tensor map, then rows and columns (`u64`), the box (`u32`
+/// rows, `u32` columns), and the address and row stride in elements (`u64`, what the `mma.sync` loop copies from:
+/// the map's extent), 192 bytes at 64-byte alignment.
 pub(crate) fn kernel_image<T: TmaElement>(matrix: &TmaMatrix<T>, address: u64) -> Result<[u8; 192]> {
     let mut image = [0u8; 192];
     image[..128].copy_from_slice(&matrix.encode(address)?);
@@ -306,14 +307,17 @@ pub(crate) fn kernel_image<T: TmaElement>(matrix: &TmaMatrix<T>, address: u64) -
     image[136..144].copy_from_slice(&(matrix.cols as u64).to_ne_bytes());
     image[144..148].copy_from_slice(&matrix.box_rows.to_ne_bytes());
     image[148..152].copy_from_slice(&matrix.box_cols.to_ne_bytes());
+    image[152..160].copy_from_slice(&address.to_ne_bytes());
+    image[160..168].copy_from_slice(&(matrix.ld as u64).to_ne_bytes());
     Ok(image)
 }
 
 /// The most LSA ranks a [`TmaShards`] describes: its maps are one kernel parameter (C++ `TmaShards::MAX_PEERS`).
 pub const TMA_SHARDS_MAX_PEERS: usize = 8;
 /// The bytes of C++ `weft::TmaShards<T>`: the maps, then shard rows and columns (`u64`), the box (`u32` rows, `u32`
-/// columns), the peers and this rank (`u32` each), at 64-byte alignment.
-const TMA_SHARDS_BYTES: usize = 1088;
+/// columns), the peers and this rank (`u32` each), the row stride in elements and each rank's address (`u64`: what
+/// the `mma.sync` loop copies from), at 64-byte alignment.
+const TMA_SHARDS_BYTES: usize = 1152;
 
 /// A matrix sharded by rows over the LSA team, each rank's shard at the start of its part of a symmetric window,
 /// described for TMA: what a kernel's `TmaShards<T>` parameter takes (the left operand of `x.gemm_tiles(&w)`, read
@@ -370,6 +374,7 @@ impl<'a, T: TmaElement + crate::Element> TmaShards<'a, T> {
         for peer in 0..peers {
             let address = if peer == rank { window.buffer().device_address() } else { window.lsa_address(peer, 0)? };
             image[peer * 128..(peer + 1) * 128].copy_from_slice(&matrix.encode(address)?);
+            image[1064 + 8 * peer..1072 + 8 * peer].copy_from_slice(&address.to_ne_bytes());
         }
         image[1024..1032].copy_from_slice(&(shard_rows as u64).to_ne_bytes());
         image[1032..1040].copy_from_slice(&(cols as u64).to_ne_bytes());
@@ -378,6 +383,7 @@ impl<'a, T: TmaElement + crate::Element> TmaShards<'a, T> {
         // Both below TMA_SHARDS_MAX_PEERS (check_shards).
         image[1048..1052].copy_from_slice(&(peers as u32).to_ne_bytes());
         image[1052..1056].copy_from_slice(&(rank as u32).to_ne_bytes());
+        image[1056..1064].copy_from_slice(&(ld as u64).to_ne_bytes());
         Ok(TmaShards { window, matrix, peers, rank, image })
     }
 }
@@ -433,9 +439,14 @@ pub const GEMM_TILES_THREADS: u32 = weft_device::GemmTiles::<weft_device::bf16>:
 pub const GEMM_TILES_SHARED_BYTES: u32 = weft_device::GemmTiles::<weft_device::bf16>::SHARED_BYTES;
 
 /// The launch of a kernel that opens `gemm_tiles` for an `m × n` product on `stream`'s GPU: one block of 384
-/// threads per multiprocessor (fewer if there are fewer 128 × 256 tiles), each with the loop's shared memory.
+/// threads per multiprocessor (fewer if there are fewer 128 × 256 tiles), each with the loop's shared memory. Refuses,
+/// naming the fix, a GPU that runs neither loop: below compute capability 8.0, or with less shared memory per block
+/// than the loop's four stages (an A100 has 163 KB of the 193 KB; Hopper 227 KB).
 pub fn gemm_tiles_config(stream: &cudarc::driver::CudaStream, m: usize, n: usize) -> Result<super::LaunchConfig> {
-    let sms = stream.context().attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let context = stream.context();
+    let optin = context.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+    check_gemm_tiles_gpu(context.compute_capability()?, optin)?;
+    let sms = context.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     let tiles = (m / 128).max(1) * (n / 256).max(1);
     let blocks = u32::try_from(tiles.min(usize::try_from(sms.max(1)).unwrap_or(1))).unwrap_or(u32::MAX);
     Ok(super::LaunchConfig::linear(blocks, GEMM_TILES_THREADS).with_shared_mem(GEMM_TILES_SHARED_BYTES))
@@ -467,26 +478,9 @@ fn shared_gemm_tiles_blocks(sms: u64, blocks: u32, ranks_on_gpu: usize) -> u32 {
 }
 
 /// Refuses a launch of `kernel`, which opens `gemm_tiles`, with blocks other than 384 × 1 × 1 or less dynamic shared
-/// memory than the loop needs, or without `WEFT_GEMM_MAINLOOP=wgmma` (the loop is Hopper's `wgmma` and TMA: other
-/// builds stop at it), before the device would stop it.
+/// memory than the loop needs, before the device would stop it. Either loop runs: TMA and `wgmma` where the kernel is
+/// compiled for sm_90a (`WEFT_GEMM_MAINLOOP=wgmma`), `cp.async` and `mma.sync` elsewhere.
 pub fn check_gemm_tiles(kernel: &'static str, cfg: &super::LaunchConfig) -> Result<()> {
-    check_gemm_tiles_with(kernel, cfg, crate::jit::gemm_mainloop()?)
-}
-
-fn check_gemm_tiles_with(
-    kernel: &'static str,
-    cfg: &super::LaunchConfig,
-    mainloop: crate::jit::GemmMainloop,
-) -> Result<()> {
-    if mainloop != crate::jit::GemmMainloop::Wgmma {
-        return Err(Error::invalid(
-            "WEFT_GEMM_MAINLOOP",
-            format!(
-                "`{kernel}` opens gemm_tiles, Hopper's TMA and wgmma loop, which exists only in kernels compiled for \
-                 sm_90a: set WEFT_GEMM_MAINLOOP=wgmma (on a GPU of compute capability 9.0)"
-            ),
-        ));
-    }
     if cfg.block_dim == (GEMM_TILES_THREADS, 1, 1) && cfg.shared_mem_bytes >= GEMM_TILES_SHARED_BYTES {
         return Ok(());
     }
@@ -497,6 +491,24 @@ fn check_gemm_tiles_with(
              multiplying ones) with {GEMM_TILES_SHARED_BYTES} bytes of dynamic shared memory, but this launch has \
              blocks of {:?} and {} bytes: launch it with `weft::host::launch::gemm_tiles_config(stream, m, n)`",
             cfg.block_dim, cfg.shared_mem_bytes
+        ),
+    ))
+}
+
+/// Refuses a GPU that cannot run `gemm_tiles`: compute capability below 8.0 (no `mma.sync m16n8k16`, no `cp.async`)
+/// or less shared memory per block than the loop's stages (`optin` bytes: Hopper grants 227 KB, an A100 163 KB).
+fn check_gemm_tiles_gpu(capability: (i32, i32), optin: i32) -> Result<()> {
+    let fits = u32::try_from(optin).is_ok_and(|bytes| bytes >= GEMM_TILES_SHARED_BYTES);
+    if capability.0 >= 8 && fits {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "stream",
+        format!(
+            "gemm_tiles needs a GPU of compute capability 8.0 or newer that grants a block {GEMM_TILES_SHARED_BYTES} \
+             bytes of shared memory (its four stages), and this one is {}.{} with {optin}: use gemm_block (128 x 128 \
+             tiles in 48 KB) or cuBLAS there",
+            capability.0, capability.1
         ),
     ))
 }
@@ -558,18 +570,21 @@ mod tests {
 
     #[test]
     fn a_gemm_tiles_launch_needs_384_threads_and_the_loops_shared_memory() {
-        use crate::jit::GemmMainloop::{MmaSync, Wgmma};
         let good = super::super::LaunchConfig::linear(132, 384).with_shared_mem(GEMM_TILES_SHARED_BYTES);
-        assert!(check_gemm_tiles_with("k", &good, Wgmma).is_ok());
-        let text = check_gemm_tiles_with("k", &good, MmaSync).unwrap_err().to_string();
-        assert!(text.contains("WEFT_GEMM_MAINLOOP=wgmma"), "{text}");
+        assert!(check_gemm_tiles("k", &good).is_ok());
         assert_eq!(GEMM_TILES_SHARED_BYTES, 197_696);
         for bad in [
             super::super::LaunchConfig::linear(132, 256).with_shared_mem(GEMM_TILES_SHARED_BYTES),
             super::super::LaunchConfig::linear(132, 384),
         ] {
-            let text = check_gemm_tiles_with("k", &bad, Wgmma).unwrap_err().to_string();
+            let text = check_gemm_tiles("k", &bad).unwrap_err().to_string();
             assert!(text.contains("gemm_tiles_config") && text.contains("384"), "{text}");
+        }
+        // Hopper (227 KB per block) and an A100 with too little shared memory, or a Turing GPU.
+        assert!(check_gemm_tiles_gpu((9, 0), 232_448).is_ok());
+        for (capability, optin) in [((8, 0), 166_912), ((7, 5), 65_536), ((8, 9), 101_376)] {
+            let text = check_gemm_tiles_gpu(capability, optin).unwrap_err().to_string();
+            assert!(text.contains("197696") && text.contains("gemm_block"), "{text}");
         }
     }
 
@@ -594,9 +609,11 @@ mod tests {
         }
         // The image's size is weft.cuh's `sizeof(TmaShards)`, which holds TMA_SHARDS_MAX_PEERS maps.
         let cuh = weft_device::WEFT_CUH;
-        assert!(cuh.contains("sizeof(TmaShards<__nv_bfloat16>) == 1088"), "weft.cuh's layout of TmaShards changed");
+        assert!(cuh.contains("sizeof(TmaShards<__nv_bfloat16>) == 1152"), "weft.cuh's layout of TmaShards changed");
+        assert!(cuh.contains("offsetof(TmaShards<__nv_bfloat16>, addresses) == 1064"));
+        assert!(cuh.contains("offsetof(TmaMatrix<__nv_bfloat16>, address_) == 152"));
         assert!(cuh.contains(&format!("MAX_PEERS = {TMA_SHARDS_MAX_PEERS};")));
-        assert_eq!(TMA_SHARDS_BYTES, 1088);
+        assert_eq!(TMA_SHARDS_BYTES, 1152);
     }
 
     #[test]
