@@ -37,11 +37,12 @@
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
 #   fresh     (not in the default) what was written since the last GPU run, most important first: on 2.28.9 the
 #             tensor-core tests with the wgmma mainloop (weft's TMA loop, gemm_store, a gemm_store past its buffer),
-#             examples 09 and 08 at 1 rank (their variants on the TMA loop), the GEMM benchmark
-#             (both TMA kernels against cuBLAS); on 2.30.7 examples 09 and 08 with the wgmma mainloop at 2, 4 and 8
-#             ranks, the stream-to-queue probes with 1, 8 and 32 queues, then the benchmark's zero_adam case at 4
-#             ranks in full mode three times with WEFT_STACKS (it stopped once on 2026-12-05 with 32 queues); fresh28
-#             and fresh30: only the runs of that release
+#             examples 09 and 08 at 1 rank (their variants on the TMA loop), the GEMM benchmark (both TMA kernels
+#             against cuBLAS), then the same tests and benchmark in the default build (gemm_tiles' cp.async +
+#             mma.sync loop); on 2.30.7 examples 09 and 08 with the wgmma mainloop and the all-gather + GEMM test on
+#             both loops at 2, 4 and 8 ranks, the stream-to-queue probes with 1, 8 and 32 queues, then the
+#             benchmark's zero_adam case at 4 ranks in full mode three times with WEFT_STACKS (it stopped once on
+#             2026-12-05 with 32 queues); fresh28 and fresh30: only the runs of that release
 #   queues    (not in the default) NCCL 2.30.7: the two runs that still stopped on 2026-12-05 (the graph timing test
 #             at 8 ranks, the benchmark's zero_adam case at 4) with 32 hardware queues, several times each, and weft's
 #             refusal of 8 queues at 2 ranks
@@ -230,6 +231,11 @@ gemm() { # release: the tensor-core tests, the GEMM benchmark and example 08 at 
     [ -x .gpu/bin/test-gemm ] && WEFT_BENCH_OUT="$out/bench-gemm" run "2.28.9 x1 bench-gemm" 300 .gpu/bin/test-gemm
     [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=wgmma WEFT_BENCH_OUT="$out/bench-gemm-wgmma" \
       run "2.28.9 x1 bench-gemm wgmma" 300 .gpu/bin/test-gemm
+    # gemm_tiles' mma.sync loop (the default build): the tensor-core tests, then the benchmark, whose gemm_tiles
+    # rows are that loop against cuBLAS (the issue's mma.sync aim).
+    run "2.28.9 x1 test-gpu_mma mma_sync" 300 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
+    [ -x .gpu/bin/test-gemm ] && WEFT_BENCH_OUT="$out/bench-gemm-mma_sync" \
+      run "2.28.9 x1 bench-gemm mma_sync" 300 .gpu/bin/test-gemm
     run "2.28.9 x1 example-allgather_gemm" 180 .gpu/bin/example-allgather_gemm
     WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 example-allgather_gemm wgmma" 180 .gpu/bin/example-allgather_gemm
     run "2.28.9 x1 example-gemm_reduce_scatter" 180 .gpu/bin/example-gemm_reduce_scatter
@@ -267,8 +273,10 @@ fresh() { # release: see the header
       for e in gemm_reduce_scatter allgather_gemm; do
         WEFT_GEMM_MAINLOOP=wgmma WEFT_RANKS=$n run "2.30.7 x$n example-$e wgmma" 120 ".gpu/bin/example-$e"
       done
-      # The TMA all-gather + GEMM's own test: shards of one and three bands, small grids, two calls in a row.
+      # The all-gather + GEMM's own test on both loops: shards of one and three bands, small grids, two calls in a row.
       WEFT_GEMM_MAINLOOP=wgmma WEFT_RANKS=$n run "2.30.7 x$n test-gpu_mma every_rank wgmma" 120 .gpu/bin/test-gpu_mma \
+        --include-ignored --test-threads=1 --nocapture every_rank
+      WEFT_RANKS=$n run "2.30.7 x$n test-gpu_mma every_rank mma_sync" 120 .gpu/bin/test-gpu_mma \
         --include-ignored --test-threads=1 --nocapture every_rank
     done
     # Which streams share a hardware queue (tests/gpu_waits.rs), and whether destroyed streams and NCCL's own
