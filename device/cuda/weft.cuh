@@ -1076,25 +1076,30 @@ WEFT_FN uint32_t pair_bits(T lo, T hi) {
   memcpy(&b, &hi, 2);
   return uint32_t(a) | (uint32_t(b) << 16);
 }
+// acc (4 f32) += a (16 x 16) x b (16 x 8): mma.sync m16n8k16 on fragments in registers.
+template <class T>
+WEFT_FN void mma_16816(float* acc, const uint32_t* a, const uint32_t* b) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
 }  // namespace detail
 
 template <class T>
 WEFT_FN MmaAcc mma(MmaA<T> const& a, MmaB<T> const& b, MmaAcc acc) {
   static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value,
                 "weft::mma takes f16 or bf16 fragments");
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(acc.c[0]), "+f"(acc.c[1]), "+f"(acc.c[2]), "+f"(acc.c[3])
-        : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(acc.c[0]), "+f"(acc.c[1]), "+f"(acc.c[2]), "+f"(acc.c[3])
-        : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
-  }
+  detail::mma_16816<T>(acc.c, a.r, b.r);
   return acc;
 }
 
@@ -2124,20 +2129,24 @@ WEFT_FN auto mma_load_b_at(C const& c, size_t k0, size_t n0, size_t ld, unsigned
   b.r[1] = pair_bits(c[(k + 8) * ld + n], c[(k + 9) * ld + n]);
   return b;
 }
-// One `ldmatrix.x4` (optionally `.trans`) from the shared-memory row `row` this lane names: four 8 x 8 matrices, one
-// register each (the fragment loads below and the GEMM mainloop).
-template <bool TRANS, class T>
-WEFT_FN void ldmatrix_x4(const T* row, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  if constexpr (TRANS) {
+// One `ldmatrix.x4` (optionally `.trans`) from the shared-memory row at `address` this lane names: four 8 x 8
+// matrices, one register each (the fragment loads below and the GEMM mainloops).
+WEFT_FN void ldmatrix_x4_at(uint32_t address, uint32_t* r, bool trans) {
+  if (trans) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(address));
   } else {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(address));
   }
+}
+template <bool TRANS, class T>
+WEFT_FN void ldmatrix_x4(const T* row, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  uint32_t r[4];
+  ldmatrix_x4_at(static_cast<uint32_t>(__cvta_generic_to_shared(row)), r, TRANS);
+  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
 }
 // `ldmatrix`: the same fragments from a shared array, four (A) or two (B, transposed) 8 x 8 matrices per
 // instruction, each lane giving one row's address. Rows start on 16-byte boundaries: `ld` and the tile's column
@@ -2632,78 +2641,40 @@ WEFT_FN void mbar_arrive_expect(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 WEFT_FN void mbar_arrive(uint32_t bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory"); }
-WEFT_FN bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+// One look at the phase of `bar` with this parity (acquire): `try_wait`, which may wait a while in hardware (sm_90),
+// or `test_wait`, which answers at once (sm_80 has no other: the mma.sync loop's form).
+#define WEFT_MBAR_PROBE(OP)                                                                              \
+  asm volatile("{\n\t.reg .pred p;\n\tmbarrier." OP ".parity.shared::cta.b64 p, [%1], %2;\n\t" \
+               "selp.u32 %0, 1, 0, p;\n\t}"                                                          \
+               : "=r"(done)                                                                              \
+               : "r"(bar), "r"(parity)                                                                   \
+               : "memory")
+template <bool TRY>
+WEFT_FN bool mbar_probe(uint32_t bar, uint32_t parity) {
   uint32_t done;
-  asm volatile(
-      "{\n\t.reg .pred p;\n\t"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-      "selp.u32 %0, 1, 0, p;\n\t}"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
+  if constexpr (TRY) {
+    WEFT_MBAR_PROBE("try_wait");
+  } else {
+    WEFT_MBAR_PROBE("test_wait");
+  }
   return done != 0;
 }
+#undef WEFT_MBAR_PROBE
 // Waits for the phase of `bar` with this parity (acquire); traps with a report after about 2^32 clocks.
+template <bool TRY = true>
 WEFT_FN void mbar_wait(uint32_t bar, uint32_t parity) {
-  if (mbar_try_wait(bar, parity)) return;
+  if (mbar_probe<TRY>(bar, parity)) return;
   long long start = clock64();
-  while (!mbar_try_wait(bar, parity)) {
+  while (!mbar_probe<TRY>(bar, parity)) {
     if (clock64() - start > (1ll << 32)) gemm_tiles_misuse(6);
   }
 }
-// The mma.sync loop's forms (sm_80 has no try_wait): a non-blocking test of the phase with this parity, polled with
-// the same bound; and the arrival of this thread's cp.async copies, once they have landed.
-WEFT_FN bool mbar_test_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n\t.reg .pred p;\n\t"
-      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-      "selp.u32 %0, 1, 0, p;\n\t}"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-WEFT_FN void mbar_poll(uint32_t bar, uint32_t parity) {
-  if (mbar_test_wait(bar, parity)) return;
-  long long start = clock64();
-  while (!mbar_test_wait(bar, parity)) {
-    if (clock64() - start > (1ll << 32)) gemm_tiles_misuse(6);
-  }
-}
+// The arrival of this thread's cp.async copies on `bar`, once they have landed (the mma.sync loop's producer).
 WEFT_FN void cp_async_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 WEFT_FN void cp_async_16_to(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(__cvta_generic_to_global(src)) : "memory");
-}
-// acc (4 f32) += a (16 x 16) x b (16 x 8): mma.sync m16n8k16 on fragments in registers.
-template <class T>
-WEFT_FN void mma_16816(float* acc, const uint32_t* a, const uint32_t* b) {
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-}
-WEFT_FN void ldmatrix_x4_at(uint32_t address, uint32_t* r, bool trans) {
-  if (trans) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address));
-  } else {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address));
-  }
 }
 WEFT_FN void tma_load_2d(uint32_t dst, const TmaMap* map, uint32_t bar, int32_t c0, int32_t c1) {
   asm volatile(
@@ -3019,7 +2990,7 @@ class GemmTiles {
       const T* const a = reinterpret_cast<const T*>(a_addresses_[owner]) + (row0 - owner * shard_rows_) * lda_;
       for (size_t kt = 0; kt < ktiles_; ++kt, ++it) {
         const uint32_t s = it % STAGES, stage = stages_ + s * STAGE_BYTES;
-        detail::mbar_poll(empty_ + 8 * s, ((it / STAGES) & 1) ^ 1);
+        detail::mbar_wait<false>(empty_ + 8 * s, ((it / STAGES) & 1) ^ 1);
 #pragma unroll
         for (uint32_t i = 0; i < A_BYTES / 16 / 128; ++i) {
           const uint32_t chunk = p + 128 * i, r = chunk / 8, c = chunk % 8;
@@ -3056,7 +3027,7 @@ class GemmTiles {
     for (int i = 0; i < int(PER_THREAD); ++i) d_[i] = 0.0f;
     for (size_t kt = 0; kt < ktiles_; ++kt, ++it_) {
       const uint32_t s = it_ % STAGES, stage = stages_ + s * STAGE_BYTES;
-      detail::mbar_poll(full_ + 8 * s, (it_ / STAGES) & 1);
+      detail::mbar_wait<false>(full_ + 8 * s, (it_ / STAGES) & 1);
       const uint32_t a0 = stage + a_lane, b0 = stage + b_lane;
 #pragma unroll
       for (uint32_t kk = 0; kk < BK / 16; ++kk) {
