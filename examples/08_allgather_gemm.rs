@@ -19,12 +19,12 @@
 //!   into a local buffer 128 rows at a time and raises a flag per chunk (`allgather_signal`), and each shard's cuBLAS
 //!   GEMM on the main stream waits only for its own chunks' flags (`DeviceBuffer::stream_wait_at_least`), this
 //!   rank's shard first: communication and GEMMs overlap, with cuBLAS doing the math;
-//! - fused on the Hopper loop (`kernels/gemm_tp.rs`, `allgather_gemm_tiles`; on compute capability 9.0 with
-//!   `WEFT_GEMM_MAINLOOP=wgmma`, where `n` is a multiple of 256 and `k` of 64, and with NCCL 2.29+ when there are
-//!   several ranks): TMA loads and `wgmma` in 128 × 256 tiles, the loop's producer reading each tile's rows of `x`
-//!   with TMA straight from the owner's window through one tensor map per rank (`TmaShards`), each rank starting
-//!   with its own rows, each tile stored whole (`gemm_store`). Not yet in the selector's defaults (it has not run on a GPU):
-//!   `WEFT_AG_GEMM_PATHS=fused_tma` picks it.
+//! - fused tiles (`kernels/gemm_tp.rs`, `allgather_gemm_tiles`, on the persistent `gemm_tiles` loop: TMA and `wgmma`
+//!   with `WEFT_GEMM_MAINLOOP=wgmma` on Hopper, `cp.async` and `mma.sync` otherwise; where the GPU runs the loop,
+//!   `n` is a multiple of 256 and `k` of 64, and with NCCL 2.29+ when there are several ranks): 128 × 256 tiles, the
+//!   loop's producer reading each tile's rows of `x` straight from the owner's window (`TmaShards`: one tensor map
+//!   and one address per rank), each rank starting with its own rows, each tile stored whole (`gemm_store`). Not yet
+//!   in the selector's defaults (it has not run on a GPU): `WEFT_AG_GEMM_PATHS=fused_tiles` picks it.
 //!
 //! Checks: at the small shapes every rank's fused result against an f64 host reference; at every shape the fused
 //! result against the unfused one (outputs poisoned with NaN first). Sizes need `m / R` and `n` multiples of 128
@@ -41,7 +41,7 @@ use weft_kit::blas::Part;
 use weft_kit::common;
 use weft_kit::gemm_report::{self, GemmCase};
 use weft_kit::kernels::gemm_tp::{
-    allgather_gemm as fused, allgather_gemm_tiles as fused_tma, allgather_signal as signal,
+    allgather_gemm as fused, allgather_gemm_tiles as fused_tiles, allgather_signal as signal,
 };
 use weft_kit::select::{AgGemmTable, AllGatherGemm};
 use weft_kit::test_kernels::gemm_tiles;
@@ -72,14 +72,14 @@ fn main() -> Result<()> {
         Ok(_) => run(),
         Err(why) => common::without_gpu(
             &why,
-            &[fused::compile_check, signal::compile_check, gemm_tiles::compile_check, fused_tma::compile_check],
+            &[fused::compile_check, signal::compile_check, gemm_tiles::compile_check, fused_tiles::compile_check],
             &[],
             &format!(
                 "runs one rank per GPU (WEFT_RANKS=n runs n) and, for (m, n, k) in {SHAPES:?}, computes \
                  all_gather(x) x w in bf16 with the fused kernel, with ncclAllGather + the same GEMM kernel, with \
-                 ncclAllGather + cuBLAS, with the decoupled all-gather gating cuBLAS per chunk and (on compute \
-                 capability 9.0 with WEFT_GEMM_MAINLOOP=wgmma) with the fused kernel on the TMA loop, checks them \
-                 against an f64 host reference and each other, and prints their median times and TFLOP/s."
+                 ncclAllGather + cuBLAS, with the decoupled all-gather gating cuBLAS per chunk and (where the GPU \
+                 runs it) with the fused kernel on the persistent gemm_tiles loop, checks them against an f64 host \
+                 reference and each other, and prints their median times and TFLOP/s."
             ),
         ),
     }
@@ -131,23 +131,26 @@ fn run() -> Result<()> {
         // "Load before launch"): `one_wave` loaded the other two.
         gemm_tiles::function::<bf16>(comm.context())?;
         let mut needs = fused::requirements(&cfg).merge(&signal::requirements(&signal_cfg));
-        // The Hopper loop where the GPU and the build have it; its grid is the rank's share of the GPU at most (every
-        // rank's blocks wait at LSA barriers for each other), sized here for the largest shape.
-        let hopper = comm.context().compute_capability()? == (9, 0)
-            && weft::host::jit::gemm_mainloop()? == weft::host::jit::GemmMainloop::Wgmma;
+        // The persistent loop where the GPU runs it; its grid is the rank's share of the GPU at most (every rank's
+        // blocks wait at LSA barriers for each other), sized here for the largest shape.
         let (most_m, most_n, _) = SHAPES.iter().copied().max_by_key(|&(m, n, _)| m * n).unwrap_or((128, 256, 64));
-        if hopper {
-            fused_tma::function::<bf16>(comm.context())?;
-            let tma_cfg = weft::host::launch::gemm_tiles_config_shared(comm, &s, most_m, most_n)?;
-            needs = needs.merge(&fused_tma::requirements(&tma_cfg));
-        }
+        let tiles = match common::gemm_tiles_here(comm, &s, most_m, most_n)? {
+            Some(most) => {
+                fused_tiles::function::<bf16>(comm.context())?;
+                needs = needs.merge(&fused_tiles::requirements(&most));
+                true
+            }
+            None => false,
+        };
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&needs)?;
         let blas = weft_kit::blas::handle(&s)?;
         if comm.rank() == 0 {
             println!(
                 "launch geometry: fused {} blocks of {BLOCK} (one wave), unfused one block per 128 x 128 tile, \
-                 decoupled all-gather {} blocks of {SIGNAL_BLOCK}",
-                cfg.grid_dim.0, signal_cfg.grid_dim.0
+                 decoupled all-gather {} blocks of {SIGNAL_BLOCK}; fused tiles: {}",
+                cfg.grid_dim.0,
+                signal_cfg.grid_dim.0,
+                if tiles { common::gemm_tiles_loop(comm)? } else { "not on this GPU" }
             );
         }
         let stopwatch = common::Stopwatch::new(comm.context())?;
@@ -164,11 +167,11 @@ fn run() -> Result<()> {
             let mut out = s.clone_htod(&poison)?;
             let mut out_unfused = s.clone_htod(&poison)?;
             let mut out_decoupled = s.clone_htod(&poison)?;
-            let mut out_tma = s.clone_htod(&poison)?;
-            // The Hopper variant's operands and grid, where it runs (m / R a multiple of 128 holds for every shape
-            // here). Its maps need every peer's address of `x`, which NCCL gives the host from 2.29 on: with several
+            let mut out_tiles = s.clone_htod(&poison)?;
+            // The persistent loop's operands and grid, where it runs (m / R a multiple of 128 holds for every shape
+            // here). Its shards need every peer's address of `x`, which NCCL gives the host from 2.29 on: with several
             // ranks on NCCL 2.28 the variant is left out.
-            let hopper_ag = if hopper && n % 256 == 0 && k % 64 == 0 {
+            let tiles_ag = if tiles && n % 256 == 0 && k % 64 == 0 {
                 match weft::host::launch::TmaShards::gemm_a(&x, shard, k, k) {
                     Ok(tx) => Some((
                         tx,
@@ -241,13 +244,13 @@ fn run() -> Result<()> {
                 let got = weft::host::cuda::download(&s, &out_decoupled)?;
                 errors.push(("decoupled vs unfused", common::relative_error(&got, &unfused)));
             }
-            if let Some((tx, tw, tcfg)) = &hopper_ag {
-                fused_tma::launch(&s, *tcfg, &dev, tx, tw, &mut out_tma)?;
-                let got_tma = weft::host::cuda::download(&s, &out_tma)?;
+            if let Some((tx, tw, tcfg)) = &tiles_ag {
+                fused_tiles::launch(&s, *tcfg, &dev, tx, tw, &mut out_tiles)?;
+                let got_tiles = weft::host::cuda::download(&s, &out_tiles)?;
                 if index < CHECKED {
-                    errors.push(("fused TMA vs f64", common::relative_error(&got_tma, &references[index][rank])));
+                    errors.push(("fused tiles vs f64", common::relative_error(&got_tiles, &references[index][rank])));
                 }
-                errors.push(("fused TMA vs unfused", common::relative_error(&got_tma, &unfused)));
+                errors.push(("fused tiles vs unfused", common::relative_error(&got_tiles, &unfused)));
             }
 
             let times =
@@ -268,20 +271,20 @@ fn run() -> Result<()> {
                         epoch += 1;
                         decoupled(epoch, &mut out_decoupled)
                     }
-                    _ => match &hopper_ag {
-                        Some((tx, tw, tcfg)) => fused_tma::launch(&s, *tcfg, &dev, tx, tw, &mut out_tma),
+                    _ => match &tiles_ag {
+                        Some((tx, tw, tcfg)) => fused_tiles::launch(&s, *tcfg, &dev, tx, tw, &mut out_tiles),
                         None => Ok(()),
                     },
                 })?;
             let skipped = |t: f64| if blas.is_some() { t } else { f64::NAN };
-            let tma_time = if hopper_ag.is_some() { times[4] } else { f64::NAN };
-            let times = vec![times[0], times[1], skipped(times[2]), skipped(times[3]), tma_time];
+            let tiles_time = if tiles_ag.is_some() { times[4] } else { f64::NAN };
+            let times = vec![times[0], times[1], skipped(times[2]), skipped(times[3]), tiles_time];
             let picked = match paths.pick(m * n * k, nranks) {
                 AllGatherGemm::Fused => 0,
                 AllGatherGemm::Decoupled if blas.is_some() => 3,
                 AllGatherGemm::Decoupled => 0,
-                AllGatherGemm::FusedTma if hopper_ag.is_some() => 4,
-                AllGatherGemm::FusedTma => 0,
+                AllGatherGemm::FusedTiles if tiles_ag.is_some() => 4,
+                AllGatherGemm::FusedTiles => 0,
                 AllGatherGemm::Nccl if blas.is_some() => 2,
                 AllGatherGemm::Nccl => 1,
             };
@@ -296,7 +299,7 @@ fn run() -> Result<()> {
     gemm_report::print(
         &reports,
         ranks.first_rank(),
-        &["fused", "AG+GEMM", "AG+cuBLAS", "AG|cuBLAS", "fused TMA"],
+        &["fused", "AG+GEMM", "AG+cuBLAS", "AG|cuBLAS", "fused tiles"],
         2,
         |(shard, n, k)| 2.0 * (shard * nranks * n * k) as f64,
     )

@@ -16,11 +16,11 @@
 //! - unfused, same GEMM: kit's `gemm_tiles` (the same mainloop as a plain kernel) into a bf16 partial product, then
 //!   `ncclReduceScatter` of it: what fusing the reduce-scatter saves, with nothing else changed;
 //! - unfused, cuBLAS: `cublasGemmEx`, then `ncclReduceScatter` (where libcublas is on the library path);
-//! - fused on the Hopper loop (`kernels/gemm_tp.rs`, `gemm_tiles_reduce_scatter`; on compute capability 9.0 with
-//!   `WEFT_GEMM_MAINLOOP=wgmma`, and where `n` is a multiple of 256 and `k` of 64): TMA loads and `wgmma` in
-//!   128 × 256 tiles, each partial tile stored whole into its owner's bf16 scratch window (`gemm_store`), the owner's
-//!   sum 16 bytes at a time. Not yet in the selector's defaults (it has not run on a GPU):
-//!   `WEFT_GEMM_RS_PATHS=fused_tma` picks it.
+//! - fused tiles (`kernels/gemm_tp.rs`, `gemm_tiles_reduce_scatter`, on the persistent `gemm_tiles` loop: TMA and
+//!   `wgmma` with `WEFT_GEMM_MAINLOOP=wgmma` on Hopper, `cp.async` and `mma.sync` otherwise; where the GPU runs the
+//!   loop, `n` is a multiple of 256 and `k` of 64): 128 × 256 tiles, each partial tile stored whole into its owner's
+//!   bf16 scratch window (`gemm_store`), the owner's sum 16 bytes at a time. Not yet in the selector's defaults (it
+//!   has not run on a GPU): `WEFT_GEMM_RS_PATHS=fused_tiles` picks it.
 //!
 //! Checks: at the small shapes every rank's fused result against an f64 host reference; at every shape against the
 //! unfused one (outputs poisoned with NaN first; the unfused path rounds the partial products to bf16 before
@@ -37,7 +37,7 @@
 use weft_kit::common;
 use weft_kit::gemm_report::{self, GemmCase};
 use weft_kit::kernels::gemm_tp::gemm_reduce_scatter as fused;
-use weft_kit::kernels::gemm_tp::gemm_tiles_reduce_scatter as fused_tma;
+use weft_kit::kernels::gemm_tp::gemm_tiles_reduce_scatter as fused_tiles;
 use weft_kit::select::{GemmReduceScatter, GemmRsTable};
 use weft_kit::test_kernels::gemm_tiles;
 
@@ -63,13 +63,13 @@ fn main() -> Result<()> {
         Ok(_) => run(),
         Err(why) => common::without_gpu(
             &why,
-            &[fused::compile_check, gemm_tiles::compile_check, fused_tma::compile_check],
+            &[fused::compile_check, gemm_tiles::compile_check, fused_tiles::compile_check],
             &[],
             &format!(
                 "runs one rank per GPU (WEFT_RANKS=n runs n) and, for (m, n, k) in {SHAPES:?}, computes this \
                  rank's rows of the sum over ranks of x x w in bf16 with the fused kernel, with the same GEMM kernel + \
-                 ncclReduceScatter, with cuBLAS + ncclReduceScatter and (on compute capability 9.0 with \
-                 WEFT_GEMM_MAINLOOP=wgmma) with the fused kernel on the TMA loop, checks them against an f64 host \
+                 ncclReduceScatter, with cuBLAS + ncclReduceScatter and (where the GPU runs it) with the fused \
+                 kernel on the persistent gemm_tiles loop, checks them against an f64 host \
                  reference and each other, and prints their median times and TFLOP/s."
             ),
         ),
@@ -115,26 +115,26 @@ fn run() -> Result<()> {
         common::require_one_lsa_team(comm, "this example")?;
         let s = comm.context().new_stream()?;
         let cfg = fused::one_wave::<bf16>(comm, &s, BLOCK)?;
-        // The Hopper loop where the GPU and the build have it; its grid is the rank's share of the GPU at most (every
-        // rank's blocks wait at LSA barriers for each other), sized here for the largest shape.
-        let hopper = comm.context().compute_capability()? == (9, 0)
-            && weft::host::jit::gemm_mainloop()? == weft::host::jit::GemmMainloop::Wgmma;
+        // The persistent loop where the GPU runs it; its grid is the rank's share of the GPU at most (every rank's
+        // blocks wait at LSA barriers for each other), sized here for the largest shape.
         let (most_m, most_n, _) = SHAPES.iter().copied().max_by_key(|&(m, n, _)| m * n).unwrap_or((128, 256, 64));
-        let tma_cfg = weft::host::launch::gemm_tiles_config_shared(comm, &s, most_m, most_n)?;
+        let most = common::gemm_tiles_here(comm, &s, most_m, most_n)?;
         // Every kernel this rank launches is loaded before the first collective setup call (docs/multi-rank.md,
         // "Load before launch").
         gemm_tiles::function::<bf16>(comm.context())?;
         let mut needs = fused::requirements(&cfg);
-        if hopper {
-            fused_tma::function::<bf16>(comm.context())?;
-            needs = needs.merge(&fused_tma::requirements(&tma_cfg));
+        if let Some(most) = &most {
+            fused_tiles::function::<bf16>(comm.context())?;
+            needs = needs.merge(&fused_tiles::requirements(most));
         }
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&needs)?;
         let blas = weft_kit::blas::handle(&s)?;
         if comm.rank() == 0 {
             println!(
-                "launch geometry: fused {} blocks of {BLOCK} (one wave), unfused GEMM one block per 128 x 128 tile",
-                cfg.grid_dim.0
+                "launch geometry: fused {} blocks of {BLOCK} (one wave), unfused GEMM one block per 128 x 128 tile; \
+                 fused tiles: {}",
+                cfg.grid_dim.0,
+                if most.is_some() { common::gemm_tiles_loop(comm)? } else { "not on this GPU" }
             );
         }
         let stopwatch = common::Stopwatch::new(comm.context())?;
@@ -151,11 +151,11 @@ fn run() -> Result<()> {
             let mut out = s.clone_htod(&poison)?;
             let mut out_unfused = s.clone_htod(&poison)?;
             let mut partial = s.alloc_zeros::<bf16>(m * n)?;
-            // The Hopper variant's shape rules (m / R a multiple of 128 holds for every shape here).
-            let tma = hopper && n % 256 == 0 && k % 64 == 0;
-            let mut out_tma = s.clone_htod(&poison)?;
+            // The persistent loop's shape rules (m / R a multiple of 128 holds for every shape here).
+            let tiles = most.is_some() && n % 256 == 0 && k % 64 == 0;
+            let mut out_tiles = s.clone_htod(&poison)?;
             // Its scratch window, operands and grid, where it runs.
-            let hopper_rs = if tma {
+            let tiles_rs = if tiles {
                 Some((
                     comm.alloc_window::<bf16>(&s, m * n, WindowFlags::COLL_SYMMETRIC)?,
                     weft::host::launch::TmaOperand::gemm_a(&x, m, k, k)?,
@@ -184,13 +184,13 @@ fn run() -> Result<()> {
                 errors.push(("fused vs f64", common::relative_error(&got, &references[index][rank])));
             }
             errors.push(("fused vs unfused", common::relative_error(&got, &unfused)));
-            if let Some((scratch_tma, tx, tw, tcfg)) = &hopper_rs {
-                fused_tma::launch(&s, *tcfg, &dev, tx, tw, scratch_tma, &mut out_tma)?;
-                let got_tma = weft::host::cuda::download(&s, &out_tma)?;
+            if let Some((scratch_tiles, tx, tw, tcfg)) = &tiles_rs {
+                fused_tiles::launch(&s, *tcfg, &dev, tx, tw, scratch_tiles, &mut out_tiles)?;
+                let got_tiles = weft::host::cuda::download(&s, &out_tiles)?;
                 if index < CHECKED {
-                    errors.push(("fused TMA vs f64", common::relative_error(&got_tma, &references[index][rank])));
+                    errors.push(("fused tiles vs f64", common::relative_error(&got_tiles, &references[index][rank])));
                 }
-                errors.push(("fused TMA vs unfused", common::relative_error(&got_tma, &unfused)));
+                errors.push(("fused tiles vs unfused", common::relative_error(&got_tiles, &unfused)));
             }
 
             let times =
@@ -207,9 +207,9 @@ fn run() -> Result<()> {
                         }
                         None => Ok(()),
                     },
-                    _ => match &hopper_rs {
-                        Some((scratch_tma, tx, tw, tcfg)) => {
-                            fused_tma::launch(&s, *tcfg, &dev, tx, tw, scratch_tma, &mut out_tma)
+                    _ => match &tiles_rs {
+                        Some((scratch_tiles, tx, tw, tcfg)) => {
+                            fused_tiles::launch(&s, *tcfg, &dev, tx, tw, scratch_tiles, &mut out_tiles)
                         }
                         None => Ok(()),
                     },
@@ -218,12 +218,12 @@ fn run() -> Result<()> {
                 times[0],
                 times[1],
                 if blas.is_some() { times[2] } else { f64::NAN },
-                if tma { times[3] } else { f64::NAN },
+                if tiles { times[3] } else { f64::NAN },
             ];
             let picked = match paths.pick(m * n * k, nranks) {
                 GemmReduceScatter::Fused => 0,
-                GemmReduceScatter::FusedTma if tma => 3,
-                GemmReduceScatter::FusedTma => 0,
+                GemmReduceScatter::FusedTiles if tiles => 3,
+                GemmReduceScatter::FusedTiles => 0,
                 GemmReduceScatter::Nccl if blas.is_some() => 2,
                 GemmReduceScatter::Nccl => 1,
             };
@@ -235,7 +235,7 @@ fn run() -> Result<()> {
     gemm_report::print(
         &reports,
         ranks.first_rank(),
-        &["fused", "GEMM+RS", "cuBLAS+RS", "fused TMA"],
+        &["fused", "GEMM+RS", "cuBLAS+RS", "fused tiles"],
         2,
         |(shard, n, k)| 2.0 * (shard * nranks * n * k) as f64,
     )

@@ -329,6 +329,29 @@ fn one_lsa_team(lsa_size: usize, nranks: usize, user: &str) -> std::result::Resu
     })
 }
 
+/// The launch of a kernel that opens `gemm_tiles` and waits for its peers, for an `m × n` product on `stream`'s GPU
+/// (`gemm_tiles_config_shared`: the same grid on every rank), or `None` where the GPU runs no `gemm_tiles` loop (below
+/// compute capability 8.0, or too little shared memory per block: the examples then leave that variant out). Other
+/// errors are errors.
+pub fn gemm_tiles_here(
+    comm: &Communicator,
+    stream: &CudaStream,
+    m: usize,
+    n: usize,
+) -> std::result::Result<Option<LaunchConfig>, Error> {
+    match weft::host::launch::gemm_tiles_config_shared(comm, stream, m, n) {
+        Ok(cfg) => Ok(Some(cfg)),
+        Err(Error::InvalidArgument { argument: "stream", .. }) => Ok(None),
+        Err(other) => Err(other),
+    }
+}
+
+/// Which `gemm_tiles` loop kernels for `comm`'s GPU compile to, in words (for the examples' headers).
+pub fn gemm_tiles_loop(comm: &Communicator) -> std::result::Result<&'static str, Error> {
+    let hopper = comm.context().compute_capability()? == (9, 0);
+    Ok(if hopper && jit::gemm_mainloop()? == jit::GemmMainloop::Wgmma { "TMA + wgmma" } else { "cp.async + mma.sync" })
+}
+
 /// Where the ranks run: `WEFT_RANKS=n` ranks spread over the visible GPUs (several per GPU need NCCL ≥ 2.30 and
 /// `NCCL_MULTI_RANK_GPU_ENABLE=1`), else one rank per GPU. Printed, so every run says what it measured.
 pub fn placement() -> std::result::Result<Placement, Error> {

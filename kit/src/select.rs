@@ -93,18 +93,19 @@ pub enum AllGatherGemm {
     /// A weft kernel gathers chunk by chunk and raises flags; cuBLAS GEMMs on another stream wait for their chunks
     /// (`allgather_signal` + `stream_wait_at_least`). Needs cuBLAS: without it, [`Fused`](Self::Fused) runs.
     Decoupled,
-    /// One kernel on the Hopper TMA loop: the loop's producer reads each tile's rows with TMA from the owner's window
-    /// (`allgather_gemm_tiles`, one tensor map per rank). Needs compute capability 9.0 with
-    /// `WEFT_GEMM_MAINLOOP=wgmma`, `n` a multiple of 256, `k` of 64, and NCCL 2.29+ with several ranks: where it
-    /// cannot run, [`Fused`](Self::Fused) runs. Not in the default rules until it has been measured.
-    FusedTma,
+    /// One kernel on the persistent `gemm_tiles` loop: its producer reads each tile's rows from the owner's window
+    /// (`allgather_gemm_tiles`: with TMA through one tensor map per rank, or with `cp.async` in the `mma.sync`
+    /// loop). Needs a GPU that runs the loop (`gemm_tiles_config`), `n` a multiple of 256, `k` of 64, and NCCL 2.29+
+    /// with several ranks: where it cannot run, [`Fused`](Self::Fused) runs. Not in the default rules until it has
+    /// been measured.
+    FusedTiles,
     /// `ncclAllGather`, then one GEMM (cuBLAS where available, else weft's `gemm_tiles`): the fallback.
     Nccl,
 }
 
 impl Choice for AllGatherGemm {
     const ALL: &'static [AllGatherGemm] =
-        &[AllGatherGemm::Fused, AllGatherGemm::Decoupled, AllGatherGemm::FusedTma, AllGatherGemm::Nccl];
+        &[AllGatherGemm::Fused, AllGatherGemm::Decoupled, AllGatherGemm::FusedTiles, AllGatherGemm::Nccl];
     const SIZE: &'static str = "multiply-adds m x n x k of the whole GEMM (m: every rank's rows)";
     const ENV: &'static str = "WEFT_AG_GEMM_PATHS";
     /// From examples 08's runs (bench/RESULTS.md, 2026-12-03, H200, 1 rank on NCCL 2.28.9, 2–8 sharing the GPU on
@@ -118,7 +119,7 @@ impl Choice for AllGatherGemm {
         match self {
             AllGatherGemm::Fused => "fused",
             AllGatherGemm::Decoupled => "decoupled",
-            AllGatherGemm::FusedTma => "fused_tma",
+            AllGatherGemm::FusedTiles => "fused_tiles",
             AllGatherGemm::Nccl => "nccl",
         }
     }
@@ -129,18 +130,18 @@ impl Choice for AllGatherGemm {
 pub enum GemmReduceScatter {
     /// One kernel: each partial tile goes from registers into its owner's window; owners sum (`gemm_reduce_scatter`).
     Fused,
-    /// One kernel on the Hopper TMA loop: each partial 128 × 256 tile stored whole into its owner's bf16 slot, the
-    /// owner's sum 16 bytes at a time (`gemm_tiles_reduce_scatter`). Needs compute capability 9.0 with
-    /// `WEFT_GEMM_MAINLOOP=wgmma`, `n` a multiple of 256 and `k` of 64: where it cannot run, [`Fused`](Self::Fused)
-    /// runs. Not in the default rules until it has been measured.
-    FusedTma,
+    /// One kernel on the persistent `gemm_tiles` loop: each partial 128 × 256 tile stored whole into its owner's bf16
+    /// slot, the owner's sum 16 bytes at a time (`gemm_tiles_reduce_scatter`). Needs a GPU that runs the loop
+    /// (`gemm_tiles_config`), `n` a multiple of 256 and `k` of 64: where it cannot run, [`Fused`](Self::Fused) runs.
+    /// Not in the default rules until it has been measured.
+    FusedTiles,
     /// One GEMM (cuBLAS where available, else weft's `gemm_tiles`), then `ncclReduceScatter`: the fallback.
     Nccl,
 }
 
 impl Choice for GemmReduceScatter {
     const ALL: &'static [GemmReduceScatter] =
-        &[GemmReduceScatter::Fused, GemmReduceScatter::FusedTma, GemmReduceScatter::Nccl];
+        &[GemmReduceScatter::Fused, GemmReduceScatter::FusedTiles, GemmReduceScatter::Nccl];
     const SIZE: &'static str = "multiply-adds m x n x k of this rank's GEMM";
     const ENV: &'static str = "WEFT_GEMM_RS_PATHS";
     /// From example 09's runs (bench/RESULTS.md, 2026-12-03): the fused kernel lost at every shape and rank count
@@ -149,7 +150,7 @@ impl Choice for GemmReduceScatter {
     fn name(self) -> &'static str {
         match self {
             GemmReduceScatter::Fused => "fused",
-            GemmReduceScatter::FusedTma => "fused_tma",
+            GemmReduceScatter::FusedTiles => "fused_tiles",
             GemmReduceScatter::Nccl => "nccl",
         }
     }
@@ -365,15 +366,15 @@ mod tests {
         let forced = GemmRsTable::parse("fused<=1G@2-8, nccl").unwrap();
         assert_eq!(forced.pick(1 << 30, 8), GemmReduceScatter::Fused);
         assert_eq!(forced.pick(1 << 30, 1), GemmReduceScatter::Nccl);
-        // The TMA loop's variants are named, not picked by default.
-        let tma = GemmRsTable::parse("fused_tma@2-8, nccl").unwrap();
-        assert_eq!(tma.pick(1 << 30, 4), GemmReduceScatter::FusedTma);
-        assert_eq!(AgGemmTable::parse("fused_tma").unwrap().pick(1, 1), AllGatherGemm::FusedTma);
-        assert!(!AllGatherGemm::DEFAULT.contains("fused_tma") && !GemmReduceScatter::DEFAULT.contains("fused_tma"));
+        // The gemm_tiles loop's variants are named, not picked by default.
+        let tiles = GemmRsTable::parse("fused_tiles@2-8, nccl").unwrap();
+        assert_eq!(tiles.pick(1 << 30, 4), GemmReduceScatter::FusedTiles);
+        assert_eq!(AgGemmTable::parse("fused_tiles").unwrap().pick(1, 1), AllGatherGemm::FusedTiles);
+        assert!(!AllGatherGemm::DEFAULT.contains("fused_tiles") && !GemmReduceScatter::DEFAULT.contains("fused_tiles"));
         // A protocol of another table is not a choice here, and the message lists the ones that are.
         let error = AgGemmTable::parse("one_shot, nccl").unwrap_err();
         assert!(
-            error.contains("unknown choice `one_shot`") && error.contains("fused, decoupled, fused_tma, nccl"),
+            error.contains("unknown choice `one_shot`") && error.contains("fused, decoupled, fused_tiles, nccl"),
             "{error}"
         );
     }
