@@ -26,8 +26,11 @@ own pieces:
    one owner;
 7. weft's mma.sync loop (the same GemmTiles without wgmma): its producer's cp.async copies write the stage layout
    TMA writes, its ldmatrix addresses (an XOR form) are the swizzle's, its fragments (ldmatrix .x4 and .x4.trans
-   into mma.sync m16n8k16) give a 128 x 256 tile equal to A x B, value by value where row(i) and col(i) say; and
-   gemm_store's pairs follow both loops' layouts.
+   into mma.sync m16n8k16) give a 128 x 256 tile equal to A x B, value by value where row(i) and col(i) say;
+   gemm_store's pairs follow both loops' layouts; and its pipeline (copying threads whose cp.async arrivals fill a
+   stage, consumer warps that release it once read) never reads a stale stage, never overwrites one being read and
+   never deadlocks under random schedules, while wrong counts, a wrong first parity and a release before the read
+   are caught.
 
 Exit status 1 on any mismatch, or when a line of gemm_tma.cu this model transcribes has changed (model_guard).
 """
@@ -733,6 +736,84 @@ for fragment_cols in (8, 32):
             row = (i // 4 // fragment_cols) * 16 + (8 if i % 4 >= 2 else 0)
             col = (i // 4 % fragment_cols) * 8 + (i & 1)
             check(at == row * BN + col, "gemm_store's pair %d (fragments of %d columns)" % (i, fragment_cols))
+
+
+def simulate_mma_sync(tiles, ktiles, seed, producers=8, full_count=None, empty_count=8, parity_xor=1,
+                      release_before_read=False):
+    """The mma.sync loop's pipeline: `producers` copying threads (128 in the kernel; fewer here, the same protocol),
+    each waiting for a stage to be empty, issuing its copies and a cp.async.mbarrier.arrive.noinc that fires once
+    they land; 8 consumer warps, each waiting for the stage to be full, reading it with ldmatrix (done when the step
+    runs: the fragments are in registers) and arriving on its empty barrier. 'ok', or what went wrong."""
+    rnd = random.Random(seed)
+    full_count = producers if full_count is None else full_count
+    full = [Barrier(full_count) for _ in range(STAGES)]
+    empty = [Barrier(empty_count) for _ in range(STAGES)]
+    parts = [[None] * producers for _ in range(STAGES)]  # per stage: the (tile, kt) each thread's copies wrote
+    work = [(t, kt) for t in range(tiles) for kt in range(ktiles)]
+    threads = [{"i": 0, "step": "wait"} for _ in range(producers)]
+    warps = [{"i": 0, "step": "wait"} for _ in range(8)]
+    landing = []  # (thread, stage, tag): copies in flight, and the arrival they trigger
+    while True:
+        moves = []
+        for p, me in enumerate(threads):
+            it = me["i"]
+            if it < len(work) and (me["step"] == "issue" or empty[it % STAGES].done(((it // STAGES) & 1) ^ parity_xor)):
+                moves.append(("thread", p))
+        for w, me in enumerate(warps):
+            it = me["i"]
+            if it < len(work) and (me["step"] != "wait" or full[it % STAGES].done((it // STAGES) & 1)):
+                moves.append(("warp", w))
+        moves += [("land", i) for i in range(len(landing))]
+        if not moves:
+            break
+        move = rnd.choice(moves)
+        if move[0] == "thread":
+            me = threads[move[1]]
+            it = me["i"]
+            if me["step"] == "wait":
+                me["step"] = "issue"
+            else:
+                landing.append((move[1], it % STAGES, work[it]))
+                me.update(i=it + 1, step="wait")
+        elif move[0] == "land":
+            p, st, tag = landing.pop(move[1])
+            parts[st][p] = tag
+            if not full[st].arrive():
+                return "more arrivals on full[%d] than it counts" % st
+        else:
+            # Two moves after the wait: the read (ldmatrix) and the release (the empty arrival), in the kernel's
+            # order, or the other way round in the mutant; copies may land in between.
+            w = move[1]
+            me = warps[w]
+            it = me["i"]
+            st = it % STAGES
+            order = ["release", "read"] if release_before_read else ["read", "release"]
+            step = order[0] if me["step"] == "wait" else me["step"]
+            if step == "read":
+                if any(part != work[it] for part in parts[st]):
+                    return "warp %d read stage %d holding %s, wanted %s" % (w, st, parts[st], work[it])
+            elif not empty[st].arrive():
+                return "more arrivals on empty[%d] than it counts" % st
+            if step == order[1]:
+                me.update(i=it + 1, step="wait")
+            else:
+                me["step"] = order[1]
+    unfinished = any(t["i"] < len(work) for t in threads) or landing or any(w["i"] < len(work) for w in warps)
+    return "deadlock" if unfinished else "ok"
+
+
+bad_runs = [(t, k, seed, r) for (t, k) in SHAPES for seed in range(40)
+            for r in [simulate_mma_sync(t, k, seed)] if r != "ok"]
+check(not bad_runs, "the mma.sync pipeline fails: %s" % bad_runs[:3])
+MMA_SYNC_MUTANTS = {"full counts one thread fewer": dict(full_count=7), "empty counts one warp fewer": dict(empty_count=7),
+                    "producer waits parity 0 first": dict(parity_xor=0),
+                    "warps release before reading": dict(release_before_read=True)}
+caught = {name: sum(simulate_mma_sync(t, k, seed, **kw) != "ok" for (t, k) in SHAPES for seed in range(40))
+          for name, kw in MMA_SYNC_MUTANTS.items()}
+check(all(caught.values()), "the mma.sync pipeline model misses wrong protocols: %s"
+      % [name for name, n in caught.items() if n == 0])
+print("mma.sync pipeline: %d random schedules, no stale read, no overwrite, no deadlock; wrong protocols caught: %s"
+      % (len(SHAPES) * 40, ", ".join("%s (%d runs)" % (name, n) for name, n in caught.items())))
 print("mma.sync loop: its copies write TMA's stage layout, its ldmatrix addresses are the swizzle's, and a 128 x 256 "
       "tile over %d k-tiles equals A x B; gemm_store's pairs follow both layouts" % KT)
 
