@@ -175,8 +175,7 @@ fn main() -> Result<()> {
     )?;
     // Last of all GPU work: a trap in these kernels (their bounded barrier waits) loses the CUDA context. The loop is
     // TMA + wgmma in the wgmma build on Hopper, cp.async + mma.sync elsewhere (its own files).
-    let wgmma = ctx.compute_capability()? == (9, 0)
-        && weft::host::jit::gemm_mainloop()? == weft::host::jit::GemmMainloop::Wgmma;
+    let wgmma = weft::host::jit::gemm_mainloop_on(ctx.compute_capability()?)? == weft::host::jit::GemmMainloop::Wgmma;
     let (plain, stored) = if wgmma {
         ("gemm_weft_tma.csv", "gemm_weft_tma_store.csv")
     } else {

@@ -150,7 +150,7 @@ fn run() -> Result<()> {
                  decoupled all-gather {} blocks of {SIGNAL_BLOCK}; fused tiles: {}",
                 cfg.grid_dim.0,
                 signal_cfg.grid_dim.0,
-                if tiles { common::gemm_tiles_loop(comm)? } else { "not on this GPU" }
+                if tiles { common::gemm_tiles_loop(comm.context())? } else { "not on this GPU" }
             );
         }
         let stopwatch = common::Stopwatch::new(comm.context())?;

@@ -134,7 +134,7 @@ fn run() -> Result<()> {
                 "launch geometry: fused {} blocks of {BLOCK} (one wave), unfused GEMM one block per 128 x 128 tile; \
                  fused tiles: {}",
                 cfg.grid_dim.0,
-                if most.is_some() { common::gemm_tiles_loop(comm)? } else { "not on this GPU" }
+                if most.is_some() { common::gemm_tiles_loop(comm.context())? } else { "not on this GPU" }
             );
         }
         let stopwatch = common::Stopwatch::new(comm.context())?;

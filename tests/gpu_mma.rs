@@ -24,12 +24,7 @@ fn one_rank() -> Communicator {
 /// cannot run either (below compute capability 8.0, or too little shared memory per block).
 fn gemm_tiles_loop(s: &std::sync::Arc<weft::host::launch::CudaStream>) -> Result<&'static str, String> {
     weft::host::launch::gemm_tiles_config(s, 128, 256).map_err(|e| e.to_string())?;
-    let hopper = s.context().compute_capability().map_err(|e| e.to_string())? == (9, 0);
-    Ok(if hopper && weft::host::jit::gemm_mainloop().ok() == Some(weft::host::jit::GemmMainloop::Wgmma) {
-        "TMA + wgmma"
-    } else {
-        "cp.async + mma.sync"
-    })
+    weft_kit::common::gemm_tiles_loop(s.context()).map_err(|e| e.to_string())
 }
 
 /// `out = a (m x k) * b (k x n)` in f64 from the rounded inputs.

@@ -346,10 +346,12 @@ pub fn gemm_tiles_here(
     }
 }
 
-/// Which `gemm_tiles` loop kernels for `comm`'s GPU compile to, in words (for the examples' headers).
-pub fn gemm_tiles_loop(comm: &Communicator) -> std::result::Result<&'static str, Error> {
-    let hopper = comm.context().compute_capability()? == (9, 0);
-    Ok(if hopper && jit::gemm_mainloop()? == jit::GemmMainloop::Wgmma { "TMA + wgmma" } else { "cp.async + mma.sync" })
+/// Which `gemm_tiles` loop kernels for `context`'s GPU compile to, in words (for headers and test lines).
+pub fn gemm_tiles_loop(context: &CudaContext) -> std::result::Result<&'static str, Error> {
+    Ok(match jit::gemm_mainloop_on(context.compute_capability()?)? {
+        jit::GemmMainloop::Wgmma => "TMA + wgmma",
+        jit::GemmMainloop::MmaSync => "cp.async + mma.sync",
+    })
 }
 
 /// Where the ranks run: `WEFT_RANKS=n` ranks spread over the visible GPUs (several per GPU need NCCL ≥ 2.30 and

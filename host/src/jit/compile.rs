@@ -141,6 +141,16 @@ pub fn gemm_mainloop() -> Result<GemmMainloop, JitError> {
     }
 }
 
+/// The mainloop kernels for a GPU of compute capability `capability` compile to: `WEFT_GEMM_MAINLOOP`'s, except that
+/// `wgmma` exists on 9.0 only (elsewhere weft.cuh keeps `mma.sync`). What `gemm_tiles` runs there too: TMA + `wgmma`,
+/// or `cp.async` + `mma.sync`.
+pub fn gemm_mainloop_on(capability: (i32, i32)) -> Result<GemmMainloop, JitError> {
+    Ok(match gemm_mainloop()? {
+        GemmMainloop::Wgmma if capability == (9, 0) => GemmMainloop::Wgmma,
+        _ => GemmMainloop::MmaSync,
+    })
+}
+
 /// Where a [`CompiledKernel`]'s cubin came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheOrigin {

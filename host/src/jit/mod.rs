@@ -31,7 +31,8 @@ mod tests;
 
 pub use cache::{CacheKey, KernelCache};
 pub use compile::{
-    gemm_mainloop, CacheOrigin, CompileRequest, CompiledKernel, GemmMainloop, GpuArch, GEMM_MAINLOOP_ENV,
+    gemm_mainloop, gemm_mainloop_on, CacheOrigin, CompileRequest, CompiledKernel, GemmMainloop, GpuArch,
+    GEMM_MAINLOOP_ENV,
 };
 pub use error::JitError;
 pub use registry::{ArgAlignment, BoundsChecks, KernelRegistry, KernelSpec};
