@@ -324,10 +324,7 @@ const QUEUE_STREAMS: usize = 33;
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn which_streams_share_a_hardware_queue() {
-    let ctx = CudaContext::new(0).unwrap();
-    let connections = connections();
-    let spinner = Spinner::new(&ctx);
-    let raise = jit::function(&ctx, &RAISE).unwrap();
+    let (ctx, connections, spinner, raise) = queue_probe();
     let first = ctx.new_stream().unwrap();
     let others: Vec<Arc<CudaStream>> = (0..QUEUE_STREAMS).map(|_| ctx.new_stream().unwrap()).collect();
     let shared: Vec<usize> = others
@@ -346,8 +343,14 @@ fn which_streams_share_a_hardware_queue() {
     }
 }
 
-fn connections() -> String {
-    std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").unwrap_or_else(|_| "unset (8)".into())
+/// What both queue probes start from: GPU 0's context, `CUDA_DEVICE_MAX_CONNECTIONS` as set, the spinner and the
+/// releasing kernel.
+fn queue_probe() -> (Arc<CudaContext>, String, Spinner, cudarc::driver::CudaFunction) {
+    let ctx = CudaContext::new(0).unwrap();
+    let connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").unwrap_or_else(|_| "unset (8)".into());
+    let spinner = Spinner::new(&ctx);
+    let raise = jit::function(&ctx, &RAISE).unwrap();
+    (ctx, connections, spinner, raise)
 }
 
 /// Whether a kernel on `other` gets stuck behind `first`'s waiting kernel: see [`which_streams_share_a_hardware_queue`].
@@ -405,10 +408,7 @@ fn first_sharing_after<R>(
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn what_moves_a_new_stream_to_another_hardware_queue() {
-    let ctx = CudaContext::new(0).unwrap();
-    let connections = connections();
-    let spinner = Spinner::new(&ctx);
-    let raise = jit::function(&ctx, &RAISE).unwrap();
+    let (ctx, connections, spinner, raise) = queue_probe();
     let (period, ()) = first_sharing_after(&ctx, &spinner, &raise, || ());
     let mut found = vec![("nothing", period)];
     let (dropped, ()) = first_sharing_after(&ctx, &spinner, &raise, || {
