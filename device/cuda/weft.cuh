@@ -2345,9 +2345,12 @@ __device__ __noinline__ inline void gemm_misuse(unsigned line, unsigned code) {
 }
 #endif
 
-WEFT_FN void cp_async_16(void* shared_dst, const void* global_src) {
-  uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(shared_dst));
+// 16 bytes from global memory to the shared-memory address `dst`, asynchronously (cp.async.cg).
+WEFT_FN void cp_async_16_to(uint32_t dst, const void* global_src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(__cvta_generic_to_global(global_src)));
+}
+WEFT_FN void cp_async_16(void* shared_dst, const void* global_src) {
+  cp_async_16_to(static_cast<uint32_t>(__cvta_generic_to_shared(shared_dst)), global_src);
 }
 WEFT_FN void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
@@ -2673,9 +2676,6 @@ WEFT_FN void mbar_wait(uint32_t bar, uint32_t parity) {
 WEFT_FN void cp_async_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
-WEFT_FN void cp_async_16_to(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(__cvta_generic_to_global(src)) : "memory");
-}
 WEFT_FN void tma_load_2d(uint32_t dst, const TmaMap* map, uint32_t bar, int32_t c0, int32_t c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::
@@ -2900,6 +2900,13 @@ class GemmTiles {
     }
   }
 
+  // The shard holding the rows row0.. of a tile (one: shards are whole bands), and in `row` where they start in it.
+  WEFT_FN size_t shard_of(size_t row0, size_t& row) const {
+    const size_t owner = row0 / shard_rows_;
+    row = row0 - owner * shard_rows_;
+    return owner;
+  }
+
   // Tile t of the grouped order: eight bands of 128 rows at a time, column by column, the bands counted from
   // first_band_ (0, or this rank's own shard's first band: a rotation of the rows, so still every tile once).
   WEFT_FN void origin(size_t t, size_t& row0, size_t& col0) const {
@@ -2920,16 +2927,14 @@ class GemmTiles {
     for (size_t t = blockIdx.x; t < tiles_; t += gridDim.x) {
       size_t row0, col0;
       origin(t, row0, col0);
-      // The shard holding the tile's rows (every tile lies in one: shards are whole bands), and the rows within it.
-      const size_t owner = row0 / shard_rows_;
-      const TmaMap* a_map = a_maps_ + owner;
-      const int32_t a_row = int32_t(row0 - owner * shard_rows_);
+      size_t a_row;
+      const TmaMap* a_map = a_maps_ + shard_of(row0, a_row);
       for (size_t kt = 0; kt < ktiles_; ++kt, ++it) {
         const uint32_t s = it % STAGES, stage = stages_ + s * STAGE_BYTES;
         // A fresh barrier counts its phase -1 as complete: the first round through the stages does not wait.
         detail::mbar_wait(empty_ + 8 * s, ((it / STAGES) & 1) ^ 1);
         detail::mbar_arrive_expect(full_ + 8 * s, STAGE_BYTES);
-        detail::tma_load_2d(stage, a_map, full_ + 8 * s, int32_t(kt * BK), a_row);
+        detail::tma_load_2d(stage, a_map, full_ + 8 * s, int32_t(kt * BK), int32_t(a_row));
 #pragma unroll
         for (uint32_t j = 0; j < BN / 64; ++j) {
           detail::tma_load_2d(stage + A_BYTES + j * B_BOX_BYTES, &b_->map, full_ + 8 * s, int32_t(col0 + 64 * j),
@@ -2985,9 +2990,9 @@ class GemmTiles {
     for (size_t t = blockIdx.x; t < tiles_; t += gridDim.x) {
       size_t row0, col0;
       origin(t, row0, col0);
-      // The shard holding the tile's rows (one: shards are whole bands), and the rows within it.
-      const size_t owner = row0 / shard_rows_;
-      const T* const a = reinterpret_cast<const T*>(a_addresses_[owner]) + (row0 - owner * shard_rows_) * lda_;
+      size_t a_row;
+      const size_t owner = shard_of(row0, a_row);
+      const T* const a = reinterpret_cast<const T*>(a_addresses_[owner]) + a_row * lda_;
       for (size_t kt = 0; kt < ktiles_; ++kt, ++it) {
         const uint32_t s = it % STAGES, stage = stages_ + s * STAGE_BYTES;
         detail::mbar_wait<false>(empty_ + 8 * s, ((it / STAGES) & 1) ^ 1);
