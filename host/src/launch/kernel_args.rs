@@ -119,14 +119,23 @@ impl<'a> KernelArgs<'a> {
 
     /// A `&Window<T>` parameter; returns the window's length (for the bounds checks).
     pub fn push_window<T>(&mut self, parameter: &'static str, window: &'a impl KernelWindow<T>) -> Result<usize> {
-        if window.cuda_device() != self.stream.context().ordinal() {
-            return Err(self.wrong_device(parameter, window.cuda_device()));
-        }
-        let arg = window.window_arg()?;
+        let arg = self.window_arg(parameter, window)?;
         self.alignment = self.alignment.and(arg.offset_bytes as u64);
         self.args.push(arg);
         window.note_launch(self.uses);
         Ok(arg.len)
+    }
+
+    /// `window`'s argument, where it lives on the stream's device and is still registered.
+    fn window_arg<T>(
+        &self,
+        parameter: &'static str,
+        window: &(impl super::buffers::sealed::SymmetricWindow<T> + ?Sized),
+    ) -> Result<super::WindowArg> {
+        if window.cuda_device() != self.stream.context().ordinal() {
+            return Err(self.wrong_device(parameter, window.cuda_device()));
+        }
+        window.window_arg()
     }
 
     /// A `&[T]` parameter; returns its length.
@@ -229,11 +238,8 @@ impl<'a> KernelArgs<'a> {
     /// window for its life).
     pub fn push_tma_shards<T>(&mut self, parameter: &'static str, shards: &'a super::TmaShards<'a, T>) -> Result<()> {
         let window = shards.window();
-        if window.cuda_device() != self.stream.context().ordinal() {
-            return Err(self.wrong_device(parameter, window.cuda_device()));
-        }
         // Still registered (close_all_resources releases windows): the addresses in the maps are its.
-        window.window_arg()?;
+        self.window_arg(parameter, window)?;
         self.args.push_bytes(shards.kernel_image(), super::MAX_ARG_ALIGN)?;
         window.note_launch(self.uses);
         Ok(())

@@ -443,13 +443,24 @@ pub const GEMM_TILES_SHARED_BYTES: u32 = weft_device::GemmTiles::<weft_device::b
 /// naming the fix, a GPU that runs neither loop: below compute capability 8.0, or with less shared memory per block
 /// than the loop's four stages (an A100 has 163 KB of the 193 KB; Hopper 227 KB).
 pub fn gemm_tiles_config(stream: &cudarc::driver::CudaStream, m: usize, n: usize) -> Result<super::LaunchConfig> {
+    gemm_tiles_config_with_sms(stream, m, n).map(|(cfg, _)| cfg)
+}
+
+/// [`gemm_tiles_config`] and the GPU's multiprocessor count it was sized with.
+fn gemm_tiles_config_with_sms(
+    stream: &cudarc::driver::CudaStream,
+    m: usize,
+    n: usize,
+) -> Result<(super::LaunchConfig, u64)> {
     let context = stream.context();
     let optin = context.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
     check_gemm_tiles_gpu(context.compute_capability()?, optin)?;
-    let sms = context.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-    let tiles = (m / 128).max(1) * (n / 256).max(1);
-    let blocks = u32::try_from(tiles.min(usize::try_from(sms.max(1)).unwrap_or(1))).unwrap_or(u32::MAX);
-    Ok(super::LaunchConfig::linear(blocks, GEMM_TILES_THREADS).with_shared_mem(GEMM_TILES_SHARED_BYTES))
+    let sms = u64::try_from(context.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?)
+        .unwrap_or(0)
+        .max(1);
+    let tiles = ((m / 128).max(1) * (n / 256).max(1)) as u64;
+    let blocks = u32::try_from(tiles.min(sms)).unwrap_or(u32::MAX);
+    Ok((super::LaunchConfig::linear(blocks, GEMM_TILES_THREADS).with_shared_mem(GEMM_TILES_SHARED_BYTES), sms))
 }
 
 /// [`gemm_tiles_config`] for a kernel whose blocks wait for their peers' blocks (an LSA barrier after the loop, as in
@@ -463,9 +474,8 @@ pub fn gemm_tiles_config_shared(
     m: usize,
     n: usize,
 ) -> Result<super::LaunchConfig> {
-    let cfg = gemm_tiles_config(stream, m, n)?;
-    let sms = stream.context().attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-    let blocks = shared_gemm_tiles_blocks(u64::try_from(sms.max(1)).unwrap_or(1), cfg.grid_dim.0, comm.ranks_on_gpu());
+    let (cfg, sms) = gemm_tiles_config_with_sms(stream, m, n)?;
+    let blocks = shared_gemm_tiles_blocks(sms, cfg.grid_dim.0, comm.ranks_on_gpu());
     Ok(super::LaunchConfig { grid_dim: (blocks, 1, 1), ..cfg })
 }
 
