@@ -264,6 +264,11 @@ fresh() { # release: see the header
     # The GEMM benchmark now also measures the L2 -> SM read bandwidth and the bound it sets (docs/gemm.md).
     [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=wgmma WEFT_BENCH_OUT="$out/bench-gemm-wgmma" \
       run "2.28.9 x1 bench-gemm wgmma" 300 .gpu/bin/test-gemm
+    # The default build: gemm_tiles on its cp.async + mma.sync loop (the same tests, then the benchmark, whose
+    # gemm_weft_tiles_mma_sync*.csv time that loop against cuBLAS).
+    run "2.28.9 x1 test-gpu_mma mma_sync" 300 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
+    [ -x .gpu/bin/test-gemm ] && WEFT_BENCH_OUT="$out/bench-gemm-mma_sync" \
+      run "2.28.9 x1 bench-gemm mma_sync" 300 .gpu/bin/test-gemm
   else
     # The wgmma mainloop across ranks, before it becomes the default on Hopper; with it, example 09 also runs its
     # GEMM + reduce-scatter on the TMA loop (gemm_tiles_reduce_scatter) and example 08 its all-gather + GEMM on the
