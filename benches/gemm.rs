@@ -77,12 +77,9 @@ fn main() -> Result<()> {
     let ctx = weft::host::cuda::context(0)?;
     let stream: Arc<CudaStream> = ctx.new_stream()?;
     let blas = CudaBlas::new(stream.clone())?;
-    let mainloop = match weft::host::jit::gemm_mainloop()? {
+    let mainloop = match weft::host::jit::gemm_mainloop_on(ctx.compute_capability()?)? {
+        weft::host::jit::GemmMainloop::Wgmma => "wgmma m64n128k16, sm_90a",
         weft::host::jit::GemmMainloop::MmaSync => "mma.sync + ldmatrix",
-        weft::host::jit::GemmMainloop::Wgmma if ctx.compute_capability()? == (9, 0) => {
-            "wgmma m64n128k16, sm_90a (WEFT_GEMM_MAINLOOP=wgmma)"
-        }
-        weft::host::jit::GemmMainloop::Wgmma => "mma.sync + ldmatrix (WEFT_GEMM_MAINLOOP=wgmma, but no wgmma here)",
     };
     println!(
         "GEMM bf16 (f32 accumulate), row-major C = A * B: weft `gemm_block` (128 x 128 tiles, 256 threads, \
@@ -174,7 +171,7 @@ fn main() -> Result<()> {
         "the 128 x 256-tile experiment",
     )?;
     // Last of all GPU work: a trap in these kernels (their bounded barrier waits) loses the CUDA context. The loop is
-    // TMA + wgmma in the wgmma build on Hopper, cp.async + mma.sync elsewhere (its own files).
+    // TMA + wgmma on Hopper (unless WEFT_GEMM_MAINLOOP=mma_sync), cp.async + mma.sync elsewhere (its own files).
     let wgmma = weft::host::jit::gemm_mainloop_on(ctx.compute_capability()?)? == weft::host::jit::GemmMainloop::Wgmma;
     let (plain, stored) = if wgmma {
         ("gemm_weft_tma.csv", "gemm_weft_tma_store.csv")
@@ -308,7 +305,7 @@ fn wide_experiment(
 
 /// weft's own persistent loop (`a.gemm_tiles(&b)`: the TMA experiment's design behind weft's API, the epilogue
 /// written in the kernel) against cuBLAS at every shape: TMA + `wgmma` where the GPU has it and the process compiles
-/// for it (`wgmma`: `WEFT_GEMM_MAINLOOP=wgmma` on compute capability 9.0), else the same pipeline with `cp.async` and
+/// for it (`wgmma`: compute capability 9.0, unless `WEFT_GEMM_MAINLOOP=mma_sync`), else the same pipeline with `cp.async` and
 /// `mma.sync`. Prints its table and returns its CSV (`None` where the GPU runs neither). `paired`: kit's
 /// `gemm_tma_store` (the tile scaled by 1.0 in place, then written by `out.gemm_store(&gemm, gemm.row0(),
 /// gemm.col0(), n)`, two values per store), else kit's `gemm_tma` (a loop storing one value at a time).
@@ -345,7 +342,7 @@ fn weft_tma(
         ),
         (false, false) => (
             "weft_tiles_mma_sync",
-            "weft's gemm_tiles loop on mma.sync (kit's `gemm_tma` without WEFT_GEMM_MAINLOOP=wgmma: a cp.async \
+            "weft's gemm_tiles loop on mma.sync (kit's `gemm_tma` with WEFT_GEMM_MAINLOOP=mma_sync: a cp.async \
              producer warpgroup into the same 4 swizzled stages, two consumer warpgroups of 64 x 64 mma.sync warp \
              squares fed by ldmatrix, persistent blocks), against cuBLAS again",
         ),

@@ -20,11 +20,12 @@
 //!   GEMM on the main stream waits only for its own chunks' flags (`DeviceBuffer::stream_wait_at_least`), this
 //!   rank's shard first: communication and GEMMs overlap, with cuBLAS doing the math;
 //! - fused tiles (`kernels/gemm_tp.rs`, `allgather_gemm_tiles`, on the persistent `gemm_tiles` loop: TMA and `wgmma`
-//!   with `WEFT_GEMM_MAINLOOP=wgmma` on Hopper, `cp.async` and `mma.sync` otherwise; where the GPU runs the loop,
+//!   on Hopper, `cp.async` and `mma.sync` elsewhere or with `WEFT_GEMM_MAINLOOP=mma_sync`; where the GPU runs the loop,
 //!   `n` is a multiple of 256 and `k` of 64, and with NCCL 2.29+ when there are several ranks): 128 × 256 tiles, the
 //!   loop's producer reading each tile's rows of `x` straight from the owner's window (`TmaShards`: one tensor map
-//!   and one address per rank), each rank starting with its own rows, each tile stored whole (`gemm_store`). Not yet
-//!   in the selector's defaults (it has not run on a GPU): `WEFT_AG_GEMM_PATHS=fused_tiles` picks it.
+//!   and one address per rank), each rank starting with its own rows, each tile stored whole (`gemm_store`). The
+//!   selector's default for 256M to 32G multiply-adds, and above at 1 and 2 ranks (H100, 2026-12-05: 1.12–1.56× the
+//!   best other path there).
 //!
 //! Checks: at the small shapes every rank's fused result against an f64 host reference; at every shape the fused
 //! result against the unfused one (outputs poisoned with NaN first). Sizes need `m / R` and `n` multiples of 128
@@ -279,12 +280,17 @@ fn run() -> Result<()> {
             let skipped = |t: f64| if blas.is_some() { t } else { f64::NAN };
             let tiles_time = if tiles_ag.is_some() { times[4] } else { f64::NAN };
             let times = vec![times[0], times[1], skipped(times[2]), skipped(times[3]), tiles_time];
-            let picked = match paths.pick(m * n * k, nranks) {
+            // A rule whose path cannot run here (no cuBLAS for the decoupled path, no gemm_tiles loop or shape for
+            // the tiles kernel) falls through to the next.
+            let runs = |path| match path {
+                AllGatherGemm::Decoupled => blas.is_some(),
+                AllGatherGemm::FusedTiles => tiles_ag.is_some(),
+                AllGatherGemm::Fused | AllGatherGemm::Nccl => true,
+            };
+            let picked = match paths.pick_where(m * n * k, nranks, runs) {
                 AllGatherGemm::Fused => 0,
-                AllGatherGemm::Decoupled if blas.is_some() => 3,
-                AllGatherGemm::Decoupled => 0,
-                AllGatherGemm::FusedTiles if tiles_ag.is_some() => 4,
-                AllGatherGemm::FusedTiles => 0,
+                AllGatherGemm::Decoupled => 3,
+                AllGatherGemm::FusedTiles => 4,
                 AllGatherGemm::Nccl if blas.is_some() => 2,
                 AllGatherGemm::Nccl => 1,
             };

@@ -31,8 +31,8 @@
 #   launchers (not in the default) one process per rank under torchrun (python3 -m torch.distributed.run): one
 #             process on 2.28.9 and 2.30.7, then 2 and 4 processes sharing the one GPU on 2.30.7 (quickstart and
 #             example 03; whether NCCL's multi-rank mode works across processes, which time-slice without MPS)
-#   gemm      (not in the default) 1 rank on 2.28.9: the tensor-core tests and the block GEMM against cuBLAS (both
-#             with the mma.sync mainloop, then WEFT_GEMM_MAINLOOP=wgmma), and
+#   gemm      (not in the default) 1 rank on 2.28.9: the tensor-core tests and the GEMMs against cuBLAS (both
+#             with the default mainloops, wgmma on Hopper, then WEFT_GEMM_MAINLOOP=mma_sync), and
 #             examples 08 (all-gather + GEMM) and 09 (GEMM + reduce-scatter); both at 2, 4 and 8 ranks on 2.30.7
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
 #   fresh     (not in the default) what was written since the last GPU run, most important first: on 2.28.9 the
@@ -223,21 +223,18 @@ gemm() { # release: the tensor-core tests, the GEMM benchmark and example 08 at 
   local release=$1
   export LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}"
   if [ "$release" = 2.28.9 ]; then
-    # gemm_block's mma.sync mainloop (the default) and its wgmma one (WEFT_GEMM_MAINLOOP=wgmma: sm_90a).
-    run "2.28.9 test-gpu_mma" 120 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
-    WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 test-gpu_mma wgmma" 120 .gpu/bin/test-gpu_mma --include-ignored \
+    # Both mainloops of gemm_block and gemm_tiles: the default (wgmma, and TMA for gemm_tiles, on Hopper) and
+    # mma.sync (WEFT_GEMM_MAINLOOP=mma_sync): the tensor-core tests, the benchmark against cuBLAS (its gemm_tiles
+    # rows are gemm_weft_tma*.csv and gemm_weft_tiles_mma_sync*.csv), example 08.
+    run "2.28.9 test-gpu_mma" 300 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
+    WEFT_GEMM_MAINLOOP=mma_sync run "2.28.9 test-gpu_mma mma_sync" 300 .gpu/bin/test-gpu_mma --include-ignored \
       --test-threads=1 --nocapture
     run "2.28.9 test-gpu_flags" 120 .gpu/bin/test-gpu_flags --include-ignored --test-threads=1 --nocapture
     [ -x .gpu/bin/test-gemm ] && WEFT_BENCH_OUT="$out/bench-gemm" run "2.28.9 x1 bench-gemm" 300 .gpu/bin/test-gemm
-    [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=wgmma WEFT_BENCH_OUT="$out/bench-gemm-wgmma" \
-      run "2.28.9 x1 bench-gemm wgmma" 300 .gpu/bin/test-gemm
-    # gemm_tiles' mma.sync loop (the default build): the tensor-core tests, then the benchmark, whose gemm_tiles
-    # rows are that loop against cuBLAS (the issue's mma.sync aim).
-    run "2.28.9 x1 test-gpu_mma mma_sync" 300 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
-    [ -x .gpu/bin/test-gemm ] && WEFT_BENCH_OUT="$out/bench-gemm-mma_sync" \
+    [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=mma_sync WEFT_BENCH_OUT="$out/bench-gemm-mma_sync" \
       run "2.28.9 x1 bench-gemm mma_sync" 300 .gpu/bin/test-gemm
     run "2.28.9 x1 example-allgather_gemm" 180 .gpu/bin/example-allgather_gemm
-    WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 example-allgather_gemm wgmma" 180 .gpu/bin/example-allgather_gemm
+    WEFT_GEMM_MAINLOOP=mma_sync run "2.28.9 x1 example-allgather_gemm mma_sync" 180 .gpu/bin/example-allgather_gemm
     run "2.28.9 x1 example-gemm_reduce_scatter" 180 .gpu/bin/example-gemm_reduce_scatter
   else
     local n
@@ -264,13 +261,14 @@ fresh() { # release: see the header
     # The GEMM benchmark now also measures the L2 -> SM read bandwidth and the bound it sets (docs/gemm.md).
     [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=wgmma WEFT_BENCH_OUT="$out/bench-gemm-wgmma" \
       run "2.28.9 x1 bench-gemm wgmma" 300 .gpu/bin/test-gemm
-    # The default build: gemm_tiles on its cp.async + mma.sync loop (the same tests, then the benchmark, whose
+    # gemm_tiles on its cp.async + mma.sync loop (the same tests, then the benchmark, whose
     # gemm_weft_tiles_mma_sync*.csv time that loop against cuBLAS).
-    run "2.28.9 x1 test-gpu_mma mma_sync" 300 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
-    [ -x .gpu/bin/test-gemm ] && WEFT_BENCH_OUT="$out/bench-gemm-mma_sync" \
+    WEFT_GEMM_MAINLOOP=mma_sync run "2.28.9 x1 test-gpu_mma mma_sync" 300 .gpu/bin/test-gpu_mma --include-ignored \
+      --test-threads=1 --nocapture
+    [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=mma_sync WEFT_BENCH_OUT="$out/bench-gemm-mma_sync" \
       run "2.28.9 x1 bench-gemm mma_sync" 300 .gpu/bin/test-gemm
   else
-    # The wgmma mainloop across ranks, before it becomes the default on Hopper; with it, example 09 also runs its
+    # The wgmma mainloop across ranks (the default on Hopper since 2026-12-05); with it, example 09 also runs its
     # GEMM + reduce-scatter on the TMA loop (gemm_tiles_reduce_scatter) and example 08 its all-gather + GEMM on the
     # TMA loop (allgather_gemm_tiles: TMA reads of the peers' windows), each against the f64 reference and the
     # unfused path.
@@ -281,7 +279,7 @@ fresh() { # release: see the header
       # The all-gather + GEMM's own test on both loops: shards of one and three bands, small grids, two calls in a row.
       WEFT_GEMM_MAINLOOP=wgmma WEFT_RANKS=$n run "2.30.7 x$n test-gpu_mma every_rank wgmma" 120 .gpu/bin/test-gpu_mma \
         --include-ignored --test-threads=1 --nocapture every_rank
-      WEFT_RANKS=$n run "2.30.7 x$n test-gpu_mma every_rank mma_sync" 120 .gpu/bin/test-gpu_mma \
+      WEFT_GEMM_MAINLOOP=mma_sync WEFT_RANKS=$n run "2.30.7 x$n test-gpu_mma every_rank mma_sync" 120 .gpu/bin/test-gpu_mma \
         --include-ignored --test-threads=1 --nocapture every_rank
     done
     # Which streams share a hardware queue (tests/gpu_waits.rs), and whether destroyed streams and NCCL's own

@@ -90,8 +90,8 @@ fn has_device_checks(source: &str) -> bool {
     })
 }
 
-/// The kernels built on `gemm_block` also compile with the `wgmma` mainloop (`WEFT_GEMM_MAINLOOP=wgmma`: sm_90a), in
-/// every form, against each NCCL release: opt-in until it has run on a GPU, but never allowed to rot.
+/// The kernels built on `gemm_block` also compile with the `wgmma` mainloop (sm_90a: Hopper's default), in every
+/// form, against each NCCL release.
 #[test]
 fn the_gemm_kernels_compile_with_the_wgmma_mainloop() {
     let nvcc = std::env::var("WEFT_NVCC").expect("WEFT_NVCC is not set: run the tests through `cargo xtask test`");

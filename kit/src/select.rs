@@ -96,8 +96,7 @@ pub enum AllGatherGemm {
     /// One kernel on the persistent `gemm_tiles` loop: its producer reads each tile's rows from the owner's window
     /// (`allgather_gemm_tiles`: with TMA through one tensor map per rank, or with `cp.async` in the `mma.sync`
     /// loop). Needs a GPU that runs the loop (`gemm_tiles_config`), `n` a multiple of 256, `k` of 64, and NCCL 2.29+
-    /// with several ranks: where it cannot run, [`Fused`](Self::Fused) runs. Not in the default rules until it has
-    /// been measured.
+    /// with several ranks: where it cannot run, the next matching rule's path runs ([`Rules::pick_where`]).
     FusedTiles,
     /// `ncclAllGather`, then one GEMM (cuBLAS where available, else weft's `gemm_tiles`): the fallback.
     Nccl,
@@ -108,13 +107,14 @@ impl Choice for AllGatherGemm {
         &[AllGatherGemm::Fused, AllGatherGemm::Decoupled, AllGatherGemm::FusedTiles, AllGatherGemm::Nccl];
     const SIZE: &'static str = "multiply-adds m x n x k of the whole GEMM (m: every rank's rows)";
     const ENV: &'static str = "WEFT_AG_GEMM_PATHS";
-    /// From examples 08's runs (bench/RESULTS.md, 2026-12-03, H200, 1 rank on NCCL 2.28.9, 2–8 sharing the GPU on
-    /// 2.30.7): the fused kernel wins the small shapes (m·n·k up to 128M measured: 1.1–1.5× NCCL + cuBLAS at 1–2
-    /// ranks, up to 5.9× the decoupled path at 8) and loses the large ones (16G and up) to cuBLAS, whose GEMM is
-    /// 3× weft's `mma.sync` mainloop: there the decoupled path is fastest at 2 and 4 ranks (0.52× and 0.73× the
-    /// time of NCCL + cuBLAS) and NCCL + cuBLAS at 1 rank (the all-gather is a copy) and at 8 (1679 against 2039
-    /// µs). The threshold between 128M and 16G is an interpolation.
-    const DEFAULT: &'static str = "fused<=256M, nccl@1, decoupled@2-4, nccl";
+    /// From example 08's runs (bench/RESULTS.md): on 2026-12-03 (H200, `mma.sync`) the fused kernel won the small
+    /// shapes (m·n·k up to 128M measured: 1.1–1.5× NCCL + cuBLAS at 1–2 ranks, up to 5.9× the decoupled path at 8).
+    /// On 2026-12-05 (H100, the `wgmma` loops; 1 rank on NCCL 2.28.9, 2–8 sharing the GPU on 2.30.7) the fused
+    /// `gemm_tiles` kernel won at 17G at every rank count (1.26×, 1.30×, 1.56× and 1.33× the best other path at 1,
+    /// 2, 4 and 8 ranks) and at 69G at 1 and 2 ranks (1.12×, 1.13×); at 69G the decoupled path stayed ahead at 4
+    /// ranks (885 against 931 µs) and NCCL + cuBLAS at 8 (1306 against 2176 µs). The thresholds between 128M and
+    /// 17G, and between 17G and 69G, are interpolations.
+    const DEFAULT: &'static str = "fused<=256M, fused_tiles<=32G, fused_tiles@1-2, decoupled@2-4, nccl";
     fn name(self) -> &'static str {
         match self {
             AllGatherGemm::Fused => "fused",
@@ -132,8 +132,8 @@ pub enum GemmReduceScatter {
     Fused,
     /// One kernel on the persistent `gemm_tiles` loop: each partial 128 × 256 tile stored whole into its owner's bf16
     /// slot, the owner's sum 16 bytes at a time (`gemm_tiles_reduce_scatter`). Needs a GPU that runs the loop
-    /// (`gemm_tiles_config`), `n` a multiple of 256 and `k` of 64: where it cannot run, [`Fused`](Self::Fused) runs.
-    /// Not in the default rules until it has been measured.
+    /// (`gemm_tiles_config`), `n` a multiple of 256 and `k` of 64: where it cannot run, the next matching rule's
+    /// path runs ([`Rules::pick_where`]).
     FusedTiles,
     /// One GEMM (cuBLAS where available, else weft's `gemm_tiles`), then `ncclReduceScatter`: the fallback.
     Nccl,
@@ -144,9 +144,12 @@ impl Choice for GemmReduceScatter {
         &[GemmReduceScatter::Fused, GemmReduceScatter::FusedTiles, GemmReduceScatter::Nccl];
     const SIZE: &'static str = "multiply-adds m x n x k of this rank's GEMM";
     const ENV: &'static str = "WEFT_GEMM_RS_PATHS";
-    /// From example 09's runs (bench/RESULTS.md, 2026-12-03): the fused kernel lost at every shape and rank count
-    /// (0.46–0.96× the same GEMM + `ncclReduceScatter`, 0.24–0.94× cuBLAS + it), so NCCL everywhere until it wins.
-    const DEFAULT: &'static str = "nccl";
+    /// From example 09's runs (bench/RESULTS.md): the `gemm_block` kernel lost at every shape and rank count
+    /// (2026-12-03: 0.46–0.96× the same GEMM + `ncclReduceScatter`, 0.24–0.94× cuBLAS + it). The `gemm_tiles` one
+    /// (2026-12-05, H100, `wgmma`; 2–8 ranks sharing the GPU on NCCL 2.30.7) wins at 17G and 69G multiply-adds per
+    /// rank at 2 ranks (1.35×, 1.73× cuBLAS + `ncclReduceScatter`) and 4 (1.08×, 1.17×), and loses at 1 (0.66×)
+    /// and 8 (0.78–0.81×) and at 67M (0.66–0.98×). The threshold between 67M and 17G is an interpolation.
+    const DEFAULT: &'static str = "nccl<=1G, fused_tiles@2-4, nccl";
     fn name(self) -> &'static str {
         match self {
             GemmReduceScatter::Fused => "fused",
@@ -234,7 +237,17 @@ impl<P: Choice> Rules<P> {
 
     /// The choice for `size` at `nranks` ranks: the first matching rule's.
     pub fn pick(&self, size: usize, nranks: usize) -> P {
-        self.rules.iter().find(|rule| rule.matches(size, nranks)).map_or(self.otherwise, |rule| rule.protocol)
+        self.pick_where(size, nranks, |_| true)
+    }
+
+    /// The choice for `size` at `nranks` ranks among those that `runs` here: the first matching rule whose choice
+    /// runs, so a rule for a path this GPU, this NCCL or this shape cannot take falls through to the next one (the
+    /// last rule is taken whatever `runs` says: keep it a path that always runs, such as `nccl`).
+    pub fn pick_where(&self, size: usize, nranks: usize, runs: impl Fn(P) -> bool) -> P {
+        self.rules
+            .iter()
+            .find(|rule| rule.matches(size, nranks) && runs(rule.protocol))
+            .map_or(self.otherwise, |rule| rule.protocol)
     }
 
     /// The rules, in order.
@@ -356,21 +369,37 @@ mod tests {
     fn the_gemm_tables_follow_example_08_and_09() {
         let ag = AgGemmTable::parse(AgGemmTable::DEFAULT).unwrap();
         assert_eq!(ag.to_string(), AgGemmTable::DEFAULT);
-        assert_eq!(ag.pick(2048 * 128 * 512, 8), AllGatherGemm::Fused);
-        assert_eq!(ag.pick(8192 * 2048 * 4096, 1), AllGatherGemm::Nccl);
-        assert_eq!(ag.pick(8192 * 2048 * 4096, 2), AllGatherGemm::Decoupled);
-        assert_eq!(ag.pick(8192 * 2048 * 4096, 4), AllGatherGemm::Decoupled);
-        assert_eq!(ag.pick(8192 * 2048 * 4096, 8), AllGatherGemm::Nccl);
+        let (small, mid, large) = (2048 * 128 * 512, 4096 * 1024 * 4096, 8192 * 2048 * 4096);
+        assert_eq!(ag.pick(small, 8), AllGatherGemm::Fused);
+        for ranks in [1, 2, 4, 8] {
+            assert_eq!(ag.pick(mid, ranks), AllGatherGemm::FusedTiles, "{ranks} ranks");
+        }
+        assert_eq!(ag.pick(large, 1), AllGatherGemm::FusedTiles);
+        assert_eq!(ag.pick(large, 2), AllGatherGemm::FusedTiles);
+        assert_eq!(ag.pick(large, 4), AllGatherGemm::Decoupled);
+        assert_eq!(ag.pick(large, 8), AllGatherGemm::Nccl);
+        // Where the gemm_tiles kernel cannot run, the next matching rule's path does.
+        let no_tiles = |p| p != AllGatherGemm::FusedTiles;
+        assert_eq!(ag.pick_where(mid, 2, no_tiles), AllGatherGemm::Decoupled);
+        assert_eq!(ag.pick_where(large, 1, no_tiles), AllGatherGemm::Nccl);
+        assert_eq!(ag.pick_where(small, 2, no_tiles), AllGatherGemm::Fused);
         let rs = GemmRsTable::parse(GemmRsTable::DEFAULT).unwrap();
+        assert_eq!(rs.to_string(), GemmRsTable::DEFAULT);
         assert_eq!(rs.pick(1, 1), GemmReduceScatter::Nccl);
+        assert_eq!(rs.pick(4096 * 4096 * 1024, 2), GemmReduceScatter::FusedTiles);
+        assert_eq!(rs.pick(8192 * 8192 * 1024, 4), GemmReduceScatter::FusedTiles);
+        assert_eq!(rs.pick(8192 * 8192 * 1024, 1), GemmReduceScatter::Nccl);
+        assert_eq!(rs.pick(8192 * 8192 * 1024, 8), GemmReduceScatter::Nccl);
+        assert_eq!(rs.pick(1024 * 256 * 256, 2), GemmReduceScatter::Nccl);
+        assert_eq!(
+            rs.pick_where(8192 * 8192 * 1024, 2, |p| p != GemmReduceScatter::FusedTiles),
+            GemmReduceScatter::Nccl
+        );
         let forced = GemmRsTable::parse("fused<=1G@2-8, nccl").unwrap();
         assert_eq!(forced.pick(1 << 30, 8), GemmReduceScatter::Fused);
         assert_eq!(forced.pick(1 << 30, 1), GemmReduceScatter::Nccl);
-        // The gemm_tiles loop's variants are named, not picked by default.
-        let tiles = GemmRsTable::parse("fused_tiles@2-8, nccl").unwrap();
-        assert_eq!(tiles.pick(1 << 30, 4), GemmReduceScatter::FusedTiles);
-        assert_eq!(AgGemmTable::parse("fused_tiles").unwrap().pick(1, 1), AllGatherGemm::FusedTiles);
-        assert!(!AllGatherGemm::DEFAULT.contains("fused_tiles") && !GemmReduceScatter::DEFAULT.contains("fused_tiles"));
+        // The last rule stands even where `runs` refuses it.
+        assert_eq!(AgGemmTable::parse("fused_tiles").unwrap().pick_where(1, 1, |_| false), AllGatherGemm::FusedTiles);
         // A protocol of another table is not a choice here, and the message lists the ones that are.
         let error = AgGemmTable::parse("one_shot, nccl").unwrap_err();
         assert!(

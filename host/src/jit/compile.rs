@@ -82,11 +82,15 @@ impl<'a> CompileRequest<'a> {
         CompileRequest { gemm_mainloop: Some(mainloop), ..self }
     }
 
+    /// Whether the kernel gets the `wgmma` form: asked for (explicitly, or by default where the source calls a GEMM
+    /// mainloop), and a target that has it. The default leaves kernels without a GEMM as they were: the `wgmma` form
+    /// changes nothing in them but their traps, which no longer print (weft.cuh, `WEFT_TRAP_PRINTS`).
     fn wgmma(&self) -> bool {
-        match self.gemm_mainloop {
+        let asked = match self.gemm_mainloop {
             Some(mainloop) => mainloop == GemmMainloop::Wgmma,
-            None => matches!(gemm_mainloop(), Ok(GemmMainloop::Wgmma)),
-        }
+            None => matches!(gemm_mainloop(), Ok(GemmMainloop::Wgmma)) && calls_a_gemm_mainloop(self.source),
+        };
+        asked && (self.arch.major, self.arch.minor) == (9, 0)
     }
 
     /// The flags nvcc gets besides include directories and file names, in order; they are part of the cache
@@ -110,32 +114,40 @@ impl<'a> CompileRequest<'a> {
     }
 }
 
-/// The GEMM mainloop behind `gemm_block` and `gemm_tiles` (docs/gemm.md): `mma.sync` (the default, any sm_80+ GPU),
-/// or, with `WEFT_GEMM_MAINLOOP=wgmma`, Hopper's `wgmma` (and TMA, for `gemm_tiles`) where the target has it
-/// (kernels for compute capability 9.0 are compiled for `sm_90a` either way; elsewhere `mma.sync` stays). Part of the
+/// Whether generated C++ calls one of weft.cuh's GEMM mainloops (`x.gemm_block(..)`, `a.gemm_tiles(b)`; the macro
+/// keeps the method names).
+fn calls_a_gemm_mainloop(source: &str) -> bool {
+    source.contains(".gemm_block(") || source.contains(".gemm_tiles(")
+}
+
+/// The GEMM mainloop behind `gemm_block` and `gemm_tiles` (docs/gemm.md): by default Hopper's `wgmma` (and TMA, for
+/// `gemm_tiles`) where the target has it and `mma.sync` elsewhere (any sm_80+ GPU); with `WEFT_GEMM_MAINLOOP=mma_sync`,
+/// `mma.sync` everywhere (kernels for compute capability 9.0 are compiled for `sm_90a` either way). Part of the
 /// compile flags, so of the cache key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GemmMainloop {
-    /// `mma.sync` (the default).
+    /// `mma.sync` everywhere (`WEFT_GEMM_MAINLOOP=mma_sync`).
     MmaSync,
-    /// `wgmma` where the GPU has it.
+    /// `wgmma` (and TMA, for `gemm_tiles`) where the GPU has it, `mma.sync` elsewhere: the default.
     Wgmma,
 }
 
 /// The environment variable that picks the [`GemmMainloop`].
 pub const GEMM_MAINLOOP_ENV: &str = "WEFT_GEMM_MAINLOOP";
 
-/// `WEFT_GEMM_MAINLOOP` read: unset, `mma_sync` or `wgmma`; anything else is an error naming the choices.
+/// `WEFT_GEMM_MAINLOOP` read: unset or `wgmma` (the default: `wgmma` where the GPU has it), or `mma_sync`;
+/// anything else is an error naming the choices.
 pub fn gemm_mainloop() -> Result<GemmMainloop, JitError> {
     match std::env::var(GEMM_MAINLOOP_ENV) {
-        Err(_) => Ok(GemmMainloop::MmaSync),
+        Err(_) => Ok(GemmMainloop::Wgmma),
         Ok(value) => match value.as_str() {
-            "" | "mma_sync" => Ok(GemmMainloop::MmaSync),
-            "wgmma" => Ok(GemmMainloop::Wgmma),
+            "" | "wgmma" => Ok(GemmMainloop::Wgmma),
+            "mma_sync" => Ok(GemmMainloop::MmaSync),
             _ => Err(JitError::BadEnvironmentValue {
                 variable: GEMM_MAINLOOP_ENV,
                 value,
-                expected: "`mma_sync` (the default) and `wgmma` (Hopper, sm_90a)",
+                expected: "`wgmma` (the default: `wgmma` on Hopper, `mma.sync` elsewhere) and `mma_sync` (`mma.sync` \
+                           everywhere)",
             }),
         },
     }
@@ -322,14 +334,45 @@ mod tests {
             nccl_include: "/nccl/include".into(),
             nccl_version: crate::version::Version::new(2, 28, 9),
         };
-        let req = CompileRequest::new("k", "", "", GpuArch::SM_90).with_flags(&["-lineinfo"]);
+        let req = CompileRequest::new("k", "", "", GpuArch::SM_90)
+            .with_flags(&["-lineinfo"])
+            .with_gemm_mainloop(GemmMainloop::Wgmma);
         let args = nvcc_args(&tc, &req, Path::new("/cache/include/abc"), Path::new("/src/k.cu"), Path::new("/o.cubin"));
         let args: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(
             args.join(" "),
-            "-cubin -arch=sm_90a -std=c++17 --extended-lambda --expt-relaxed-constexpr -O3 -lineinfo \
-             -I/cache/include/abc -I/nccl/include -I/cuda/include -I/cuda/include/cccl /src/k.cu -o /o.cubin"
+            "-cubin -arch=sm_90a -std=c++17 --extended-lambda --expt-relaxed-constexpr -O3 -DWEFT_GEMM_WGMMA=1 \
+             -lineinfo -I/cache/include/abc -I/nccl/include -I/cuda/include -I/cuda/include/cccl /src/k.cu -o /o.cubin"
         );
+    }
+
+    #[test]
+    fn the_wgmma_form_is_asked_for_on_hopper_only() {
+        let on = |arch, mainloop| {
+            CompileRequest::new("k", "", "", arch)
+                .with_gemm_mainloop(mainloop)
+                .flags()
+                .contains(&"-DWEFT_GEMM_WGMMA=1".into())
+        };
+        let ampere = GpuArch::from_compute_capability((8, 0));
+        let blackwell = GpuArch::from_compute_capability((10, 0));
+        assert!(on(GpuArch::SM_90, GemmMainloop::Wgmma));
+        assert!(!on(GpuArch::SM_90, GemmMainloop::MmaSync));
+        assert!(!on(ampere, GemmMainloop::Wgmma) && !on(blackwell, GemmMainloop::Wgmma));
+        // Left to the default, a kernel that calls no GEMM mainloop keeps its form (and its printing traps).
+        let default = |source| {
+            CompileRequest::new("k", source, "", GpuArch::SM_90).flags().contains(&"-DWEFT_GEMM_WGMMA=1".into())
+        };
+        if std::env::var(GEMM_MAINLOOP_ENV).is_err() {
+            assert!(default("auto t = x.gemm_tiles(w);") && default("auto t = a.lsa(1).gemm_block(0, k, b, 0, n, k);"));
+            assert!(!default("out[i] = x[i] + y[i];"));
+        }
+        // What each GPU runs, whatever the variable says (only the default and `wgmma` reach Hopper's wgmma).
+        if std::env::var(GEMM_MAINLOOP_ENV).is_err() {
+            assert_eq!(gemm_mainloop_on((9, 0)).unwrap(), GemmMainloop::Wgmma, "wgmma is the default on Hopper");
+            assert_eq!(gemm_mainloop_on((8, 0)).unwrap(), GemmMainloop::MmaSync);
+            assert_eq!(gemm_mainloop_on((10, 0)).unwrap(), GemmMainloop::MmaSync);
+        }
     }
 
     #[test]

@@ -489,7 +489,7 @@ fn shared_gemm_tiles_blocks(sms: u64, blocks: u32, ranks_on_gpu: usize) -> u32 {
 
 /// Refuses a launch of `kernel`, which opens `gemm_tiles`, with blocks other than 384 × 1 × 1 or less dynamic shared
 /// memory than the loop needs, before the device would stop it. Either loop runs: TMA and `wgmma` where the kernel is
-/// compiled for sm_90a (`WEFT_GEMM_MAINLOOP=wgmma`), `cp.async` and `mma.sync` elsewhere.
+/// compiled for sm_90a (unless `WEFT_GEMM_MAINLOOP=mma_sync`), `cp.async` and `mma.sync` elsewhere.
 pub fn check_gemm_tiles(kernel: &'static str, cfg: &super::LaunchConfig) -> Result<()> {
     if cfg.block_dim == (GEMM_TILES_THREADS, 1, 1) && cfg.shared_mem_bytes >= GEMM_TILES_SHARED_BYTES {
         return Ok(());

@@ -147,8 +147,8 @@ pub fn gemm_reduce_scatter<T: MmaElement>(
 /// `b` of each owner has every rank's partial of the tiles block `b` walked, and sums those of its own rows, the
 /// `R` slots in rank order, 16 bytes at a time, into `out`. A second barrier keeps the slots until their owner has
 /// read them. `m/R` a multiple of 128, `n` of 256, `k` of 64; launch with `gemm_tiles_config_shared` (the same
-/// grid on every rank, all resident at once; it refuses a GPU that runs no `gemm_tiles` loop). TMA and `wgmma` with
-/// `WEFT_GEMM_MAINLOOP=wgmma` on Hopper, `cp.async` and `mma.sync` otherwise.
+/// grid on every rank, all resident at once; it refuses a GPU that runs no `gemm_tiles` loop). TMA and `wgmma` on
+/// Hopper, `cp.async` and `mma.sync` elsewhere or with `WEFT_GEMM_MAINLOOP=mma_sync`.
 #[weft::kernel(types(f16, bf16), launch_bounds(384, 1))]
 pub fn gemm_tiles_reduce_scatter<T: MmaElement>(
     dev: &DevComm<Lsa>,
@@ -228,8 +228,8 @@ pub fn gemm_tiles_reduce_scatter<T: MmaElement>(
 /// before the loop opens) makes every shard readable; the second (the two consumer warpgroups after the loop: the
 /// loading warpgroup has left the kernel) keeps each shard until no peer's block reads it. Each 128 × 256 tile is
 /// stored whole (`gemm_store`). `m/R` a multiple of 128, `n` of 256, `k` of 64; launch with
-/// `gemm_tiles_config_shared` (the same grid on every rank, all resident at once). With `WEFT_GEMM_MAINLOOP=wgmma` on
-/// Hopper the producer reads through one tensor map per rank; otherwise the `mma.sync` loop's producer copies from
+/// `gemm_tiles_config_shared` (the same grid on every rank, all resident at once). On Hopper (unless
+/// `WEFT_GEMM_MAINLOOP=mma_sync`) the producer reads through one tensor map per rank; otherwise the `mma.sync` loop's producer copies from
 /// each rank's window address with `cp.async` (the same shards, the same walk).
 #[weft::kernel(types(f16, bf16), launch_bounds(384, 1))]
 pub fn allgather_gemm_tiles<T: MmaElement>(dev: &DevComm<Lsa>, x: TmaShards<T>, w: TmaMatrix<T>, out: &mut [T]) {
