@@ -90,6 +90,42 @@ fn has_device_checks(source: &str) -> bool {
     })
 }
 
+/// Left to the default (no `WEFT_GEMM_MAINLOOP`), a Hopper compile gives the `wgmma` form to exactly the kernels that
+/// run a GEMM mainloop (`gemm_block` or `gemm_tiles`), and to no other: the rest keep their form and their printing
+/// traps. The list is written out, so a change in what the macro emits for a GEMM call cannot drop the form silently.
+#[test]
+fn by_default_hopper_gives_the_wgmma_form_to_the_gemm_kernels_only() {
+    if std::env::var("WEFT_GEMM_MAINLOOP").is_ok() {
+        return println!("skipped: WEFT_GEMM_MAINLOOP is set, and this test checks the default");
+    }
+    const GEMM: &[&str] = &[
+        "gemm_tiles",
+        "gemm_tma",
+        "gemm_tma_store",
+        "allgather_gemm",
+        "gemm_reduce_scatter",
+        "gemm_tiles_reduce_scatter",
+        "allgather_gemm_tiles",
+    ];
+    let mut seen = Vec::new();
+    let extra = [(ag_gemm::NAME, ag_gemm::SOURCE)];
+    for (name, source) in kernels::ALL.iter().chain(example_kernels::ALL).chain(&extra) {
+        let flags = CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::SM_90).flags();
+        let wgmma = flags.iter().any(|f| f == "-DWEFT_GEMM_WGMMA=1");
+        assert_eq!(wgmma, GEMM.contains(name), "`{name}`: {flags:?}");
+        let ampere =
+            CompileRequest::new(name, source, weft::device::WEFT_CUH, GpuArch::from_compute_capability((8, 0)));
+        assert!(!ampere.flags().iter().any(|f| f == "-DWEFT_GEMM_WGMMA=1"), "`{name}` on sm_80");
+        if wgmma {
+            seen.push(*name);
+        }
+    }
+    seen.sort_unstable();
+    let mut expected = GEMM.to_vec();
+    expected.sort_unstable();
+    assert_eq!(seen, expected, "every GEMM kernel is among the generated ones");
+}
+
 /// The kernels built on `gemm_block` also compile with the `wgmma` mainloop (sm_90a: Hopper's default), in every
 /// form, against each NCCL release.
 #[test]

@@ -114,10 +114,11 @@ impl<'a> CompileRequest<'a> {
     }
 }
 
-/// Whether generated C++ calls one of weft.cuh's GEMM mainloops (`x.gemm_block(..)`, `a.gemm_tiles(b)`; the macro
-/// keeps the method names).
+/// Whether C++ source may call one of weft.cuh's GEMM mainloops: it names `gemm_block` (the macro emits
+/// `weft::gemm_block_at(a, ..)` for `a.gemm_block(..)`) or `gemm_tiles` (`a.gemm_tiles(b)` stays a method call). A
+/// source that only mentions one gets the `wgmma` form for nothing worse than traps that do not print.
 fn calls_a_gemm_mainloop(source: &str) -> bool {
-    source.contains(".gemm_block(") || source.contains(".gemm_tiles(")
+    source.contains("gemm_block") || source.contains("gemm_tiles")
 }
 
 /// The GEMM mainloop behind `gemm_block` and `gemm_tiles` (docs/gemm.md): by default Hopper's `wgmma` (and TMA, for
@@ -364,7 +365,10 @@ mod tests {
             CompileRequest::new("k", source, "", GpuArch::SM_90).flags().contains(&"-DWEFT_GEMM_WGMMA=1".into())
         };
         if std::env::var(GEMM_MAINLOOP_ENV).is_err() {
-            assert!(default("auto t = x.gemm_tiles(w);") && default("auto t = a.lsa(1).gemm_block(0, k, b, 0, n, k);"));
+            assert!(
+                default("auto t = x.gemm_tiles(w);")
+                    && default("auto t = weft::gemm_block_at(x, 0, k, w, 0, n, k, 7);")
+            );
             assert!(!default("out[i] = x[i] + y[i];"));
         }
         // What each GPU runs, whatever the variable says (only the default and `wgmma` reach Hopper's wgmma).
