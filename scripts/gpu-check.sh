@@ -290,9 +290,10 @@ fresh() { # release: see the header
         --include-ignored --test-threads=1 --nocapture hardware_queue
     done
     # The one stall left (docs/multi-rank.md, "Hardware queues"): zero_adam at 4 ranks, full mode (about 70 s when it
-    # passes; WEFT_GPU_CHECK_QUICK=1 makes it quick mode), with every thread's stack dumped if it stops (WEFT_STACKS).
+    # passes; WEFT_GPU_CHECK_QUICK=1 makes it quick mode), with every thread's stack dumped if it stops (WEFT_STACKS)
+    # and each rank's batches traced (WEFT_TRACE: the last line of each rank says which side and runs it waits for).
     for i in 1 2 3; do
-      WEFT_RANKS=4 WEFT_BENCH_CASES=zero_adam WEFT_BENCH_OUT="$out/bench-x4-zero_adam-full-$i" \
+      WEFT_RANKS=4 WEFT_BENCH_CASES=zero_adam WEFT_TRACE=1 WEFT_BENCH_OUT="$out/bench-x4-zero_adam-full-$i" \
         run "2.30.7 x4 bench-fused-zero_adam full #$i" 150 .gpu/bin/test-fused
     done
   fi

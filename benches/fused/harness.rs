@@ -338,6 +338,9 @@ pub struct Timer {
     /// The next spin of each side (fused, unfused): twice that side's last enqueue time, at least
     /// `FIRST_SPIN_NS`. Per side, because the unfused side enqueues more launches per run.
     spin_ns: [u64; 2],
+    /// With `WEFT_TRACE` set: what this rank is measuring ("rank 2 zero_adam bf16 16777216"), printed with each
+    /// batch before the rank waits for it, so a run that stops shows every rank's last batch.
+    trace: Option<String>,
 }
 
 impl std::fmt::Debug for Timer {
@@ -360,7 +363,7 @@ impl Timer {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Timer { stream: stream.clone(), spin, events, spin_ns: [FIRST_SPIN_NS; 2] })
+        Ok(Timer { stream: stream.clone(), spin, events, spin_ns: [FIRST_SPIN_NS; 2], trace: None })
     }
 
     /// Runs `side` `count` (≤ BATCH) times, the `k`-th on set `(first + k) % sets`, and returns the GPU time
@@ -389,6 +392,12 @@ impl Timer {
         // catch up with the host and wait for launches. A slow enqueue (a collective's first call sets up its
         // connections) lengthens only the next spin, and that first batch is a discarded warm-up anyway.
         self.spin_ns[slot] = enqueue_ns.saturating_mul(2).clamp(FIRST_SPIN_NS, MAX_SPIN_NS);
+        if let Some(what) = &self.trace {
+            eprintln!(
+                "weft trace: {what}: {side:?} runs {first}..{} enqueued after a {spin_ns} ns spin",
+                first + count
+            );
+        }
         weft::host::cuda::settle(&self.stream)?;
         self.events.iter().take(count).map(|(start, end)| Ok(f64::from(start.elapsed_ms(end)?) * 1e3)).collect()
     }
@@ -498,6 +507,11 @@ fn measure_all(
             for &bytes in &options.sizes {
                 let bytes_moved = case.bytes_moved(dtype, bytes, comm.nranks());
                 let sets = crate::stats::rotation_sets(bytes_moved, l2_bytes, MAX_INPUT_SETS);
+                if std::env::var_os("WEFT_TRACE").is_some() {
+                    let what = format!("rank {} {} {dtype:?} {bytes}", comm.rank(), case.name());
+                    eprintln!("weft trace: {what}: set-up and check");
+                    timer.trace = Some(what);
+                }
                 let mut instance = case.setup(&rank, dtype, bytes, sets)?;
                 draw += 1;
                 let [weft_error, baseline_error] = check(instance.as_mut(), &stream, barrier, draw)?;
