@@ -35,14 +35,12 @@
 #             with the default mainloops, wgmma on Hopper, then WEFT_GEMM_MAINLOOP=mma_sync), and
 #             examples 08 (all-gather + GEMM) and 09 (GEMM + reduce-scatter); both at 2, 4 and 8 ranks on 2.30.7
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
-#   fresh     (not in the default) what was written since the last GPU run, most important first: on 2.28.9 the
-#             tensor-core tests with the wgmma mainloop (weft's TMA loop, gemm_store, a gemm_store past its buffer),
-#             examples 09 and 08 at 1 rank (their variants on the TMA loop), the GEMM benchmark (both TMA kernels
-#             against cuBLAS), then the same tests and benchmark in the default build (gemm_tiles' cp.async +
-#             mma.sync loop); on 2.30.7 examples 09 and 08 with the wgmma mainloop and the all-gather + GEMM test on
-#             both loops at 2, 4 and 8 ranks, the stream-to-queue probes with 1, 8 and 32 queues, then the
-#             benchmark's zero_adam case at 4 ranks in full mode three times with WEFT_STACKS (it stopped once on
-#             2026-12-05 with 32 queues); fresh28 and fresh30: only the runs of that release
+#   fresh     (not in the default) what changed since the last GPU run: on 2.28.9 the default build (wgmma on Hopper
+#             for the kernels that call a GEMM mainloop) with the tensor-core tests, examples 09 and 08 at 1 rank and
+#             the GEMM benchmark; on 2.30.7 both examples and the all-gather + GEMM test at 2, 4 and 8 ranks, then
+#             the benchmark's zero_adam case at 4 ranks in full mode three times with WEFT_STACKS and WEFT_TRACE (it
+#             stopped at bf16 16 MB once in three on 2026-12-05, night); fresh28 and fresh30: only the runs of that
+#             release
 #   queues    (not in the default) NCCL 2.30.7: the two runs that still stopped on 2026-12-05 (the graph timing test
 #             at 8 ranks, the benchmark's zero_adam case at 4) with 32 hardware queues, several times each, and weft's
 #             refusal of 8 queues at 2 ranks
@@ -246,50 +244,27 @@ gemm() { # release: the tensor-core tests, the GEMM benchmark and example 08 at 
 }
 
 fresh() { # release: see the header
-  local release=$1 n i
+  local release=$1 n e i
   export LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}"
   if [ "$release" = 2.28.9 ]; then
-    # weft's TMA loop (`a.gemm_tiles(&b)`, kit's gemm_tma, and gemm_tma_store: the tile stored whole by gemm_store)
-    # against the f64 reference, a gemm_store past its buffer trapping, and the rest of the tensor-core tests with the
-    # wgmma mainloop; example 09, whose fourth variant is the GEMM + reduce-scatter on the TMA loop; then the
-    # benchmark, which times both TMA kernels against cuBLAS.
-    WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 test-gpu_mma wgmma" 300 .gpu/bin/test-gpu_mma --include-ignored \
-      --test-threads=1 --nocapture
-    WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 example-gemm_reduce_scatter wgmma" 180 .gpu/bin/example-gemm_reduce_scatter
-    # Example 08's fifth variant: the all-gather + GEMM on the TMA loop (allgather_gemm_tiles, one map per rank).
-    WEFT_GEMM_MAINLOOP=wgmma run "2.28.9 x1 example-allgather_gemm wgmma" 180 .gpu/bin/example-allgather_gemm
-    # The GEMM benchmark now also measures the L2 -> SM read bandwidth and the bound it sets (docs/gemm.md).
-    [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=wgmma WEFT_BENCH_OUT="$out/bench-gemm-wgmma" \
-      run "2.28.9 x1 bench-gemm wgmma" 300 .gpu/bin/test-gemm
-    # gemm_tiles on its cp.async + mma.sync loop (the same tests, then the benchmark, whose
-    # gemm_weft_tiles_mma_sync*.csv time that loop against cuBLAS).
-    WEFT_GEMM_MAINLOOP=mma_sync run "2.28.9 x1 test-gpu_mma mma_sync" 300 .gpu/bin/test-gpu_mma --include-ignored \
-      --test-threads=1 --nocapture
-    [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=mma_sync WEFT_BENCH_OUT="$out/bench-gemm-mma_sync" \
-      run "2.28.9 x1 bench-gemm mma_sync" 300 .gpu/bin/test-gemm
+    # The default build since wgmma became Hopper's default mainloop for the kernels that call one: the tensor-core
+    # tests, examples 09 and 08 at 1 rank (their gemm_block variants should now run at the wgmma loop's speed, about
+    # 115 µs for example 08's 4096 x 1024 x 4096 on an H100, not the mma.sync loop's 141), and the GEMM benchmark.
+    run "2.28.9 x1 test-gpu_mma" 300 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
+    run "2.28.9 x1 example-gemm_reduce_scatter" 180 .gpu/bin/example-gemm_reduce_scatter
+    run "2.28.9 x1 example-allgather_gemm" 180 .gpu/bin/example-allgather_gemm
+    [ -x .gpu/bin/test-gemm ] && WEFT_BENCH_OUT="$out/bench-gemm" run "2.28.9 x1 bench-gemm" 300 .gpu/bin/test-gemm
   else
-    # The wgmma mainloop across ranks (the default on Hopper since 2026-12-05); with it, example 09 also runs its
-    # GEMM + reduce-scatter on the TMA loop (gemm_tiles_reduce_scatter) and example 08 its all-gather + GEMM on the
-    # TMA loop (allgather_gemm_tiles: TMA reads of the peers' windows), each against the f64 reference and the
-    # unfused path.
+    # The same build across ranks: both examples (their selectors now pick the gemm_tiles kernels where they won)
+    # and the all-gather + GEMM test.
     for n in 2 4 8; do
       for e in gemm_reduce_scatter allgather_gemm; do
-        WEFT_GEMM_MAINLOOP=wgmma WEFT_RANKS=$n run "2.30.7 x$n example-$e wgmma" 120 ".gpu/bin/example-$e"
+        WEFT_RANKS=$n run "2.30.7 x$n example-$e" 120 ".gpu/bin/example-$e"
       done
-      # The all-gather + GEMM's own test on both loops: shards of one and three bands, small grids, two calls in a row.
-      WEFT_GEMM_MAINLOOP=wgmma WEFT_RANKS=$n run "2.30.7 x$n test-gpu_mma every_rank wgmma" 120 .gpu/bin/test-gpu_mma \
-        --include-ignored --test-threads=1 --nocapture every_rank
-      WEFT_GEMM_MAINLOOP=mma_sync WEFT_RANKS=$n run "2.30.7 x$n test-gpu_mma every_rank mma_sync" 120 .gpu/bin/test-gpu_mma \
-        --include-ignored --test-threads=1 --nocapture every_rank
+      WEFT_RANKS=$n run "2.30.7 x$n test-gpu_mma every_rank" 120 .gpu/bin/test-gpu_mma --include-ignored \
+        --test-threads=1 --nocapture every_rank
     done
-    # Which streams share a hardware queue (tests/gpu_waits.rs), and whether destroyed streams and NCCL's own
-    # streams (init, a window and a device communicator, first collectives) move the turn on: the control with one
-    # queue (every pair must share), then CUDA's default and weft's 32.
-    for c in 1 8 32; do
-      CUDA_DEVICE_MAX_CONNECTIONS=$c run "2.30.7 test-gpu_waits queues connections=$c" 120 .gpu/bin/test-gpu_waits \
-        --include-ignored --test-threads=1 --nocapture hardware_queue
-    done
-    # The one stall left (docs/multi-rank.md, "Hardware queues"): zero_adam at 4 ranks, full mode (about 70 s when it
+    # The one stall left (docs/multi-rank.md, "Hardware queues"): zero_adam at 4 ranks, full mode (about 40 s when it
     # passes; WEFT_GPU_CHECK_QUICK=1 makes it quick mode), with every thread's stack dumped if it stops (WEFT_STACKS)
     # and each rank's batches traced (WEFT_TRACE: the last line of each rank says which side and runs it waits for).
     for i in 1 2 3; do
