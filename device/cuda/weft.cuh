@@ -2644,38 +2644,30 @@ WEFT_FN void mbar_arrive_expect(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 WEFT_FN void mbar_arrive(uint32_t bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory"); }
-// One look at the phase of `bar` with this parity (acquire): `try_wait`, which may wait a while in hardware (sm_90),
-// or `test_wait`, which answers at once (sm_80 and sm_89 have no other).
-#define WEFT_MBAR_PROBE(OP)                                                                              \
-  asm volatile("{\n\t.reg .pred p;\n\tmbarrier." OP ".parity.shared::cta.b64 p, [%1], %2;\n\t" \
-               "selp.u32 %0, 1, 0, p;\n\t}"                                                          \
-               : "=r"(done)                                                                              \
-               : "r"(bar), "r"(parity)                                                                   \
-               : "memory")
-template <bool TRY>
+// Whether this target has `try_wait` (sm_90 on), which lets a waiting warp sleep in hardware instead of taking issue
+// slots and shared-memory probes from the warps that compute.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define WEFT_MBAR_PROBE_OP "try_wait"
+#else
+#define WEFT_MBAR_PROBE_OP "test_wait"
+#endif
+// One look at the phase of `bar` with this parity (acquire): `try_wait`, which may wait a while in hardware, where
+// the target has it, `test_wait`, which answers at once, on sm_80 and sm_89.
 WEFT_FN bool mbar_probe(uint32_t bar, uint32_t parity) {
   uint32_t done;
-  if constexpr (TRY) {
-    WEFT_MBAR_PROBE("try_wait");
-  } else {
-    WEFT_MBAR_PROBE("test_wait");
-  }
+  asm volatile("{\n\t.reg .pred p;\n\tmbarrier." WEFT_MBAR_PROBE_OP ".parity.shared::cta.b64 p, [%1], %2;\n\t"
+               "selp.u32 %0, 1, 0, p;\n\t}"
+               : "=r"(done)
+               : "r"(bar), "r"(parity)
+               : "memory");
   return done != 0;
 }
-#undef WEFT_MBAR_PROBE
-// Whether this target has `try_wait` (sm_90 on), which lets a waiting warp sleep in hardware instead of taking issue
-// slots and shared-memory probes from the warps that compute; the mma.sync loop uses it where it exists.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define WEFT_MBAR_CAN_TRY true
-#else
-#define WEFT_MBAR_CAN_TRY false
-#endif
+#undef WEFT_MBAR_PROBE_OP
 // Waits for the phase of `bar` with this parity (acquire); traps with a report after about 2^32 clocks.
-template <bool TRY = true>
 WEFT_FN void mbar_wait(uint32_t bar, uint32_t parity) {
-  if (mbar_probe<TRY>(bar, parity)) return;
+  if (mbar_probe(bar, parity)) return;
   long long start = clock64();
-  while (!mbar_probe<TRY>(bar, parity)) {
+  while (!mbar_probe(bar, parity)) {
     if (clock64() - start > (1ll << 32)) gemm_tiles_misuse(6);
   }
 }
@@ -3002,7 +2994,7 @@ class GemmTiles {
       const T* const a = reinterpret_cast<const T*>(a_addresses_[owner]) + a_row * lda_;
       for (size_t kt = 0; kt < ktiles_; ++kt, ++it) {
         const uint32_t s = it % STAGES, stage = stages_ + s * STAGE_BYTES;
-        detail::mbar_wait<WEFT_MBAR_CAN_TRY>(empty_ + 8 * s, ((it / STAGES) & 1) ^ 1);
+        detail::mbar_wait(empty_ + 8 * s, ((it / STAGES) & 1) ^ 1);
 #pragma unroll
         for (uint32_t i = 0; i < A_BYTES / 16 / 128; ++i) {
           const uint32_t chunk = p + 128 * i, r = chunk / 8, c = chunk % 8;
@@ -3039,7 +3031,7 @@ class GemmTiles {
     for (int i = 0; i < int(PER_THREAD); ++i) d_[i] = 0.0f;
     for (size_t kt = 0; kt < ktiles_; ++kt, ++it_) {
       const uint32_t s = it_ % STAGES, stage = stages_ + s * STAGE_BYTES;
-      detail::mbar_wait<WEFT_MBAR_CAN_TRY>(full_ + 8 * s, (it_ / STAGES) & 1);
+      detail::mbar_wait(full_ + 8 * s, (it_ / STAGES) & 1);
       const uint32_t a0 = stage + a_lane, b0 = stage + b_lane;
 #pragma unroll
       for (uint32_t kk = 0; kk < BK / 16; ++kk) {
