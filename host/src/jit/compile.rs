@@ -370,9 +370,7 @@ mod tests {
                     && default("auto t = weft::gemm_block_at(x, 0, k, w, 0, n, k, 7);")
             );
             assert!(!default("out[i] = x[i] + y[i];"));
-        }
-        // What each GPU runs, whatever the variable says (only the default and `wgmma` reach Hopper's wgmma).
-        if std::env::var(GEMM_MAINLOOP_ENV).is_err() {
+            // What each GPU runs by default.
             assert_eq!(gemm_mainloop_on((9, 0)).unwrap(), GemmMainloop::Wgmma, "wgmma is the default on Hopper");
             assert_eq!(gemm_mainloop_on((8, 0)).unwrap(), GemmMainloop::MmaSync);
             assert_eq!(gemm_mainloop_on((10, 0)).unwrap(), GemmMainloop::MmaSync);

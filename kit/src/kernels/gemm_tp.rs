@@ -186,15 +186,15 @@ pub fn gemm_tiles_reduce_scatter<T: MmaElement>(
             // Pack p of the tile: row p / row_packs, packs of 16 bytes along it; rows of `out` are this rank's.
             // Four packs per thread at a time: their loads from every slot are all issued before the first store
             // (a store may alias them as far as the compiler knows), so 64 bytes per thread and slot are in flight
-            // instead of 16. A tile is 4096 packs (f16 and bf16: 8 lanes), 16 per thread.
+            // instead of 16. A tile is 4096 packs (f16 and bf16: 8 lanes), 16 per thread. Pack p + 256 is
+            // 256 / row_packs rows below pack p, in the same column (row_packs divides 256).
             let first = ((row0 - me * shard) * n + gemm.tile_col0(t)) / lanes;
             let stride = n / lanes;
+            let apart = (256 / row_packs) * stride;
             let mut p = thread;
             while p < tile_packs {
                 let at0 = first + (p / row_packs) * stride + p % row_packs;
-                let at1 = first + ((p + 256) / row_packs) * stride + (p + 256) % row_packs;
-                let at2 = first + ((p + 512) / row_packs) * stride + (p + 512) % row_packs;
-                let at3 = first + ((p + 768) / row_packs) * stride + (p + 768) % row_packs;
+                let (at1, at2, at3) = (at0 + apart, at0 + 2 * apart, at0 + 3 * apart);
                 let mut acc0 = WidePack::<T>::splat(0.0);
                 let mut acc1 = WidePack::<T>::splat(0.0);
                 let mut acc2 = WidePack::<T>::splat(0.0);
