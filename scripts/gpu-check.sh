@@ -41,6 +41,9 @@
 #             the benchmark's zero_adam case at 4 ranks in full mode three times with WEFT_STACKS and WEFT_TRACE (it
 #             stopped at bf16 16 MB once in three on 2026-12-05, night); fresh28 and fresh30: only the runs of that
 #             release
+#   stall     (not in the default) NCCL 2.30.7: the benchmark's zero_adam case at 8 ranks in quick mode (it stopped in
+#             its first unfused run at f32 4 MB on 2026-12-06), three times each with NCCL's INFO log (algorithms,
+#             protocols, channels, registrations), with NCCL_LOCAL_REGISTER=0 and with NCCL_RUNTIME_CONNECT=0
 #   queues    (not in the default) NCCL 2.30.7: the two runs that still stopped on 2026-12-05 (the graph timing test
 #             at 8 ranks, the benchmark's zero_adam case at 4) with 32 hardware queues, several times each, and weft's
 #             refusal of 8 queues at 2 ranks
@@ -295,6 +298,28 @@ queues() { # the two runs that still stopped on 2026-12-05, with weft's 32 hardw
     "$out/refused-quickstart.txt"
 }
 
+stall() { # the zero_adam stall (docs/multi-rank.md, "Hardware queues"), under settings that each remove one suspect
+  # 2026-12-06 (H200): the benchmark's zero_adam case at 8 ranks, quick mode, stopped at f32 4 MB in its check (the
+  # first run of that size, on new buffers) of the unfused side: ncclReduceScatter, the epilogue kernel,
+  # ncclAllGather. Every rank thread was polling its stream and no thread was inside a CUDA call. Each setting runs
+  # three times (a passing run takes about 15 s): NCCL's log of what it chose for each collective (algorithm,
+  # protocol, channels) and of buffer registrations; without NCCL's IPC registration of user buffers (the all-gather's
+  # output is a window, registered at the first Simple-protocol ring all-gather on it); with every algorithm's
+  # connections made at init instead of at a first collective.
+  local i
+  export WEFT_TRACE=1 WEFT_BENCH_QUICK=1 WEFT_BENCH_CASES=zero_adam WEFT_RANKS=8
+  for i in 1 2 3; do
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,REG run "2.30.7 x8 zero_adam nccl-info #$i" 60 .gpu/bin/test-fused
+  done
+  for i in 1 2 3; do
+    NCCL_LOCAL_REGISTER=0 run "2.30.7 x8 zero_adam NCCL_LOCAL_REGISTER=0 #$i" 60 .gpu/bin/test-fused
+  done
+  for i in 1 2 3; do
+    NCCL_RUNTIME_CONNECT=0 run "2.30.7 x8 zero_adam NCCL_RUNTIME_CONNECT=0 #$i" 60 .gpu/bin/test-fused
+  done
+  unset WEFT_TRACE WEFT_BENCH_QUICK WEFT_BENCH_CASES WEFT_RANKS
+}
+
 hangs() { # the runs that hung last time, once each, for their stacks (scripts/symbolize.py)
   export WEFT_TRACE=1
   WEFT_RANKS=2 run "2.30.7 x2 test-gpu" 40 .gpu/bin/test-gpu --include-ignored --test-threads=1 --nocapture every_rank
@@ -363,6 +388,7 @@ case $parts in *,fresh,*) with_nccl 2.28.9 fresh 2.28.9; with_nccl 2.30.7 fresh 
 case $parts in *,fresh30,*) with_nccl 2.30.7 fresh 2.30.7 ;; esac
 case $parts in *,fresh28,*) with_nccl 2.28.9 fresh 2.28.9 ;; esac
 case $parts in *,queues,*) with_nccl 2.30.7 queues ;; esac
+case $parts in *,stall,*) with_nccl 2.30.7 stall ;; esac
 case $parts in *,gemm,*) with_nccl 2.28.9 gemm 2.28.9; with_nccl 2.30.7 gemm 2.30.7 ;; esac
 case $parts in *,launchers,*) with_nccl 2.28.9 launchers 2.28.9 1; with_nccl 2.30.7 launchers 2.30.7 1 2 4 ;; esac
 case $parts in *,graphs,*) with_nccl 2.28.9 graphs 2.28.9 1; with_nccl 2.30.7 graphs 2.30.7 1 2 4 8 ;; esac

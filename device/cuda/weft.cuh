@@ -2349,6 +2349,10 @@ __device__ __noinline__ inline void gemm_misuse(unsigned line, unsigned code) {
 WEFT_FN void cp_async_16_to(uint32_t dst, const void* global_src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(__cvta_generic_to_global(global_src)));
 }
+// The same from a global-space address (what __cvta_generic_to_global gives).
+WEFT_FN void cp_async_16_global(uint32_t dst, uint64_t global_src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global_src));
+}
 WEFT_FN void cp_async_16(void* shared_dst, const void* global_src) {
   cp_async_16_to(static_cast<uint32_t>(__cvta_generic_to_shared(shared_dst)), global_src);
 }
@@ -2979,32 +2983,44 @@ class GemmTiles {
 #elif WEFT_GEMM_TILES_LOOP == 1
   // The producer warpgroup's copies, into the stage layout TMA writes (so both loops read the same stages): A's 128
   // rows of 64 elements and B's four boxes of 64 k-rows x 64 columns, each row 128 bytes whose 16-byte chunk c sits
-  // at c ^ (row % 8). Thread p copies A chunks p, p + 128, ... (8) and B chunks likewise (16), consecutive threads
-  // along a row; its copies arrive on the stage's full barrier once they have landed (128 arrivals fill it).
+  // at c ^ (row % 8). Thread p copies chunk c = p % 8 of rows p / 8 + 16 i: A's rows (i < 8) and the k-rows of each
+  // of B's boxes (i < 4, four boxes); its copies arrive on the stage's full barrier once they have landed (128
+  // arrivals fill it).
+  //
+  // Every row a thread copies is p / 8 plus a multiple of 16, so its swizzled chunk is the same in every row: the
+  // shared addresses are the thread's first one plus constants, and the global ones its first row's plus whole
+  // multiples of 16 rows (and 64 columns from box to box). Computed once per tile, they leave a stage 24 copies and
+  // a few additions: the producer is one warp per scheduler beside the MMA warps, and with the addresses worked out
+  // copy by copy (462 instructions a stage, 24 of them copies) it could not keep up with them (2026-12-06, H200:
+  // the consumers found the stage not yet full 99% of the time, 19% of all stall samples).
   WEFT_FN void produce_copies() {
-    const uint32_t p = threadIdx.x;
-    const T* const b = reinterpret_cast<const T*>(b_->address_);
+    const uint32_t row = threadIdx.x / 8, chunk = threadIdx.x % 8;
+    const uint32_t first = row * 128 + ((chunk ^ (row % 8)) * 16);
     const size_t ldb = b_->ld_;
+    const uint64_t b_global = __cvta_generic_to_global(reinterpret_cast<const T*>(b_->address_));
+    // Bytes from one of this thread's rows to the next (16 rows down), and from one k-tile to the next.
+    const uint64_t a_rows = 16 * lda_ * sizeof(T), b_rows = 16 * ldb * sizeof(T), b_ktile = BK * ldb * sizeof(T);
     uint32_t it = 0;
     for (size_t t = blockIdx.x; t < tiles_; t += gridDim.x) {
       size_t row0, col0;
       origin(t, row0, col0);
       size_t a_row;
       const size_t owner = shard_of(row0, a_row);
-      const T* const a = reinterpret_cast<const T*>(a_addresses_[owner]) + a_row * lda_;
-      for (size_t kt = 0; kt < ktiles_; ++kt, ++it) {
-        const uint32_t s = it % STAGES, stage = stages_ + s * STAGE_BYTES;
+      uint64_t a = __cvta_generic_to_global(reinterpret_cast<const T*>(a_addresses_[owner])) +
+                   ((a_row + row) * lda_ + chunk * 8) * sizeof(T);
+      uint64_t b = b_global + (row * ldb + col0 + chunk * 8) * sizeof(T);
+      for (size_t kt = 0; kt < ktiles_; ++kt, ++it, a += BK * sizeof(T), b += b_ktile) {
+        const uint32_t s = it % STAGES, stage = stages_ + s * STAGE_BYTES + first;
         detail::mbar_wait(empty_ + 8 * s, ((it / STAGES) & 1) ^ 1);
 #pragma unroll
-        for (uint32_t i = 0; i < A_BYTES / 16 / 128; ++i) {
-          const uint32_t chunk = p + 128 * i, r = chunk / 8, c = chunk % 8;
-          detail::cp_async_16_to(stage + r * 128 + ((c ^ (r % 8)) * 16), a + r * lda_ + kt * BK + c * 8);
-        }
+        for (uint32_t i = 0; i < BM / 16; ++i) detail::cp_async_16_global(stage + i * 2048, a + i * a_rows);
 #pragma unroll
-        for (uint32_t i = 0; i < (STAGE_BYTES - A_BYTES) / 16 / 128; ++i) {
-          const uint32_t chunk = p + 128 * i, j = chunk / 512, r = (chunk % 512) / 8, c = chunk % 8;
-          detail::cp_async_16_to(stage + A_BYTES + j * B_BOX_BYTES + r * 128 + ((c ^ (r % 8)) * 16),
-                                 b + (kt * BK + r) * ldb + col0 + 64 * j + c * 8);
+        for (uint32_t i = 0; i < BK / 16; ++i) {
+#pragma unroll
+          for (uint32_t box = 0; box < BN / 64; ++box) {
+            detail::cp_async_16_global(stage + A_BYTES + box * B_BOX_BYTES + i * 2048,
+                                       b + i * b_rows + box * 64 * sizeof(T));
+          }
         }
         detail::cp_async_arrive(full_ + 8 * s);
       }
