@@ -159,13 +159,18 @@ read_transcribed(os.path.join(HERE, "..", "device", "cuda", "weft.cuh"), [
     "static constexpr uint32_t FRAGMENT_COLS = WEFT_GEMM_TILES_LOOP == 1 ? 8 : 32;",
     "row_base_ = (warpgroup_ > 0 ? warpgroup_ - 1 : 0) * 64 + lane / 4;",
     "col_base_ = warp_in_group * 64 + (lane % 4) * 2;",
-    "for (uint32_t i = 0; i < A_BYTES / 16 / 128; ++i) {",
-    "const uint32_t chunk = p + 128 * i, r = chunk / 8, c = chunk % 8;",
-    "detail::cp_async_16_to(stage + r * 128 + ((c ^ (r % 8)) * 16), a + r * lda_ + kt * BK + c * 8);",
-    "for (uint32_t i = 0; i < (STAGE_BYTES - A_BYTES) / 16 / 128; ++i) {",
-    "const uint32_t chunk = p + 128 * i, j = chunk / 512, r = (chunk % 512) / 8, c = chunk % 8;",
-    "detail::cp_async_16_to(stage + A_BYTES + j * B_BOX_BYTES + r * 128 + ((c ^ (r % 8)) * 16),",
-    "b + (kt * BK + r) * ldb + col0 + 64 * j + c * 8);",
+    "const uint32_t row = threadIdx.x / 8, chunk = threadIdx.x % 8;",
+    "const uint32_t first = row * 128 + ((chunk ^ (row % 8)) * 16);",
+    "const uint64_t a_rows = 16 * lda_ * sizeof(T), b_rows = 16 * ldb * sizeof(T), b_ktile = BK * ldb * sizeof(T);",
+    "((a_row + row) * lda_ + chunk * 8) * sizeof(T);",
+    "uint64_t b = b_global + (row * ldb + col0 + chunk * 8) * sizeof(T);",
+    "for (size_t kt = 0; kt < ktiles_; ++kt, ++it, a += BK * sizeof(T), b += b_ktile) {",
+    "const uint32_t s = it % STAGES, stage = stages_ + s * STAGE_BYTES + first;",
+    "for (uint32_t i = 0; i < BM / 16; ++i) detail::cp_async_16_global(stage + i * 2048, a + i * a_rows);",
+    "for (uint32_t i = 0; i < BK / 16; ++i) {",
+    "for (uint32_t box = 0; box < BN / 64; ++box) {",
+    "detail::cp_async_16_global(stage + A_BYTES + box * B_BOX_BYTES + i * 2048,",
+    "b + i * b_rows + box * 64 * sizeof(T));",
     "const uint32_t chunk = ((lane / 16) ^ (lane % 8)) * 16;",
     "const uint32_t a_lane = ((warpgroup_ - 1) * 64 + lane % 16) * 128 + chunk;",
     "const uint32_t b_lane = A_BYTES + warp * B_BOX_BYTES + (lane % 16) * 128 + chunk;",
@@ -627,19 +632,29 @@ print("sharded walk (1 to 8 ranks, 4 shapes, grids of 1 to 132): every tile once
 # mma m16n8k16: A a0 (g, 2t..), a1 (g + 8, 2t..), a2 (g, 2t + 8..), a3 (g + 8, 2t + 8..); B b0 (k 2t.., n g),
 # b1 (k 2t + 8.., n g); C c0, c1 (g, 2t..), c2, c3 (g + 8, 2t..), with g = l / 4, t = l % 4.
 def mma_sync_copies(smem, stage, a, b, col0, kt):
-    """The producer's copies of k-tile kt (a, b: element functions of the whole matrices; A rows from 0)."""
+    """The producer's copies of k-tile kt (a, b: element functions of the whole matrices; A rows from 0), addressed
+    as weft.cuh's produce_copies does: thread p copies chunk p % 8 of rows p / 8 + 16 i, so its swizzled chunk is the
+    same in every row (each row's % 8 is (p / 8) % 8) and its shared addresses are its first one plus multiples of
+    2048 (16 rows of 128 bytes) and of B_BOX_BYTES (one box of 64 columns further)."""
+    written = set()
     for p in range(128):
-        for i in range(A_BYTES // 16 // 128):
-            chunk = p + 128 * i
-            r, c = chunk // 8, chunk % 8
+        row, chunk = p // 8, p % 8
+        first = row * 128 + ((chunk ^ (row % 8)) * 16)
+        for i in range(BM // 16):
             for e in range(8):
-                smem[stage + r * 128 + ((c ^ (r % 8)) * 16) + 2 * e] = a(r, kt * BK + c * 8 + e)
-        for i in range((STAGE_BYTES - A_BYTES) // 16 // 128):
-            chunk = p + 128 * i
-            j, r, c = chunk // 512, (chunk % 512) // 8, chunk % 8
-            for e in range(8):
-                smem[stage + A_BYTES + j * B_BOX_BYTES + r * 128 + ((c ^ (r % 8)) * 16) + 2 * e] = \
-                    b(kt * BK + r, col0 + 64 * j + c * 8 + e)
+                address = stage + first + i * 2048 + 2 * e
+                check(address not in written, f"copy to {address} twice")
+                written.add(address)
+                smem[address] = a(row + 16 * i, kt * BK + chunk * 8 + e)
+        for i in range(BK // 16):
+            for box in range(BN // 64):
+                for e in range(8):
+                    address = stage + A_BYTES + box * B_BOX_BYTES + first + i * 2048 + 2 * e
+                    check(address not in written, f"copy to {address} twice")
+                    written.add(address)
+                    smem[address] = b(kt * BK + row + 16 * i, col0 + 64 * box + chunk * 8 + e)
+    # Every element of the stage: A's 128 x 64 and B's 64 x 256, two bytes each.
+    check(len(written) == STAGE_BYTES // 2, f"the copies wrote {len(written)} elements of {STAGE_BYTES // 2}")
 
 
 def ldmatrix_x4(smem, addresses, trans):
