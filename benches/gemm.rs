@@ -13,7 +13,9 @@
 //! It also measures what bounds a block GEMM whose tiles come from L2: the L2 -> SM read bandwidth
 //! (`benches/cuda/l2_read.cu`: one wave of threads streaming a 16 MiB buffer, `ld.global.cg`, several passes), the
 //! same from memory (a 2 GiB buffer), and the throughput the L2 figure allows a 128 x 128 tile of bf16 operands (64
-//! FLOP per byte read; docs/gemm.md). Then, on a GPU with `wgmma` (compute capability 9.0), an experiment that tests
+//! FLOP per byte read; docs/gemm.md), and the `mma.sync m16n8k16` ceiling (`benches/cuda/mma_peak.cu`: independent
+//! MMAs from registers with 8 and 16 warps per SM, nothing else running; `mma_peak.csv`), the rate the `mma.sync`
+//! loops are a share of. Then, on a GPU with `wgmma` (compute capability 9.0), an experiment that tests
 //! that bound: `benches/cuda/gemm_wide.cu`, the same `wgmma` mainloop with 128 x 256 tiles (85 FLOP per byte), against
 //! cuBLAS again (its layouts are checked on the CPU by `scripts/gemm_wide_model.py`). Last (a trap in it loses the
 //! CUDA context), a second one: `benches/cuda/gemm_tma.cu`, the whole Hopper mainloop around the same tile (TMA loads
@@ -148,8 +150,38 @@ fn main() -> Result<()> {
         hbm / 1e12,
         100.0 * best / bound
     );
+    // The mma.sync ceiling (benches/cuda/mma_peak.cu), where the GPU has mma.sync m16n8k16 (compute capability 8.0
+    // and newer): independent MMAs from registers, nothing else running; what the mma.sync loops are a share of.
+    let mma_peak = if ctx.compute_capability()?.0 >= 8 {
+        let peak = weft_kit::common::Baseline::load(&ctx, "mma_peak", include_str!("cuda/mma_peak.cu"))?;
+        let peak = peak.function("mma_peak")?;
+        let sms = u32::try_from(
+            ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+        )?;
+        let at8 = mma_rate(&ctx, &stream, &peak, sms, 8, probe_timing)?;
+        let at16 = mma_rate(&ctx, &stream, &peak, sms, 16, probe_timing)?;
+        let best = at8.max(at16);
+        let cublas_best = rows.iter().map(|r| 2.0 * (r.shape.0 * r.shape.1 * r.shape.2) as f64 / r.cublas_ms / 1e9);
+        let cublas_best = cublas_best.fold(0.0, f64::max);
+        println!(
+            "mma.sync m16n8k16 ceiling (bf16 in, f32 accumulate; 16 independent MMAs per warp from registers, nothing \
+             else running): {:.0} TFLOP/s with 8 warps per SM (the mma.sync loops' count), {:.0} with 16; {:.2}x the \
+             best cuBLAS GEMM above, so an mma.sync loop at 0.5x cuBLAS runs at {:.0}% of it",
+            at8 / 1e12,
+            at16 / 1e12,
+            best / 1e12 / cublas_best,
+            100.0 * 0.5 * cublas_best / (best / 1e12)
+        );
+        Some(best)
+    } else {
+        None
+    };
     let out_dir = std::env::var_os("WEFT_BENCH_OUT").map(std::path::PathBuf::from);
     if let Some(dir) = &out_dir {
+        if let Some(peak) = mma_peak {
+            std::fs::create_dir_all(dir)?;
+            std::fs::write(dir.join("mma_peak.csv"), format!("mma_sync_peak_flops_per_s\n{peak}\n"))?;
+        }
         std::fs::create_dir_all(dir)?;
         std::fs::write(dir.join("gemm.csv"), csv)?;
         std::fs::write(
@@ -240,6 +272,42 @@ fn read_bandwidth(
         }],
     )?;
     Ok((bytes as f64 * f64::from(passes)) / (ms / 1e3))
+}
+
+/// The MMAs one launch of `mma_peak` issues per warp: 16 chains of `MMA_PEAK_ITERATIONS` (about a millisecond).
+const MMA_PEAK_ITERATIONS: u32 = 8192;
+
+/// `mma.sync m16n8k16` throughput in FLOP per second: `mma_peak` (`probe`) with `warps` warps on each of the `sms`
+/// multiprocessors (blocks of 256 threads, `warps / 8` per SM), timed as `timing` says.
+fn mma_rate(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    probe: &cudarc::driver::CudaFunction,
+    sms: u32,
+    warps: u32,
+    timing: Timing,
+) -> Result<f64> {
+    let cfg = LaunchConfig::linear(sms * (warps / 8), 256);
+    let mut out = stream.alloc_zeros::<f32>(usize::try_from(cfg.grid_size() * cfg.block_size())?)?;
+    let [ms] = alternate(
+        ctx,
+        stream,
+        timing,
+        [&mut || {
+            let mut args = ArgBuffer::new();
+            let written = args.slice_arg_mut(&mut out, stream)?;
+            args.push(MMA_PEAK_ITERATIONS);
+            args.push(written.ptr);
+            // SAFETY: the arguments are mma_peak's (unsigned, float*), in order; `out` holds one float per thread of
+            // `cfg` and outlives the launch (it is freed after `alternate` settled the stream), and `args` is dropped
+            // after the launch, recording the use.
+            unsafe { launch_raw(probe, stream, &cfg, &mut args)? };
+            Ok(())
+        }],
+    )?;
+    // 16 MMAs of 16 x 8 x 16 multiply-adds (2 FLOP each) per warp and iteration.
+    let flop = 2.0 * 16.0 * 8.0 * 16.0 * 16.0 * f64::from(MMA_PEAK_ITERATIONS) * f64::from(warps) * f64::from(sms);
+    Ok(flop / (ms / 1e3))
 }
 
 /// How a side is timed: `repeats` runs between two CUDA events, over `rounds` rounds after one to warm up.

@@ -35,12 +35,10 @@
 #             with the default mainloops, wgmma on Hopper, then WEFT_GEMM_MAINLOOP=mma_sync), and
 #             examples 08 (all-gather + GEMM) and 09 (GEMM + reduce-scatter); both at 2, 4 and 8 ranks on 2.30.7
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
-#   fresh     (not in the default) what changed since the last GPU run: on 2.28.9 the default build (wgmma on Hopper
-#             for the kernels that call a GEMM mainloop) with the tensor-core tests, examples 09 and 08 at 1 rank and
-#             the GEMM benchmark; on 2.30.7 both examples and the all-gather + GEMM test at 2, 4 and 8 ranks, then
-#             the benchmark's zero_adam case at 4 ranks in full mode three times with WEFT_STACKS and WEFT_TRACE (it
-#             stopped at bf16 16 MB once in three on 2026-12-05, night); fresh28 and fresh30: only the runs of that
-#             release
+#   fresh     (not in the default) what changed since the last GPU run (2026-12-06): the mma.sync loop's producer,
+#             on 2.28.9 its tensor-core tests, examples 09 and 08 and the GEMM benchmark on WEFT_GEMM_MAINLOOP=mma_sync
+#             (with the new mma.sync ceiling probe); on 2.30.7 the all-gather + GEMM test and examples 08 and 09 on
+#             it at 2, 4 and 8 ranks; fresh28 and fresh30: only the runs of that release
 #   stall     (not in the default) NCCL 2.30.7: the benchmark's zero_adam case at 8 ranks in quick mode (it stopped in
 #             its first unfused run at f32 4 MB on 2026-12-06), three times each with NCCL's INFO log (algorithms,
 #             protocols, channels, registrations), with NCCL_LOCAL_REGISTER=0 and with NCCL_RUNTIME_CONNECT=0
@@ -247,32 +245,28 @@ gemm() { # release: the tensor-core tests, the GEMM benchmark and example 08 at 
 }
 
 fresh() { # release: see the header
-  local release=$1 n e i
+  local release=$1 n
   export LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}"
   if [ "$release" = 2.28.9 ]; then
-    # The default build since wgmma became Hopper's default mainloop for the kernels that call one: the tensor-core
-    # tests, examples 09 and 08 at 1 rank (their gemm_block variants should now run at the wgmma loop's speed, about
-    # 115 µs for example 08's 4096 x 1024 x 4096 on an H100, not the mma.sync loop's 141), and the GEMM benchmark.
-    run "2.28.9 x1 test-gpu_mma" 300 .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
-    run "2.28.9 x1 example-gemm_reduce_scatter" 180 .gpu/bin/example-gemm_reduce_scatter
-    run "2.28.9 x1 example-allgather_gemm" 180 .gpu/bin/example-allgather_gemm
-    [ -x .gpu/bin/test-gemm ] && WEFT_BENCH_OUT="$out/bench-gemm" run "2.28.9 x1 bench-gemm" 300 .gpu/bin/test-gemm
+    # The mma.sync loop's producer now computes its addresses once per tile (docs/gemm.md, "Where the mma.sync loop
+    # really waits"): its tests, examples 09 and 08 on it, and the GEMM benchmark on it (the 0.5x bar), which now
+    # also measures the mma.sync ceiling (benches/cuda/mma_peak.cu).
+    WEFT_GEMM_MAINLOOP=mma_sync run "2.28.9 x1 test-gpu_mma mma_sync" 300 .gpu/bin/test-gpu_mma --include-ignored \
+      --test-threads=1 --nocapture
+    WEFT_GEMM_MAINLOOP=mma_sync run "2.28.9 x1 example-gemm_reduce_scatter mma_sync" 180 \
+      .gpu/bin/example-gemm_reduce_scatter
+    WEFT_GEMM_MAINLOOP=mma_sync run "2.28.9 x1 example-allgather_gemm mma_sync" 180 .gpu/bin/example-allgather_gemm
+    [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=mma_sync WEFT_BENCH_OUT="$out/bench-gemm-mma_sync" \
+      run "2.28.9 x1 bench-gemm mma_sync" 300 .gpu/bin/test-gemm
   else
-    # The same build across ranks: both examples (their selectors now pick the gemm_tiles kernels where they won)
-    # and the all-gather + GEMM test.
+    # The same loop reading the peers' shards (TmaShards' addresses) at 2, 4 and 8 ranks.
     for n in 2 4 8; do
-      for e in gemm_reduce_scatter allgather_gemm; do
-        WEFT_RANKS=$n run "2.30.7 x$n example-$e" 120 ".gpu/bin/example-$e"
-      done
-      WEFT_RANKS=$n run "2.30.7 x$n test-gpu_mma every_rank" 120 .gpu/bin/test-gpu_mma --include-ignored \
-        --test-threads=1 --nocapture every_rank
-    done
-    # The one stall left (docs/multi-rank.md, "Hardware queues"): zero_adam at 4 ranks, full mode (about 40 s when it
-    # passes; WEFT_GPU_CHECK_QUICK=1 makes it quick mode), with every thread's stack dumped if it stops (WEFT_STACKS)
-    # and each rank's batches traced (WEFT_TRACE: the last line of each rank says which side and runs it waits for).
-    for i in 1 2 3; do
-      WEFT_RANKS=4 WEFT_BENCH_CASES=zero_adam WEFT_TRACE=1 WEFT_BENCH_OUT="$out/bench-x4-zero_adam-full-$i" \
-        run "2.30.7 x4 bench-fused-zero_adam full #$i" 150 .gpu/bin/test-fused
+      WEFT_GEMM_MAINLOOP=mma_sync WEFT_RANKS=$n run "2.30.7 x$n test-gpu_mma every_rank mma_sync" 120 \
+        .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture every_rank
+      WEFT_GEMM_MAINLOOP=mma_sync WEFT_RANKS=$n run "2.30.7 x$n example-allgather_gemm mma_sync" 120 \
+        .gpu/bin/example-allgather_gemm
+      WEFT_GEMM_MAINLOOP=mma_sync WEFT_RANKS=$n run "2.30.7 x$n example-gemm_reduce_scatter mma_sync" 120 \
+        .gpu/bin/example-gemm_reduce_scatter
     done
   fi
 }
