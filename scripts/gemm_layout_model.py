@@ -19,8 +19,21 @@ CUH = os.environ.get("WEFT_CUH", os.path.join(os.path.dirname(os.path.abspath(__
 TRANSCRIBED = [
     "constexpr int GEMM_STAGES = 3;",
     "constexpr int GEMM_BK = 32;",
-    "cp_async_16(sa + ar * 32 + ((ac ^ ((ar >> 1) & 3)) * 8), a + ar * lda + kt * GEMM_BK + ac * 8);",
-    "T* to = sb + br * 128 + ((bc ^ (br & 7)) * 8);",
+    "const uint32_t tid = threadIdx.x, ar = tid / 4, ac = tid % 4, br = tid / 16, bc = tid % 16;",
+    "a_to = ar * 32 + ((ac ^ ((ar >> 1) & 3)) * 8);",
+    "b_to = br * 128 + ((bc ^ (br & 7)) * 8);",
+    "a_from = a + ar * lda + ac * 8;",
+    "b_from = b + br * ldb + bc * 8;",
+    "a_second = 64 * lda;",
+    "b_second = 16 * ldb;",
+    "b_ktile = GEMM_BK * ldb;",
+    "constexpr uint32_t B_SECOND = 16 * 128;",
+    "cp_async_16(sa + a_to, a_from);",
+    "cp_async_16(sa + a_to + 64 * 32, a_from + a_second);",
+    "cp_async_16(sb + b_to, b_from);",
+    "cp_async_16(sb + b_to + B_SECOND, b_from + b_second);",
+    "a_from += GEMM_BK;",
+    "b_from += b_ktile;",
     "uint32_t wm = (warp / 4) * 64, wn = (warp % 4) * 32;",
     "uint32_t r = wm + mi * 16 + lane % 16, c = kk * 2 + lane / 16;",
     "ldmatrix_x4<false>(ta + r * 32 + ((c ^ ((r >> 1) & 3)) * 8), fa[mi].r[0], fa[mi].r[1], fa[mi].r[2],",
@@ -41,17 +54,19 @@ def simulate(M,N,K,lda,ldb,row0,col0):
     ktiles=K//BK
     sa=np.zeros((STAGES,128*32)); sb=np.zeros((STAGES,32*128))
     def load(stage,kt):
+        # GemmCopies: each thread's offsets a_to, b_to and the second chunks 64 rows (A) and 16 k-rows (B) on, its
+        # sources advanced kt k-tiles; every element of the stage written exactly once.
+        written_a=np.zeros(128*32,dtype=int); written_b=np.zeros(32*128,dtype=int)
         for tid in range(256):
-            for i in range(2):
-                id_=tid+i*256
-                ar,ac=id_//4,id_%4
-                dst=ar*32+((ac^((ar>>1)&3))*8)
-                src=ar*lda+kt*BK+ac*8
-                sa[stage,dst:dst+8]=a[src:src+8]
-                br,bc=id_//16,id_%16
-                dst=br*128+((bc^(br&7))*8)
-                src=(kt*BK+br)*ldb+bc*8
-                sb[stage,dst:dst+8]=b[src:src+8]
+            ar,ac,br,bc=tid//4,tid%4,tid//16,tid%16
+            a_to=ar*32+((ac^((ar>>1)&3))*8); b_to=br*128+((bc^(br&7))*8)
+            a_from=ar*lda+ac*8+kt*BK; b_from=br*ldb+bc*8+kt*BK*ldb
+            for dst,src in ((a_to,a_from),(a_to+64*32,a_from+64*lda)):
+                sa[stage,dst:dst+8]=a[src:src+8]; written_a[dst:dst+8]+=1
+            for dst,src in ((b_to,b_from),(b_to+16*128,b_from+16*ldb)):
+                sb[stage,dst:dst+8]=b[src:src+8]; written_b[dst:dst+8]+=1
+        if not ((written_a==1).all() and (written_b==1).all()):
+            failures.append(f"k-tile {kt}: the copies do not fill each stage element exactly once")
     def ldmatrix(smem, addrs, trans):
         # addrs: 32 element offsets (row starts of 8 elements); returns regs[lane][4][2]
         out=np.zeros((32,4,2))

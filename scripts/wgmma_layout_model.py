@@ -53,9 +53,21 @@ def check(cond, msg):
 EXPECTED_SOURCE = [
     "constexpr int GEMM_STAGES = 3;",
     "constexpr int GEMM_BK = 32;",
-    "cp_async_16(sa + ar * 32 + ((ac ^ ((ar >> 1) & 3)) * 8), a + ar * lda + kt * GEMM_BK + ac * 8);",
-    "T* to = sb + (bc / 4) * 1024 + br * 32 + (((bc % 4) ^ ((br >> 1) & 3)) * 8);",
-    "cp_async_16(to, b + (kt * GEMM_BK + br) * ldb + bc * 8);",
+    "const uint32_t tid = threadIdx.x, ar = tid / 4, ac = tid % 4, br = tid / 16, bc = tid % 16;",
+    "a_to = ar * 32 + ((ac ^ ((ar >> 1) & 3)) * 8);",
+    "b_to = (bc / 4) * 1024 + br * 32 + (((bc % 4) ^ ((br >> 1) & 3)) * 8);",
+    "a_from = a + ar * lda + ac * 8;",
+    "b_from = b + br * ldb + bc * 8;",
+    "a_second = 64 * lda;",
+    "b_second = 16 * ldb;",
+    "b_ktile = GEMM_BK * ldb;",
+    "constexpr uint32_t B_SECOND = 16 * 32;",
+    "cp_async_16(sa + a_to, a_from);",
+    "cp_async_16(sa + a_to + 64 * 32, a_from + a_second);",
+    "cp_async_16(sb + b_to, b_from);",
+    "cp_async_16(sb + b_to + B_SECOND, b_from + b_second);",
+    "a_from += GEMM_BK;",
+    "b_from += b_ktile;",
     "return ((address & 0x3FFFF) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3FFF) << 16) |",
     "(uint64_t((stride_bytes >> 4) & 0x3FFF) << 32) | (layout << 62);",
     "return smem_matrix_desc(shared_u32(smem), leading_bytes, stride_bytes, 2);",
@@ -88,23 +100,24 @@ OPERAND_OF_SLOT = {(int(a), int(b), int(c)): v for v, (a, b, c) in enumerate(out
 
 # ---------------------------------------------------------------- weft.cuh, transcribed
 def gemm_load_stage(smem, sa_base, sb_base, a_glob, lda, b_glob, ldb, kt):
-    """smem: dict byte address -> element id; a_glob/b_glob: flat lists (a, b already at row0/col0). Returns the
-    element offsets written, to check the bijection."""
+    """k-tile kt's copies, as GemmCopies makes them (the wgmma layout): each thread's two A chunks (rows ar and
+    ar + 64) and two B chunks (k-rows br and br + 16) at its offsets a_to, b_to and those plus 64 * 32 and 16 * 32,
+    its sources advanced kt k-tiles. smem: dict byte address -> element id; a_glob/b_glob: flat lists (a, b already
+    at row0/col0). Returns the element offsets written, to check the bijection."""
     wa, wb = [], []
     for tid in range(256):
-        for i in range(2):
-            id_ = tid + i * 256
-            ar, ac = id_ // 4, id_ % 4
-            dst = ar * 32 + ((ac ^ ((ar >> 1) & 3)) * 8)
-            srcoff = ar * lda + kt * GEMM_BK + ac * 8
+        ar, ac, br, bc = tid // 4, tid % 4, tid // 16, tid % 16
+        a_to = ar * 32 + ((ac ^ ((ar >> 1) & 3)) * 8)
+        b_to = (bc // 4) * 1024 + br * 32 + (((bc % 4) ^ ((br >> 1) & 3)) * 8)
+        a_from = ar * lda + ac * 8 + kt * GEMM_BK
+        b_from = br * ldb + bc * 8 + kt * GEMM_BK * ldb
+        for dst, src in ((a_to, a_from), (a_to + 64 * 32, a_from + 64 * lda)):
             for j in range(8):  # cp.async 16 bytes = 8 elements, in order
-                smem[sa_base + (dst + j) * ELEM] = a_glob[srcoff + j]
+                smem[sa_base + (dst + j) * ELEM] = a_glob[src + j]
                 wa.append(dst + j)
-            br, bc = id_ // 16, id_ % 16
-            dst = (bc // 4) * 1024 + br * 32 + (((bc % 4) ^ ((br >> 1) & 3)) * 8)
-            srcoff = (kt * GEMM_BK + br) * ldb + bc * 8
+        for dst, src in ((b_to, b_from), (b_to + 16 * 32, b_from + 16 * ldb)):
             for j in range(8):
-                smem[sb_base + (dst + j) * ELEM] = b_glob[srcoff + j]
+                smem[sb_base + (dst + j) * ELEM] = b_glob[src + j]
                 wb.append(dst + j)
     return wa, wb
 

@@ -2365,27 +2365,54 @@ WEFT_FN void cp_async_wait() {
 // WEFT_GEMM_USES_WGMMA (top of this file) picks the wgmma mainloop; without it, the mma.sync one. Both share the
 // pipeline below and A's stage layout; B's stage layout and one stage's MMAs (gemm_stage) differ.
 
-// Stage `stage` <- the k-tile `kt` of both operands (a and b already at row0 and col0). A: 128 rows of 4 16-byte
-// chunks (32 elements), chunk c of row r at c ^ ((r >> 1) & 3). B, for mma.sync: 32 rows of 16 chunks (128
-// elements), chunk c of row r at c ^ (r & 7); for wgmma: four 32-column atoms of 1024 elements, k-row r of an atom
-// in 32 elements with A's chunk swizzle.
+// One thread's copies of each k-tile into a stage (a and b already at row0 and col0). A: 128 rows of 4 16-byte chunks
+// (32 elements), chunk c of row r at c ^ ((r >> 1) & 3). B, for mma.sync: 32 rows of 16 chunks (128 elements), chunk
+// c of row r at c ^ (r & 7); for wgmma: four 32-column atoms of 1024 elements, k-row r of an atom in 32 elements with
+// A's chunk swizzle. Thread t copies chunk t % 4 of A's rows t / 4 and t / 4 + 64, and chunk t % 16 of B's k-rows
+// t / 16 and t / 16 + 16: rows that far apart have the same swizzle, so a thread's places in a stage are two constants
+// and its sources move one k-tile on per load. Worked out once here, not copy by copy: that index arithmetic (64-bit,
+// with a division by the stage count) was about 90 of the 165 instructions of the mma.sync loop's k-tile around its
+// 32 MMAs (sm_90a SASS, 2026-12-06).
 template <class T>
-WEFT_FN void gemm_load_stage(T* sa, T* sb, const T* a, size_t lda, const T* b, size_t ldb, size_t kt) {
-  uint32_t tid = threadIdx.x;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    uint32_t id = tid + i * 256;
-    uint32_t ar = id / 4, ac = id % 4;
-    cp_async_16(sa + ar * 32 + ((ac ^ ((ar >> 1) & 3)) * 8), a + ar * lda + kt * GEMM_BK + ac * 8);
-    uint32_t br = id / 16, bc = id % 16;
+struct GemmCopies {
+  // Element offsets in a stage of this thread's first A and B chunks; their sources for the next k-tile to load; and
+  // the element distances to the second chunks' sources (64 rows of A, 16 k-rows of B) and from one k-tile of B to
+  // the next.
+  uint32_t a_to, b_to;
+  const T* a_from;
+  const T* b_from;
+  size_t a_second, b_second, b_ktile;
+
+  WEFT_FN GemmCopies(const T* a, size_t lda, const T* b, size_t ldb) {
+    const uint32_t tid = threadIdx.x, ar = tid / 4, ac = tid % 4, br = tid / 16, bc = tid % 16;
+    a_to = ar * 32 + ((ac ^ ((ar >> 1) & 3)) * 8);
 #if defined(WEFT_GEMM_USES_WGMMA)
-    T* to = sb + (bc / 4) * 1024 + br * 32 + (((bc % 4) ^ ((br >> 1) & 3)) * 8);
+    b_to = (bc / 4) * 1024 + br * 32 + (((bc % 4) ^ ((br >> 1) & 3)) * 8);
 #else
-    T* to = sb + br * 128 + ((bc ^ (br & 7)) * 8);
+    b_to = br * 128 + ((bc ^ (br & 7)) * 8);
 #endif
-    cp_async_16(to, b + (kt * GEMM_BK + br) * ldb + bc * 8);
+    a_from = a + ar * lda + ac * 8;
+    b_from = b + br * ldb + bc * 8;
+    a_second = 64 * lda;
+    b_second = 16 * ldb;
+    b_ktile = GEMM_BK * ldb;
   }
-}
+
+  // The next k-tile's four copies into the stage (sa, sb).
+  WEFT_FN void load(T* sa, T* sb) {
+#if defined(WEFT_GEMM_USES_WGMMA)
+    constexpr uint32_t B_SECOND = 16 * 32;
+#else
+    constexpr uint32_t B_SECOND = 16 * 128;
+#endif
+    cp_async_16(sa + a_to, a_from);
+    cp_async_16(sa + a_to + 64 * 32, a_from + a_second);
+    cp_async_16(sb + b_to, b_from);
+    cp_async_16(sb + b_to + B_SECOND, b_from + b_second);
+    a_from += GEMM_BK;
+    b_from += b_ktile;
+  }
+};
 
 // The preconditions of both mainloops (comment above).
 template <class CA, class CB>
@@ -2506,11 +2533,14 @@ WEFT_FN GemmTile gemm_block_mainloop(const T* a, size_t lda, const T* b, size_t 
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) tile.acc[mi][ni] = MmaAcc::zero();
   size_t ktiles = k / GEMM_BK;
+  GemmCopies<T> copies(a, lda, b, ldb);
 #pragma unroll
   for (int s = 0; s < GEMM_STAGES - 1; ++s) {
-    if (size_t(s) < ktiles) gemm_load_stage(sa[s], sb[s], a, lda, b, ldb, s);
+    if (size_t(s) < ktiles) copies.load(sa[s], sb[s]);
     cp_async_commit();
   }
+  // The stage multiplied now (k-tile kt's) and the one refilled now (k-tile kt + GEMM_STAGES - 1's), counted round.
+  uint32_t read = 0, write = GEMM_STAGES - 1;
 #pragma unroll 1
   for (size_t kt = 0; kt < ktiles; ++kt) {
     cp_async_wait<GEMM_STAGES - 2>();
@@ -2522,10 +2552,11 @@ WEFT_FN GemmTile gemm_block_mainloop(const T* a, size_t lda, const T* b, size_t 
     __syncthreads();
     // The stage refilled now was read in the previous iteration, which every thread has finished (the barrier;
     // gemm_stage returns only once its MMAs are done).
-    size_t next = kt + GEMM_STAGES - 1;
-    if (next < ktiles) gemm_load_stage(sa[next % GEMM_STAGES], sb[next % GEMM_STAGES], a, lda, b, ldb, next);
+    if (kt + GEMM_STAGES - 1 < ktiles) copies.load(sa[write], sb[write]);
     cp_async_commit();
-    gemm_stage(tile, sa[kt % GEMM_STAGES], sb[kt % GEMM_STAGES]);
+    gemm_stage(tile, sa[read], sb[read]);
+    read = read + 1 == GEMM_STAGES ? 0 : read + 1;
+    write = write + 1 == GEMM_STAGES ? 0 : write + 1;
   }
   cp_async_wait<0>();
   // The next call (or anything else in shared memory) may overwrite the stages once every warp is done.
