@@ -35,9 +35,9 @@
 #             with the default mainloops, wgmma on Hopper, then WEFT_GEMM_MAINLOOP=mma_sync), and
 #             examples 08 (all-gather + GEMM) and 09 (GEMM + reduce-scatter); both at 2, 4 and 8 ranks on 2.30.7
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
-#   fresh     (not in the default) what changed since the last GPU run (2026-12-06): the mma.sync loop's producer,
-#             on 2.28.9 its tensor-core tests, examples 09 and 08 and the GEMM benchmark on WEFT_GEMM_MAINLOOP=mma_sync
-#             (with the new mma.sync ceiling probe); on 2.30.7 the all-gather + GEMM test and examples 08 and 09 on
+#   fresh     (not in the default) what changed since the last GPU run (2026-12-06): the GEMM loops' copies, on
+#             2.28.9 the tensor-core tests, examples 09 and 08 and the GEMM benchmark (with the new mma.sync ceiling
+#             probe) on WEFT_GEMM_MAINLOOP=mma_sync and on the default build; on 2.30.7 the all-gather + GEMM test and examples 08 and 09 on
 #             it at 2, 4 and 8 ranks; fresh28 and fresh30: only the runs of that release
 #   stall     (not in the default) NCCL 2.30.7: the benchmark's zero_adam case at 8 ranks in quick mode (it stopped in
 #             its first unfused run at f32 4 MB on 2026-12-06), three times each with NCCL's INFO log (algorithms,
@@ -248,16 +248,19 @@ fresh() { # release: see the header
   local release=$1 n
   export LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}"
   if [ "$release" = 2.28.9 ]; then
-    # The mma.sync loop's producer now computes its addresses once per tile (docs/gemm.md, "Where the mma.sync loop
-    # really waits"): its tests, examples 09 and 08 on it, and the GEMM benchmark on it (the 0.5x bar), which now
-    # also measures the mma.sync ceiling (benches/cuda/mma_peak.cu).
-    WEFT_GEMM_MAINLOOP=mma_sync run "2.28.9 x1 test-gpu_mma mma_sync" 300 .gpu/bin/test-gpu_mma --include-ignored \
-      --test-threads=1 --nocapture
-    WEFT_GEMM_MAINLOOP=mma_sync run "2.28.9 x1 example-gemm_reduce_scatter mma_sync" 180 \
-      .gpu/bin/example-gemm_reduce_scatter
-    WEFT_GEMM_MAINLOOP=mma_sync run "2.28.9 x1 example-allgather_gemm mma_sync" 180 .gpu/bin/example-allgather_gemm
-    [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=mma_sync WEFT_BENCH_OUT="$out/bench-gemm-mma_sync" \
-      run "2.28.9 x1 bench-gemm mma_sync" 300 .gpu/bin/test-gemm
+    # The mma.sync loop's producer now computes its addresses once per tile, and gemm_block's copies (both of its
+    # mainloops) theirs once per call (docs/gemm.md, "Where the mma.sync loop really waits"): the tensor-core tests,
+    # examples 09 and 08 and the GEMM benchmark (the 0.5x bar; it now also measures the mma.sync ceiling,
+    # benches/cuda/mma_peak.cu), on WEFT_GEMM_MAINLOOP=mma_sync and on the default build (wgmma for gemm_block).
+    local loop
+    for loop in mma_sync wgmma; do
+      WEFT_GEMM_MAINLOOP=$loop run "2.28.9 x1 test-gpu_mma $loop" 300 .gpu/bin/test-gpu_mma --include-ignored \
+        --test-threads=1 --nocapture
+      WEFT_GEMM_MAINLOOP=$loop run "2.28.9 x1 example-gemm_reduce_scatter $loop" 180 .gpu/bin/example-gemm_reduce_scatter
+      WEFT_GEMM_MAINLOOP=$loop run "2.28.9 x1 example-allgather_gemm $loop" 180 .gpu/bin/example-allgather_gemm
+      [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=$loop WEFT_BENCH_OUT="$out/bench-gemm-$loop" \
+        run "2.28.9 x1 bench-gemm $loop" 300 .gpu/bin/test-gemm
+    done
   else
     # The same loop reading the peers' shards (TmaShards' addresses) at 2, 4 and 8 ranks.
     for n in 2 4 8; do
