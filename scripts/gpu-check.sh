@@ -37,8 +37,8 @@
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
 #   fresh     (not in the default) what changed since the last GPU run (2026-12-06): the GEMM loops' copies, on
 #             2.28.9 the tensor-core tests, examples 09 and 08 and the GEMM benchmark (with the new mma.sync ceiling
-#             probe) on WEFT_GEMM_MAINLOOP=mma_sync and on the default build; on 2.30.7 the all-gather + GEMM test and examples 08 and 09 on
-#             it at 2, 4 and 8 ranks; fresh28 and fresh30: only the runs of that release
+#             probe) on WEFT_GEMM_MAINLOOP=mma_sync and on the default build; on 2.30.7 the all-gather + GEMM test
+#             and examples 08 and 09 on mma_sync at 2, 4 and 8 ranks; fresh28 and fresh30: only that release's runs
 #   stall     (not in the default) NCCL 2.30.7: the benchmark's zero_adam case at 8 ranks in quick mode (it stopped in
 #             its first unfused run at f32 4 MB on 2026-12-06), three times each with NCCL's INFO log (algorithms,
 #             protocols, channels, registrations), with NCCL_LOCAL_REGISTER=0 and with NCCL_RUNTIME_CONNECT=0
