@@ -37,6 +37,26 @@ const FIRST_SPIN_NS: u64 = 200_000;
 const MAX_SPIN_NS: u64 = 50_000_000;
 /// Used when the driver does not report an L2 size: the H200's.
 const FALLBACK_L2_BYTES: u64 = 60 << 20;
+/// How long a rank waits for one check run or one timed batch before it gives up (a batch of 25 runs at the largest
+/// size takes well under a second; weft's own limit, `weft::host::cuda::SETTLE_TIMEOUT`, is five minutes).
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// Waits for `stream` within [`SETTLE`]; a wait that passes it first says on stderr which work of which rank it was
+/// (`what`: "rank 3 zero_adam F32 4194304: the Unfused side's check run") before the [`Error::Stalled`] ends the
+/// rank, and with it (`run_rank`'s broken barrier) its peers: a benchmark whose device stopped making progress ends
+/// with the place it stopped, not at an outer timeout.
+fn settle(stream: &CudaStream, what: &dyn Fn() -> String) -> Result<()> {
+    weft::host::cuda::settle_within(stream, SETTLE).inspect_err(|error| {
+        if matches!(error, Error::Stalled { .. }) {
+            eprintln!(
+                "fused bench: {}: not done after {} s, with every launch of it enqueued (docs/multi-rank.md, \
+                 \"Hardware queues\")",
+                what(),
+                SETTLE.as_secs()
+            );
+        }
+    })
+}
 
 /// An element type the cases are instantiated for: what weft kernels, NCCL and the host reference all need.
 ///
@@ -308,6 +328,7 @@ pub fn check(
     stream: &CudaStream,
     barrier: &dyn Rendezvous,
     draw: u64,
+    label: &str,
 ) -> Result<[f64; 2]> {
     let reference = instance.reference(draw);
     let mut errors = [f64::INFINITY; 2];
@@ -317,7 +338,7 @@ pub fn check(
         // Every rank's inputs are in place before any rank's kernel reads its peers'.
         barrier.wait()?;
         side.run(instance, 0)?;
-        weft::host::cuda::settle(stream)?;
+        settle(stream, &|| format!("{label}: the {side:?} side's check run"))?;
         let outputs = instance.outputs(0)?;
         *error = if outputs.len() == reference.len() {
             outputs.iter().zip(&reference).map(|(got, want)| relative_error(got, want)).fold(0.0, f64::max)
@@ -338,9 +359,12 @@ pub struct Timer {
     /// The next spin of each side (fused, unfused): twice that side's last enqueue time, at least
     /// `FIRST_SPIN_NS`. Per side, because the unfused side enqueues more launches per run.
     spin_ns: [u64; 2],
-    /// With `WEFT_TRACE` set: what this rank is measuring ("rank 2 zero_adam bf16 16777216"), printed with each
-    /// batch before the rank waits for it, so a run that stops shows every rank's last batch.
-    trace: Option<String>,
+    /// With `WEFT_TRACE` set: each batch is printed (with `label`) before the rank waits for it, so a run that stops
+    /// shows every rank's last batch.
+    trace: bool,
+    /// What this rank is measuring ("rank 2 zero_adam Bf16 16777216"): for the trace, and for the message of a batch
+    /// that never finishes.
+    label: String,
 }
 
 impl std::fmt::Debug for Timer {
@@ -363,7 +387,14 @@ impl Timer {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Timer { stream: stream.clone(), spin, events, spin_ns: [FIRST_SPIN_NS; 2], trace: None })
+        Ok(Timer {
+            stream: stream.clone(),
+            spin,
+            events,
+            spin_ns: [FIRST_SPIN_NS; 2],
+            trace: false,
+            label: String::new(),
+        })
     }
 
     /// Runs `side` `count` (≤ BATCH) times, the `k`-th on set `(first + k) % sets`, and returns the GPU time
@@ -392,13 +423,16 @@ impl Timer {
         // catch up with the host and wait for launches. A slow enqueue (a collective's first call sets up its
         // connections) lengthens only the next spin, and that first batch is a discarded warm-up anyway.
         self.spin_ns[slot] = enqueue_ns.saturating_mul(2).clamp(FIRST_SPIN_NS, MAX_SPIN_NS);
-        if let Some(what) = &self.trace {
+        let label = &self.label;
+        if self.trace {
             eprintln!(
-                "weft trace: {what}: {side:?} runs {first}..{} enqueued after a {spin_ns} ns spin",
+                "weft trace: {label}: {side:?} runs {first}..{} enqueued after a {spin_ns} ns spin",
                 first + count
             );
         }
-        weft::host::cuda::settle(&self.stream)?;
+        settle(&self.stream, &|| {
+            format!("{label}: a timed batch of the {side:?} side, runs {first}..{}", first + count)
+        })?;
         self.events.iter().take(count).map(|(start, end)| Ok(f64::from(start.elapsed_ms(end)?) * 1e3)).collect()
     }
 
@@ -507,14 +541,15 @@ fn measure_all(
             for &bytes in &options.sizes {
                 let bytes_moved = case.bytes_moved(dtype, bytes, comm.nranks());
                 let sets = crate::stats::rotation_sets(bytes_moved, l2_bytes, MAX_INPUT_SETS);
-                if std::env::var_os("WEFT_TRACE").is_some() {
-                    let what = format!("rank {} {} {dtype:?} {bytes}", comm.rank(), case.name());
+                let what = format!("rank {} {} {dtype:?} {bytes}", comm.rank(), case.name());
+                timer.trace = std::env::var_os("WEFT_TRACE").is_some();
+                if timer.trace {
                     eprintln!("weft trace: {what}: set-up and check");
-                    timer.trace = Some(what);
                 }
                 let mut instance = case.setup(&rank, dtype, bytes, sets)?;
                 draw += 1;
-                let [weft_error, baseline_error] = check(instance.as_mut(), &stream, barrier, draw)?;
+                let [weft_error, baseline_error] = check(instance.as_mut(), &stream, barrier, draw, &what)?;
+                timer.label = what;
                 // Set 0 keeps the checked inputs; the others get their own.
                 for set in 1..sets {
                     instance.fill(set, draw.wrapping_add((set as u64) << 32))?;
@@ -548,7 +583,7 @@ fn measure_all(
             }
         }
     }
-    weft::host::cuda::settle(&stream)?;
+    settle(&stream, &|| format!("rank {}: the last runs", comm.rank()))?;
     Ok(rows)
 }
 
