@@ -302,17 +302,18 @@ stall() { # the zero_adam stall (docs/multi-rank.md, "Hardware queues"), under s
   # three times (a passing run takes about 15 s): NCCL's log of what it chose for each collective (algorithm,
   # protocol, channels) and of buffer registrations; without NCCL's IPC registration of user buffers (the all-gather's
   # output is a window, registered at the first Simple-protocol ring all-gather on it); with every algorithm's
-  # connections made at init instead of at a first collective.
+  # connections made at init instead of at a first collective. A stopped run ends itself after 60 s with a line naming
+  # the rank's work (the benchmark's own limit), within the run's 100.
   local i
   export WEFT_TRACE=1 WEFT_BENCH_QUICK=1 WEFT_BENCH_CASES=zero_adam WEFT_RANKS=8
   for i in 1 2 3; do
-    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,REG run "2.30.7 x8 zero_adam nccl-info #$i" 60 .gpu/bin/test-fused
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,REG run "2.30.7 x8 zero_adam nccl-info #$i" 100 .gpu/bin/test-fused
   done
   for i in 1 2 3; do
-    NCCL_LOCAL_REGISTER=0 run "2.30.7 x8 zero_adam NCCL_LOCAL_REGISTER=0 #$i" 60 .gpu/bin/test-fused
+    NCCL_LOCAL_REGISTER=0 run "2.30.7 x8 zero_adam NCCL_LOCAL_REGISTER=0 #$i" 100 .gpu/bin/test-fused
   done
   for i in 1 2 3; do
-    NCCL_RUNTIME_CONNECT=0 run "2.30.7 x8 zero_adam NCCL_RUNTIME_CONNECT=0 #$i" 60 .gpu/bin/test-fused
+    NCCL_RUNTIME_CONNECT=0 run "2.30.7 x8 zero_adam NCCL_RUNTIME_CONNECT=0 #$i" 100 .gpu/bin/test-fused
   done
   unset WEFT_TRACE WEFT_BENCH_QUICK WEFT_BENCH_CASES WEFT_RANKS
 }
