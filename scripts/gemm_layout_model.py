@@ -11,7 +11,7 @@ import os
 import sys
 
 import numpy as np
-from model_guard import read_transcribed
+from model_guard import GEMM_COPIES_LINES, read_transcribed
 rng=np.random.default_rng(0)
 
 # The lines of weft.cuh this model transcribes: if one changes, update the model with it.
@@ -19,21 +19,9 @@ CUH = os.environ.get("WEFT_CUH", os.path.join(os.path.dirname(os.path.abspath(__
 TRANSCRIBED = [
     "constexpr int GEMM_STAGES = 3;",
     "constexpr int GEMM_BK = 32;",
-    "const uint32_t tid = threadIdx.x, ar = tid / 4, ac = tid % 4, br = tid / 16, bc = tid % 16;",
-    "a_to = ar * 32 + ((ac ^ ((ar >> 1) & 3)) * 8);",
+    *GEMM_COPIES_LINES,
     "b_to = br * 128 + ((bc ^ (br & 7)) * 8);",
-    "a_from = a + ar * lda + ac * 8;",
-    "b_from = b + br * ldb + bc * 8;",
-    "a_second = 64 * lda;",
-    "b_second = 16 * ldb;",
-    "b_ktile = GEMM_BK * ldb;",
     "constexpr uint32_t B_SECOND = 16 * 128;",
-    "cp_async_16(sa + a_to, a_from);",
-    "cp_async_16(sa + a_to + 64 * 32, a_from + a_second);",
-    "cp_async_16(sb + b_to, b_from);",
-    "cp_async_16(sb + b_to + B_SECOND, b_from + b_second);",
-    "a_from += GEMM_BK;",
-    "b_from += b_ktile;",
     "uint32_t wm = (warp / 4) * 64, wn = (warp % 4) * 32;",
     "uint32_t r = wm + mi * 16 + lane % 16, c = kk * 2 + lane / 16;",
     "ldmatrix_x4<false>(ta + r * 32 + ((c ^ ((r >> 1) & 3)) * 8), fa[mi].r[0], fa[mi].r[1], fa[mi].r[2],",

@@ -30,7 +30,7 @@ import random
 import re
 import sys
 
-from model_guard import read_transcribed
+from model_guard import GEMM_COPIES_LINES, read_transcribed
 
 VERBOSE = "-v" in sys.argv
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,21 +53,9 @@ def check(cond, msg):
 EXPECTED_SOURCE = [
     "constexpr int GEMM_STAGES = 3;",
     "constexpr int GEMM_BK = 32;",
-    "const uint32_t tid = threadIdx.x, ar = tid / 4, ac = tid % 4, br = tid / 16, bc = tid % 16;",
-    "a_to = ar * 32 + ((ac ^ ((ar >> 1) & 3)) * 8);",
+    *GEMM_COPIES_LINES,
     "b_to = (bc / 4) * 1024 + br * 32 + (((bc % 4) ^ ((br >> 1) & 3)) * 8);",
-    "a_from = a + ar * lda + ac * 8;",
-    "b_from = b + br * ldb + bc * 8;",
-    "a_second = 64 * lda;",
-    "b_second = 16 * ldb;",
-    "b_ktile = GEMM_BK * ldb;",
     "constexpr uint32_t B_SECOND = 16 * 32;",
-    "cp_async_16(sa + a_to, a_from);",
-    "cp_async_16(sa + a_to + 64 * 32, a_from + a_second);",
-    "cp_async_16(sb + b_to, b_from);",
-    "cp_async_16(sb + b_to + B_SECOND, b_from + b_second);",
-    "a_from += GEMM_BK;",
-    "b_from += b_ktile;",
     "return ((address & 0x3FFFF) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3FFF) << 16) |",
     "(uint64_t((stride_bytes >> 4) & 0x3FFF) << 32) | (layout << 62);",
     "return smem_matrix_desc(shared_u32(smem), leading_bytes, stride_bytes, 2);",
