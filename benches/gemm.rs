@@ -178,12 +178,11 @@ fn main() -> Result<()> {
     };
     let out_dir = std::env::var_os("WEFT_BENCH_OUT").map(std::path::PathBuf::from);
     if let Some(dir) = &out_dir {
-        if let Some(peak) = mma_peak {
-            std::fs::create_dir_all(dir)?;
-            std::fs::write(dir.join("mma_peak.csv"), format!("mma_sync_peak_flops_per_s\n{peak}\n"))?;
-        }
         std::fs::create_dir_all(dir)?;
         std::fs::write(dir.join("gemm.csv"), csv)?;
+        if let Some(peak) = mma_peak {
+            std::fs::write(dir.join("mma_peak.csv"), format!("mma_sync_peak_flops_per_s\n{peak}\n"))?;
+        }
         std::fs::write(
             dir.join("l2.csv"),
             format!(
@@ -373,9 +372,9 @@ fn wide_experiment(
 
 /// weft's own persistent loop (`a.gemm_tiles(&b)`: the TMA experiment's design behind weft's API, the epilogue
 /// written in the kernel) against cuBLAS at every shape: TMA + `wgmma` where the GPU has it and the process compiles
-/// for it (`wgmma`: compute capability 9.0, unless `WEFT_GEMM_MAINLOOP=mma_sync`), else the same pipeline with `cp.async` and
-/// `mma.sync`. Prints its table and returns its CSV (`None` where the GPU runs neither). `paired`: kit's
-/// `gemm_tma_store` (the tile scaled by 1.0 in place, then written by `out.gemm_store(&gemm, gemm.row0(),
+/// for it (`wgmma`: compute capability 9.0, unless `WEFT_GEMM_MAINLOOP=mma_sync`), else the same pipeline with
+/// `cp.async` and `mma.sync`. Prints its table and returns its CSV (`None` where the GPU runs neither). `paired`:
+/// kit's `gemm_tma_store` (the tile scaled by 1.0 in place, then written by `out.gemm_store(&gemm, gemm.row0(),
 /// gemm.col0(), n)`, two values per store), else kit's `gemm_tma` (a loop storing one value at a time).
 fn weft_tma(
     ctx: &Arc<CudaContext>,

@@ -17,9 +17,9 @@
 //!   `ncclReduceScatter` of it: what fusing the reduce-scatter saves, with nothing else changed;
 //! - unfused, cuBLAS: `cublasGemmEx`, then `ncclReduceScatter` (where libcublas is on the library path);
 //! - fused tiles (`kernels/gemm_tp.rs`, `gemm_tiles_reduce_scatter`, on the persistent `gemm_tiles` loop: TMA and
-//!   `wgmma` on Hopper, `cp.async` and `mma.sync` elsewhere or with `WEFT_GEMM_MAINLOOP=mma_sync`; where the GPU runs the
-//!   loop, `n` is a multiple of 256 and `k` of 64): 128 × 256 tiles, each partial tile stored whole into its owner's
-//!   bf16 scratch window (`gemm_store`), the owner's sum 16 bytes at a time. The selector's default above 1G
+//!   `wgmma` on Hopper, `cp.async` and `mma.sync` elsewhere or with `WEFT_GEMM_MAINLOOP=mma_sync`; where the GPU
+//!   runs the loop, `n` is a multiple of 256 and `k` of 64): 128 × 256 tiles, each partial tile stored whole into its
+//!   owner's bf16 scratch window (`gemm_store`), the owner's sum 16 bytes at a time. The selector's default above 1G
 //!   multiply-adds at 2 to 4 ranks (H100, 2026-12-05: 1.08–1.73× cuBLAS + `ncclReduceScatter` there).
 //!
 //! Checks: at the small shapes every rank's fused result against an f64 host reference; at every shape against the

@@ -20,8 +20,8 @@ fn one_rank() -> Communicator {
 }
 
 /// Which `gemm_tiles` loop kernels compiled for `s`'s GPU run: TMA + `wgmma` on compute capability 9.0 (unless
-/// `WEFT_GEMM_MAINLOOP=mma_sync`), `cp.async` + `mma.sync` elsewhere; `Err` with `gemm_tiles_config`'s reason where the GPU
-/// cannot run either (below compute capability 8.0, or too little shared memory per block).
+/// `WEFT_GEMM_MAINLOOP=mma_sync`), `cp.async` + `mma.sync` elsewhere; `Err` with `gemm_tiles_config`'s reason where
+/// the GPU cannot run either (below compute capability 8.0, or too little shared memory per block).
 fn gemm_tiles_loop(s: &std::sync::Arc<weft::host::launch::CudaStream>) -> Result<&'static str, String> {
     weft::host::launch::gemm_tiles_config(s, 128, 256).map_err(|e| e.to_string())?;
     weft_kit::common::gemm_tiles_loop(s.context()).map_err(|e| e.to_string())

@@ -139,9 +139,9 @@ impl<T: MmaElement> TmaMatrix<T> {
     /// the other two multiply, 64 rows of the tile each. Blocks are persistent: block `b` takes tiles `b`,
     /// `b + grid`, …, so launch at most one block per multiprocessor (`weft::host::launch::gemm_tiles_config`).
     ///
-    /// Two loops behind one API: Hopper's TMA and `wgmma` where the kernel is compiled for sm_90a (the
-    /// default; `WEFT_GEMM_MAINLOOP=mma_sync` turns it off); elsewhere (from compute capability 8.0) the same stages filled by `cp.async` and
-    /// multiplied by `mma.sync` in 64 × 64 warp squares. The values' places in the tile ([`GemmTiles::row`],
+    /// Two loops behind one API: Hopper's TMA and `wgmma` where the kernel is compiled for sm_90a (the default;
+    /// `WEFT_GEMM_MAINLOOP=mma_sync` turns it off); elsewhere (from compute capability 8.0) the same stages filled by
+    /// `cp.async` and multiplied by `mma.sync` in 64 × 64 warp squares. The values' places in the tile ([`GemmTiles::row`],
     /// [`GemmTiles::col`]) differ between them; `gemm_store` follows either.
     ///
     /// Preconditions, checked when it opens (a failed one stops the kernel with a trap report naming the rule):

@@ -229,8 +229,8 @@ pub fn gemm_tiles_reduce_scatter<T: MmaElement>(
 /// loading warpgroup has left the kernel) keeps each shard until no peer's block reads it. Each 128 × 256 tile is
 /// stored whole (`gemm_store`). `m/R` a multiple of 128, `n` of 256, `k` of 64; launch with
 /// `gemm_tiles_config_shared` (the same grid on every rank, all resident at once). On Hopper (unless
-/// `WEFT_GEMM_MAINLOOP=mma_sync`) the producer reads through one tensor map per rank; otherwise the `mma.sync` loop's producer copies from
-/// each rank's window address with `cp.async` (the same shards, the same walk).
+/// `WEFT_GEMM_MAINLOOP=mma_sync`) the producer reads through one tensor map per rank; otherwise the `mma.sync`
+/// loop's producer copies from each rank's window address with `cp.async` (the same shards, the same walk).
 #[weft::kernel(types(f16, bf16), launch_bounds(384, 1))]
 pub fn allgather_gemm_tiles<T: MmaElement>(dev: &DevComm<Lsa>, x: TmaShards<T>, w: TmaMatrix<T>, out: &mut [T]) {
     // Every rank's shard is in place before TMA reads it (the loop fences TMA's reads after this acquire).
