@@ -109,7 +109,7 @@ read_transcribed(SOURCE, [
 # names: the lines below are its counterparts of the ones above, so this model covers it too, and a change to either
 # that the other does not follow shows here.
 read_transcribed(os.path.join(HERE, "..", "device", "cuda", "weft.cuh"), [
-    "static constexpr uint32_t BM = 128, BN = 256, BK = 64, STAGES = 4, THREADS = 384, PER_THREAD = 128;",
+    "static constexpr uint32_t BM = 128, BN = 256, BK = 64, STAGES = WEFT_GEMM_TILES_STAGES, THREADS = 384, PER_THREAD = 128;",
     "static constexpr uint32_t A_BYTES = BM * BK * 2, B_BOX_BYTES = BK * 64 * 2, STAGE_BYTES = A_BYTES + BK * BN * 2;",
     "static constexpr uint32_t SHARED_BYTES = STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8;",
     "stages_ = raw + ((1024 - (raw & 1023)) & 1023);",
@@ -420,7 +420,8 @@ class Barrier:
 
 
 def simulate(tiles, ktiles, seed, cluster=1, release_current=False, producer_parity_xor=1, empty_count=None,
-             wait_depth=1, release_peers=True, multicast=True):
+             wait_depth=1, release_peers=True, multicast=True,
+             stages=STAGES):
     """The pipeline of one block, or of the `cluster` CTAs of one cluster: 'ok', or what went wrong. Agents: each
     CTA's producer thread, each consumer warpgroup (its 4 warps arrive together), each TMA write in flight (a
     multicast box is one write per CTA it reaches, each completing bytes on that CTA's barrier), each consumer's
@@ -430,9 +431,9 @@ def simulate(tiles, ktiles, seed, cluster=1, release_current=False, producer_par
     if empty_count is None:
         empty_count = cluster * CONSUMERS * 4
     ctas = range(cluster)
-    full = [[Barrier(1) for _ in range(STAGES)] for _ in ctas]
-    empty = [[Barrier(empty_count) for _ in range(STAGES)] for _ in ctas]
-    boxes = [[[None] * 5 for _ in range(STAGES)] for _ in ctas]  # per CTA and stage: the (tile, kt) of its 5 boxes
+    full = [[Barrier(1) for _ in range(stages)] for _ in ctas]
+    empty = [[Barrier(empty_count) for _ in range(stages)] for _ in ctas]
+    boxes = [[[None] * 5 for _ in range(stages)] for _ in ctas]  # per CTA and stage: the (tile, kt) of its 5 boxes
     work = [(t, kt) for t in range(tiles) for kt in range(ktiles)]  # the same walk in every CTA of a cluster
     producers = [{"i": 0, "step": "wait"} for _ in ctas]
     consumers = [[{"i": 0, "step": "wait", "groups": []} for _ in range(CONSUMERS)] for _ in ctas]
@@ -449,12 +450,12 @@ def simulate(tiles, ktiles, seed, cluster=1, release_current=False, producer_par
         it = me["i"]
         if it >= len(work):
             return False
-        return me["step"] == "issue" or empty[r][it % STAGES].done(((it // STAGES) & 1) ^ producer_parity_xor)
+        return me["step"] == "issue" or empty[r][it % stages].done(((it // stages) & 1) ^ producer_parity_xor)
 
     def consumer_ready(r, me):
         it = me["i"]
         if me["step"] == "wait":
-            return full[r][it % STAGES].done((it // STAGES) & 1)
+            return full[r][it % stages].done((it // stages) & 1)
         if me["step"] == "drain":
             return len(me["groups"]) <= wait_depth
         return me["step"] == "tile_end" and not me["groups"]
@@ -475,8 +476,8 @@ def simulate(tiles, ktiles, seed, cluster=1, release_current=False, producer_par
             r = move[1]
             me = producers[r]
             it = me["i"]
-            s = it % STAGES
-            if me["step"] == "wait":  # barrier_wait(empty + 8 * s, ((it / STAGES) & 1) ^ 1)
+            s = it % stages
+            if me["step"] == "wait":  # barrier_wait(empty + 8 * s, ((it / stages) & 1) ^ 1)
                 me["step"] = "issue"
             else:  # barrier_arrive_expect, A to this CTA, this CTA's share of B's boxes (multicast with a cluster)
                 full[r][s].arrive(expect=STAGE_BYTES)
@@ -500,21 +501,21 @@ def simulate(tiles, ktiles, seed, cluster=1, release_current=False, producer_par
             r, c = move[1], move[2]
             me = consumers[r][c]
             it = me["i"]
-            s, (tile, kt) = (it % STAGES, work[it]) if it < len(work) else (None, (None, None))
-            if me["step"] == "wait":  # barrier_wait(full + 8 * s, (it / STAGES) & 1), then the stage's MMAs
+            s, (tile, kt) = (it % stages, work[it]) if it < len(work) else (None, (None, None))
+            if me["step"] == "wait":  # barrier_wait(full + 8 * s, (it / stages) & 1), then the stage's MMAs
                 if any(box != (tile, kt) for box in boxes[r][s]):
                     return "consumer %d of CTA %d read stage %d holding %s, wanted %s" % (c, r, s, boxes[r][s],
                                                                                           (tile, kt))
                 me["groups"].append(s)
                 me["step"] = "drain"
             elif me["step"] == "drain":  # wgmma.wait_group 1, then hand back the previous stage
-                back = s if release_current else (it - 1) % STAGES if kt > 0 else None
+                back = s if release_current else (it - 1) % stages if kt > 0 else None
                 error = back is not None and release(r, c, back)
                 if error:
                     return error
                 me.update(i=it + 1, step="tile_end" if kt == ktiles - 1 else "wait")
             else:  # wgmma.wait_group 0, then hand back the last stage
-                error = release(r, c, (it - 1) % STAGES)
+                error = release(r, c, (it - 1) % stages)
                 if error:
                     return error
                 me["step"] = "finished" if it == len(work) else "wait"
@@ -531,6 +532,13 @@ for cluster in (1, 2):
     print("pipeline, %s: %d random schedules (tiles x k-tiles in %s): %s"
           % ("one CTA" if cluster == 1 else "a cluster of 2 CTAs sharing B", len(SHAPES) * 40, SHAPES,
              "no race, no stale read, no deadlock" if not bad_runs else "FAILS"))
+# weft's GemmTiles pipes through as many stages as the GPU holds (WEFT_GEMM_TILES_STAGES: 3 on an A100, 2 on 99 KB).
+for stages in (2, 3):
+    bad_runs = [(shape, seed, r) for shape in SHAPES for seed in range(40)
+                for r in [simulate(shape[0], shape[1], seed, stages=stages)] if r != "ok"]
+    check(not bad_runs, "the pipeline (one CTA, %d stages) fails: %s" % (stages, bad_runs[:3]))
+print("pipeline, one CTA on 2 and 3 stages: %d random schedules each: %s"
+      % (len(SHAPES) * 40, "no race, no stale read, no deadlock" if not bad_runs else "FAILS"))
 PROTOCOL_MUTANTS = {"release the stage just issued": dict(release_current=True),
                     "producer waits parity 0 first": dict(producer_parity_xor=0),
                     "empty counts one warpgroup": dict(empty_count=4),
@@ -754,16 +762,16 @@ for fragment_cols in (8, 32):
 
 
 def simulate_mma_sync(tiles, ktiles, seed, producers=8, full_count=None, empty_count=8, parity_xor=1,
-                      release_before_read=False):
+                      release_before_read=False, stages=STAGES):
     """The mma.sync loop's pipeline: `producers` copying threads (128 in the kernel; fewer here, the same protocol),
     each waiting for a stage to be empty, issuing its copies and a cp.async.mbarrier.arrive.noinc that fires once
     they land; 8 consumer warps, each waiting for the stage to be full, reading it with ldmatrix (done when the step
     runs: the fragments are in registers) and arriving on its empty barrier. 'ok', or what went wrong."""
     rnd = random.Random(seed)
     full_count = producers if full_count is None else full_count
-    full = [Barrier(full_count) for _ in range(STAGES)]
-    empty = [Barrier(empty_count) for _ in range(STAGES)]
-    parts = [[None] * producers for _ in range(STAGES)]  # per stage: the (tile, kt) each thread's copies wrote
+    full = [Barrier(full_count) for _ in range(stages)]
+    empty = [Barrier(empty_count) for _ in range(stages)]
+    parts = [[None] * producers for _ in range(stages)]  # per stage: the (tile, kt) each thread's copies wrote
     work = [(t, kt) for t in range(tiles) for kt in range(ktiles)]
     threads = [{"i": 0, "step": "wait"} for _ in range(producers)]
     warps = [{"i": 0, "step": "wait"} for _ in range(8)]
@@ -772,11 +780,11 @@ def simulate_mma_sync(tiles, ktiles, seed, producers=8, full_count=None, empty_c
         moves = []
         for p, me in enumerate(threads):
             it = me["i"]
-            if it < len(work) and (me["step"] == "issue" or empty[it % STAGES].done(((it // STAGES) & 1) ^ parity_xor)):
+            if it < len(work) and (me["step"] == "issue" or empty[it % stages].done(((it // stages) & 1) ^ parity_xor)):
                 moves.append(("thread", p))
         for w, me in enumerate(warps):
             it = me["i"]
-            if it < len(work) and (me["step"] != "wait" or full[it % STAGES].done((it // STAGES) & 1)):
+            if it < len(work) and (me["step"] != "wait" or full[it % stages].done((it // stages) & 1)):
                 moves.append(("warp", w))
         moves += [("land", i) for i in range(len(landing))]
         if not moves:
@@ -788,7 +796,7 @@ def simulate_mma_sync(tiles, ktiles, seed, producers=8, full_count=None, empty_c
             if me["step"] == "wait":
                 me["step"] = "issue"
             else:
-                landing.append((move[1], it % STAGES, work[it]))
+                landing.append((move[1], it % stages, work[it]))
                 me.update(i=it + 1, step="wait")
         elif move[0] == "land":
             p, st, tag = landing.pop(move[1])
@@ -801,7 +809,7 @@ def simulate_mma_sync(tiles, ktiles, seed, producers=8, full_count=None, empty_c
             w = move[1]
             me = warps[w]
             it = me["i"]
-            st = it % STAGES
+            st = it % stages
             order = ["release", "read"] if release_before_read else ["read", "release"]
             step = order[0] if me["step"] == "wait" else me["step"]
             if step == "read":
@@ -817,8 +825,8 @@ def simulate_mma_sync(tiles, ktiles, seed, producers=8, full_count=None, empty_c
     return "deadlock" if unfinished else "ok"
 
 
-bad_runs = [(t, k, seed, r) for (t, k) in SHAPES for seed in range(40)
-            for r in [simulate_mma_sync(t, k, seed)] if r != "ok"]
+bad_runs = [(t, k, seed, stages, r) for (t, k) in SHAPES for seed in range(40) for stages in (2, 3, 4)
+            for r in [simulate_mma_sync(t, k, seed, stages=stages)] if r != "ok"]
 check(not bad_runs, "the mma.sync pipeline fails: %s" % bad_runs[:3])
 MMA_SYNC_MUTANTS = {"full counts one thread fewer": dict(full_count=7), "empty counts one warp fewer": dict(empty_count=7),
                     "producer waits parity 0 first": dict(parity_xor=0),
@@ -827,8 +835,8 @@ caught = {name: sum(simulate_mma_sync(t, k, seed, **kw) != "ok" for (t, k) in SH
           for name, kw in MMA_SYNC_MUTANTS.items()}
 check(all(caught.values()), "the mma.sync pipeline model misses wrong protocols: %s"
       % [name for name, n in caught.items() if n == 0])
-print("mma.sync pipeline: %d random schedules, no stale read, no overwrite, no deadlock; wrong protocols caught: %s"
-      % (len(SHAPES) * 40, ", ".join("%s (%d runs)" % (name, n) for name, n in caught.items())))
+print("mma.sync pipeline on 2, 3 and 4 stages: %d random schedules, no stale read, no overwrite, no deadlock; wrong protocols caught: %s"
+      % (3 * len(SHAPES) * 40, ", ".join("%s (%d runs)" % (name, n) for name, n in caught.items())))
 print("mma.sync loop: its copies write TMA's stage layout, its ldmatrix addresses are the swizzle's, and a 128 x 256 "
       "tile over %d k-tiles equals A x B; gemm_store's pairs follow both layouts" % KT)
 

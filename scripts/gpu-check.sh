@@ -42,6 +42,8 @@
 #   stall     (not in the default) NCCL 2.30.7: the benchmark's zero_adam case at 8 ranks in quick mode (it stopped in
 #             its first unfused run at f32 4 MB on 2026-12-06), three times each with NCCL's INFO log (algorithms,
 #             protocols, channels, registrations), with NCCL_LOCAL_REGISTER=0 and with NCCL_RUNTIME_CONNECT=0
+#   stages    (not in the default) NCCL 2.28.9, 1 rank: the tensor-core tests with gemm_tiles on 3 and on 2 stages
+#             (WEFT_GEMM_TILES_STAGES: an A100's and a 99-KB GPU's pipelines, run on Hopper), both mainloops
 #   queues    (not in the default) NCCL 2.30.7: the two runs that still stopped on 2026-12-05 (the graph timing test
 #             at 8 ranks, the benchmark's zero_adam case at 4) with 32 hardware queues, several times each, and weft's
 #             refusal of 8 queues at 2 ranks
@@ -274,6 +276,16 @@ fresh() { # release: see the header
   fi
 }
 
+stages() { # see the header
+  local stages loop
+  for stages in 3 2; do
+    for loop in mma_sync wgmma; do
+      WEFT_GEMM_TILES_STAGES=$stages WEFT_GEMM_MAINLOOP=$loop run "2.28.9 x1 test-gpu_mma $loop stages=$stages" 300 \
+        .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture
+    done
+  done
+}
+
 queues() { # the two runs that still stopped on 2026-12-05, with weft's 32 hardware queues: see the header
   # Both stopped with every rank's work enqueued and the device making no progress: the graph timing test at 8 ranks
   # (every rank in cuGraphLaunch) and the fused benchmark's zero_adam case at 4 ranks (every rank waiting for its
@@ -387,6 +399,7 @@ case $parts in *,fresh30,*) with_nccl 2.30.7 fresh 2.30.7 ;; esac
 case $parts in *,fresh28,*) with_nccl 2.28.9 fresh 2.28.9 ;; esac
 case $parts in *,queues,*) with_nccl 2.30.7 queues ;; esac
 case $parts in *,stall,*) with_nccl 2.30.7 stall ;; esac
+case $parts in *,stages,*) with_nccl 2.28.9 stages ;; esac
 case $parts in *,gemm,*) with_nccl 2.28.9 gemm 2.28.9; with_nccl 2.30.7 gemm 2.30.7 ;; esac
 case $parts in *,launchers,*) with_nccl 2.28.9 launchers 2.28.9 1; with_nccl 2.30.7 launchers 2.30.7 1 2 4 ;; esac
 case $parts in *,graphs,*) with_nccl 2.28.9 graphs 2.28.9 1; with_nccl 2.30.7 graphs 2.30.7 1 2 4 8 ;; esac

@@ -518,7 +518,7 @@ fn the_tma_all_gather_gemm_matches_the_host_reference_on_every_rank() {
         let Some((me, results)) = rank else {
             println!(
                 "skipped: allgather_gemm_tiles needs a GPU that runs gemm_tiles (compute capability 8.0 or newer with \
-                 193 KB of shared memory per block), and NCCL 2.29+ with several ranks"
+                 two stages' 97 KB of shared memory per block), and NCCL 2.29+ with several ranks"
             );
             return;
         };

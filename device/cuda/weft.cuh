@@ -2585,7 +2585,7 @@ WEFT_FN GemmTile gemm_block(CA const& ca, size_t row0, size_t lda, CB const& cb,
 // 128 x 256 tiles accumulated in f32, each block walking the tiles blockIdx.x, blockIdx.x + gridDim.x, ... in the
 // grouped order (eight 128-row bands at a time, column by column). A block is three warpgroups: the first is the
 // producer (one thread issues TMA copies of each 64-wide k step into one of 4 stages of 48 KB of dynamic shared
-// memory; the other 127 threads have nothing to do), the other two are consumers (each multiplies a 64-row half of
+// memory, fewer where the GPU has less (WEFT_GEMM_TILES_STAGES below); the other 127 threads have nothing to do), the other two are consumers (each multiplies a 64-row half of
 // the tile with m64n256k16 and then runs the kernel's epilogue on its 128 values per thread). Stages pass between
 // them through mbarriers (full: the producer's expected bytes and TMA's completions; empty: one arrival per consumer
 // warp), the MMAs of one stage overlap the next, and the producer fills the next tile's stages while the consumers
@@ -2644,6 +2644,14 @@ static_assert(sizeof(TmaShards<__nv_bfloat16>) == 1152 && offsetof(TmaShards<__n
                   offsetof(TmaShards<__nv_bfloat16>, addresses) == 1064,
               "host/src/launch/tma.rs writes this layout");
 
+// How many 48 KB stages `gemm_tiles` pipes through: the host passes the GPU's count (host/src/jit/compile.rs,
+// gemm_tiles_stages: 4 where a block may have 227 KB of shared memory, 3 on an A100's 163 KB, 2 on 99 KB), the
+// same count its launch configuration sizes the shared memory for; 4 when compiled without it.
+#if !defined(WEFT_GEMM_TILES_STAGES)
+#define WEFT_GEMM_TILES_STAGES 4
+#endif
+static_assert(WEFT_GEMM_TILES_STAGES >= 2 && WEFT_GEMM_TILES_STAGES <= 4, "gemm_tiles pipes through 2 to 4 stages");
+
 // Which loop `gemm_tiles` compiles to: 2, TMA + wgmma (sm_90a, WEFT_GEMM_MAINLOOP=wgmma); 1, cp.async + mma.sync
 // (any other build for sm_80 and newer, into the same stages: see GemmTiles); 0, none (the loop traps when opened).
 #if defined(WEFT_GEMM_USES_WGMMA)
@@ -2659,7 +2667,7 @@ namespace detail {
 WEFT_FN const char* gemm_tiles_misuse_text(unsigned code) {
   switch (code) {
     case 0: return "launch it with blocks of exactly 384 threads in x (a producer and two consumer warpgroups)";
-    case 1: return "launch it with GemmTiles::SHARED_BYTES (197696) bytes of dynamic shared memory";
+    case 1: return "launch it with the dynamic shared memory of its stages (gemm_tiles_config gives it)";
     case 2: return "a.cols() must equal b.rows() (the k both operands share)";
     case 3: return "m must be a multiple of 128, n of 256 and k a positive multiple of 64, each below 2^31";
     case 4: return "a's map must copy 128 x 64 boxes and b's 64 x 64 (make them with TmaOperand::gemm_a and gemm_b)";
@@ -2745,10 +2753,10 @@ extern __shared__ __align__(1024) unsigned char weft_dynamic_shared[];
 template <class T>
 class GemmTiles {
  public:
-  static constexpr uint32_t BM = 128, BN = 256, BK = 64, STAGES = 4, THREADS = 384, PER_THREAD = 128;
+  static constexpr uint32_t BM = 128, BN = 256, BK = 64, STAGES = WEFT_GEMM_TILES_STAGES, THREADS = 384, PER_THREAD = 128;
   static constexpr uint32_t A_BYTES = BM * BK * 2, B_BOX_BYTES = BK * 64 * 2, STAGE_BYTES = A_BYTES + BK * BN * 2;
   // The stages, 1 KB to align them to 1024 bytes (the swizzle and the descriptors address absolute bits), and the
-  // 2 x STAGES barriers: host/src/launch/tma.rs's GEMM_TILES_SHARED_BYTES.
+  // 2 x STAGES barriers: weft-device's GemmTiles::shared_bytes(STAGES).
   static constexpr uint32_t SHARED_BYTES = STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8;
   // Fragments of m16n8 per row of a warp's share: wgmma's warp holds 16 rows x 256 columns (32 fragments in a row),
   // mma.sync's warp a 64 x 64 square (4 rows of 8 fragments).

@@ -145,9 +145,10 @@ impl<T: MmaElement> TmaMatrix<T> {
     /// [`GemmTiles::col`]) differ between them; `gemm_store` follows either.
     ///
     /// Preconditions, checked when it opens (a failed one stops the kernel with a trap report naming the rule):
-    /// blocks of exactly 384 threads with `GemmTiles::SHARED_BYTES` of dynamic shared memory (Hopper has it; an A100
-    /// does not), a GPU of compute capability 8.0 or newer, `self.cols() == b.rows()`, `m` a multiple of 128, `n` of
-    /// 256, `k` a positive multiple of 64, and both maps made for it (`TmaOperand::gemm_a`, `TmaOperand::gemm_b`).
+    /// blocks of exactly 384 threads with the dynamic shared memory of the GPU's stages (`GemmTiles::shared_bytes`:
+    /// 4 stages on Hopper, 3 on an A100, 2 where a block may have 99 KB; `gemm_tiles_config` sizes it), a GPU of
+    /// compute capability 8.0 or newer, `self.cols() == b.rows()`, `m` a multiple of 128, `n` of 256, `k` a
+    /// positive multiple of 64, and both maps made for it (`TmaOperand::gemm_a`, `TmaOperand::gemm_b`).
     /// Kernels that call it declare `#[weft::kernel(launch_bounds(384, 1))]`. The loop body must not synchronise
     /// the whole block (`sync_threads`): the loading warpgroup has left.
     pub fn gemm_tiles(&self, b: &TmaMatrix<T>) -> GemmTiles<T> {
@@ -212,9 +213,18 @@ impl<T: MmaElement> GemmTiles<T> {
     pub const COLS: usize = 256;
     /// Threads per block. C++ `GemmTiles::THREADS`.
     pub const THREADS: u32 = 384;
-    /// Dynamic shared memory per block: four 48 KB stages, 1 KB for their alignment and eight 8-byte barriers.
-    /// C++ `GemmTiles::SHARED_BYTES`.
-    pub const SHARED_BYTES: u32 = 4 * (128 * 64 + 64 * 256) * 2 + 1024 + 2 * 4 * 8;
+    /// Bytes of one pipeline stage: a 128 × 64 slice of `a` and a 64 × 256 slice of `b`. C++
+    /// `GemmTiles::STAGE_BYTES`.
+    pub const STAGE_BYTES: u32 = (128 * 64 + 64 * 256) * 2;
+    /// The most stages the loop pipes through (where a block may have 227 KB of shared memory: Hopper); an A100
+    /// gets 3, a GPU with 99 KB per block 2 (the host's `weft::host::jit::gemm_tiles_stages`).
+    pub const MAX_STAGES: u32 = 4;
+
+    /// Dynamic shared memory per block for `stages` stages: the stages, 1 KB for their alignment and two 8-byte
+    /// barriers per stage (197 696 bytes for 4). C++ `GemmTiles::SHARED_BYTES` of a kernel compiled for `stages`.
+    pub const fn shared_bytes(stages: u32) -> u32 {
+        stages * Self::STAGE_BYTES + 1024 + 2 * stages * 8
+    }
 
     /// Computes the block's next tile: `true` while one is left (then [`row0`](Self::row0), [`col0`](Self::col0)
     /// and the values describe it). C++ `gemm.next_tile()`.

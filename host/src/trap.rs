@@ -55,7 +55,7 @@ pub(crate) const GEMM_MISUSE_TEXT: [&str; 6] = [
 /// two). Code 6 is not a rule but the pipeline's bounded wait running out.
 pub(crate) const GEMM_TILES_MISUSE_TEXT: [&str; 8] = [
     "launch it with blocks of exactly 384 threads in x (a producer and two consumer warpgroups)",
-    "launch it with GemmTiles::SHARED_BYTES (197696) bytes of dynamic shared memory",
+    "launch it with the dynamic shared memory of its stages (gemm_tiles_config gives it)",
     "a.cols() must equal b.rows() (the k both operands share)",
     "m must be a multiple of 128, n of 256 and k a positive multiple of 64, each below 2^31",
     "a's map must copy 128 x 64 boxes and b's 64 x 64 (make them with TmaOperand::gemm_a and gemm_b)",
@@ -255,7 +255,9 @@ mod tests {
         assert_eq!(texts("gemm_misuse_text"), GEMM_MISUSE_TEXT.to_vec());
         assert_eq!(texts("gemm_tiles_misuse_text"), GEMM_TILES_MISUSE_TEXT.to_vec());
         let raw = RawReport { kind: GEMM_TILES_MISUSE, code: 1, ..RawReport::default() };
-        assert!(TrapReport::from_raw(&raw, None).reason.contains("gemm_tiles: launch it with GemmTiles::SHARED_BYTES"));
+        assert!(TrapReport::from_raw(&raw, None)
+            .reason
+            .contains("gemm_tiles: launch it with the dynamic shared memory"));
         for field in [
             "unsigned int state;",
             "unsigned int kind;",

@@ -109,6 +109,13 @@ impl<'a> CompileRequest<'a> {
         if self.wgmma() {
             flags.push("-DWEFT_GEMM_WGMMA=1".into());
         }
+        if self.source.contains("gemm_tiles") {
+            // The launch sizes the shared memory by the same count; a bad WEFT_GEMM_TILES_STAGES is refused there
+            // (gemm_tiles_config), so the compile keeps the GPU's own count.
+            let capability = (i32::try_from(self.arch.major).unwrap_or(0), i32::try_from(self.arch.minor).unwrap_or(0));
+            let stages = gemm_tiles_stages(capability).unwrap_or_else(|_| most_gemm_tiles_stages(self.arch));
+            flags.push(format!("-DWEFT_GEMM_TILES_STAGES={stages}"));
+        }
         flags.extend(self.extra_flags.iter().map(|f| f.to_string()));
         flags
     }
@@ -162,6 +169,46 @@ pub fn gemm_mainloop_on(capability: (i32, i32)) -> Result<GemmMainloop, JitError
         GemmMainloop::Wgmma if capability == (9, 0) => GemmMainloop::Wgmma,
         _ => GemmMainloop::MmaSync,
     })
+}
+
+/// The environment variable that sets how many stages `gemm_tiles` pipes through ([`gemm_tiles_stages`]).
+pub const GEMM_TILES_STAGES_ENV: &str = "WEFT_GEMM_TILES_STAGES";
+
+/// How many 48 KB shared-memory stages `gemm_tiles` pipes through on a GPU of compute capability `capability`: as many
+/// as the most shared memory a block may have there holds, at most 4 (`GemmTiles::shared_bytes`: 197 696 bytes for
+/// 4, 148 528 for 3, 99 360 for 2). 4 where a block may have 227 KB (Hopper, datacenter Blackwell), 3 where 163 KB
+/// (compute capability 8.0, an A100, and 8.7), 2 where 99 KB (8.6, 8.9, 12.x). `WEFT_GEMM_TILES_STAGES=2` or `3`
+/// asks for fewer (to leave shared memory to other work on the multiprocessor, or to run an A100's pipeline on
+/// Hopper); more than the table gives, or anything else, is an error naming the choices. Kernels that call
+/// `gemm_tiles` are compiled for this count and [`gemm_tiles_config`](crate::launch::gemm_tiles_config) sizes their
+/// shared memory for it; a GPU that grants less than the table says is refused there, with this count named.
+pub fn gemm_tiles_stages(capability: (i32, i32)) -> Result<u32, JitError> {
+    let most = most_gemm_tiles_stages(GpuArch::from_compute_capability(capability));
+    stages_asked(std::env::var(GEMM_TILES_STAGES_ENV).ok(), most)
+}
+
+/// The stages `WEFT_GEMM_TILES_STAGES`' `value` asks for where the GPU holds `most`.
+fn stages_asked(value: Option<String>, most: u32) -> Result<u32, JitError> {
+    match value {
+        None => Ok(most),
+        Some(value) => match value.parse::<u32>() {
+            Ok(stages) if (2..=most).contains(&stages) => Ok(stages),
+            _ => Err(JitError::BadEnvironmentValue {
+                variable: GEMM_TILES_STAGES_ENV,
+                value,
+                expected: "2, 3 or 4, at most what the GPU's shared memory holds (4 on Hopper, 3 on an A100, 2 where                            a block may have 99 KB)",
+            }),
+        },
+    }
+}
+
+/// [`gemm_tiles_stages`]' table: the stages a block's most shared memory holds on `arch`.
+fn most_gemm_tiles_stages(arch: GpuArch) -> u32 {
+    match (arch.major, arch.minor) {
+        (8, 0) | (8, 7) => 3,
+        (major, _) if (9..12).contains(&major) => 4,
+        _ => 2,
+    }
 }
 
 /// Where a [`CompiledKernel`]'s cubin came from.
@@ -374,6 +421,36 @@ mod tests {
             assert_eq!(gemm_mainloop_on((9, 0)).unwrap(), GemmMainloop::Wgmma, "wgmma is the default on Hopper");
             assert_eq!(gemm_mainloop_on((8, 0)).unwrap(), GemmMainloop::MmaSync);
             assert_eq!(gemm_mainloop_on((10, 0)).unwrap(), GemmMainloop::MmaSync);
+        }
+    }
+
+    #[test]
+    fn gemm_tiles_gets_the_stages_its_gpu_holds() {
+        let flag = |arch, source: &str| -> Option<String> {
+            CompileRequest::new("k", source, "", arch)
+                .flags()
+                .into_iter()
+                .find(|f| f.starts_with("-DWEFT_GEMM_TILES_STAGES="))
+        };
+        let arch = GpuArch::from_compute_capability;
+        // Only kernels that open the loop get the count (others keep their cache keys).
+        assert_eq!(flag(GpuArch::SM_90, "out[i] = x[i];"), None);
+        assert_eq!(flag(GpuArch::SM_90, "auto t = weft::gemm_block_at(x, 0, k, w, 0, n, k, 7);"), None);
+        // Fewer stages than the GPU holds may be asked for; more, or anything else, is refused naming the choices.
+        assert_eq!(stages_asked(Some("3".into()), 4).unwrap(), 3);
+        assert_eq!(stages_asked(Some("2".into()), 3).unwrap(), 2);
+        for (value, most) in [("4", 3), ("1", 4), ("5", 4), ("three", 4), ("", 4)] {
+            let text = stages_asked(Some(value.into()), most).unwrap_err().to_string();
+            assert!(text.contains(GEMM_TILES_STAGES_ENV) && text.contains("2, 3 or 4"), "{text}");
+        }
+        if std::env::var(GEMM_TILES_STAGES_ENV).is_err() {
+            for (capability, stages) in
+                [((9, 0), 4), ((10, 0), 4), ((8, 0), 3), ((8, 7), 3), ((8, 6), 2), ((8, 9), 2), ((12, 0), 2)]
+            {
+                assert_eq!(gemm_tiles_stages(capability).unwrap(), stages, "{capability:?}");
+                let want = format!("-DWEFT_GEMM_TILES_STAGES={stages}");
+                assert_eq!(flag(arch(capability), "auto t = x.gemm_tiles(w);"), Some(want), "{capability:?}");
+            }
         }
     }
 

@@ -31,8 +31,8 @@ mod tests;
 
 pub use cache::{CacheKey, KernelCache};
 pub use compile::{
-    gemm_mainloop, gemm_mainloop_on, CacheOrigin, CompileRequest, CompiledKernel, GemmMainloop, GpuArch,
-    GEMM_MAINLOOP_ENV,
+    gemm_mainloop, gemm_mainloop_on, gemm_tiles_stages, CacheOrigin, CompileRequest, CompiledKernel, GemmMainloop,
+    GpuArch, GEMM_MAINLOOP_ENV, GEMM_TILES_STAGES_ENV,
 };
 pub use error::JitError;
 pub use registry::{ArgAlignment, BoundsChecks, KernelRegistry, KernelSpec};

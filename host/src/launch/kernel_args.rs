@@ -87,6 +87,11 @@ impl<'a> KernelArgs<'a> {
         }
     }
 
+    /// The stream the kernel is launched on (when recording into a CUDA graph, the capturing stream).
+    pub fn stream(&self) -> &'a Arc<CudaStream> {
+        self.stream
+    }
+
     fn wrong_device(&self, parameter: &'static str, device: usize) -> Error {
         Error::invalid(
             parameter,

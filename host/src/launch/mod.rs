@@ -24,8 +24,8 @@ pub use buffers::{KernelSlice, KernelSliceMut, KernelWindow};
 pub use kernel_args::{check_block_of_256, length_check_failed, KernelArgs};
 pub use params::ParamSlot;
 pub use tma::{
-    check_gemm_tiles, gemm_tiles_config, gemm_tiles_config_shared, TmaBuffer, TmaElement, TmaMatrix, TmaOperand,
-    TmaShards, GEMM_TILES_SHARED_BYTES, GEMM_TILES_THREADS, TMA_SHARDS_MAX_PEERS,
+    check_gemm_tiles, gemm_tiles_config, gemm_tiles_config_shared, gemm_tiles_shared_bytes, TmaBuffer, TmaElement,
+    TmaMatrix, TmaOperand, TmaShards, GEMM_TILES_SHARED_BYTES, GEMM_TILES_THREADS, TMA_SHARDS_MAX_PEERS,
 };
 
 /// A `weft::Window<T>` kernel parameter: an NCCL window and the part of it the kernel sees.

@@ -434,14 +434,28 @@ fn check_shards(peers: usize, rank: usize, shard_rows: usize) -> Result<()> {
 
 /// Threads per block of a kernel that opens `gemm_tiles` (weft.cuh's `GemmTiles::THREADS`).
 pub const GEMM_TILES_THREADS: u32 = weft_device::GemmTiles::<weft_device::bf16>::THREADS;
-/// The dynamic shared memory it needs: four 48 KB stages, 1 KB to align them, eight 8-byte barriers
-/// (`GemmTiles::SHARED_BYTES`).
-pub const GEMM_TILES_SHARED_BYTES: u32 = weft_device::GemmTiles::<weft_device::bf16>::SHARED_BYTES;
+/// The dynamic shared memory it needs with its most stages (Hopper's): four 48 KB stages, 1 KB to align them, eight
+/// 8-byte barriers. Fewer stages need less ([`gemm_tiles_shared_bytes`]).
+pub const GEMM_TILES_SHARED_BYTES: u32 =
+    weft_device::GemmTiles::<weft_device::bf16>::shared_bytes(weft_device::GemmTiles::<weft_device::bf16>::MAX_STAGES);
+
+/// The dynamic shared memory a kernel that opens `gemm_tiles` needs on `stream`'s GPU: its stages
+/// ([`gemm_tiles_stages`](crate::jit::gemm_tiles_stages): 4 on Hopper, 3 on an A100, 2 where a block may have
+/// 99 KB, or `WEFT_GEMM_TILES_STAGES`'), 1 KB to align them and two 8-byte barriers per stage. Refuses, naming the
+/// fix, a GPU that runs no loop (below compute capability 8.0, or granting a block less than that) and a bad
+/// `WEFT_GEMM_TILES_STAGES`.
+pub fn gemm_tiles_shared_bytes(stream: &cudarc::driver::CudaStream) -> Result<u32> {
+    let context = stream.context();
+    let optin = context.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+    let capability = context.compute_capability()?;
+    let stages = crate::jit::gemm_tiles_stages(capability)?;
+    check_gemm_tiles_gpu(capability, optin, stages)
+}
 
 /// The launch of a kernel that opens `gemm_tiles` for an `m × n` product on `stream`'s GPU: one block of 384
-/// threads per multiprocessor (fewer if there are fewer 128 × 256 tiles), each with the loop's shared memory. Refuses,
-/// naming the fix, a GPU that runs neither loop: below compute capability 8.0, or with less shared memory per block
-/// than the loop's four stages (an A100 has 163 KB of the 193 KB; Hopper 227 KB).
+/// threads per multiprocessor (fewer if there are fewer 128 × 256 tiles), each with the loop's shared memory
+/// ([`gemm_tiles_shared_bytes`]). Refuses, naming the fix, a GPU that runs neither loop: below compute capability
+/// 8.0, or with less shared memory per block than two stages.
 pub fn gemm_tiles_config(stream: &cudarc::driver::CudaStream, m: usize, n: usize) -> Result<super::LaunchConfig> {
     gemm_tiles_config_with_sms(stream, m, n).map(|(cfg, _)| cfg)
 }
@@ -452,15 +466,14 @@ fn gemm_tiles_config_with_sms(
     m: usize,
     n: usize,
 ) -> Result<(super::LaunchConfig, u64)> {
+    let shared = gemm_tiles_shared_bytes(stream)?;
     let context = stream.context();
-    let optin = context.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
-    check_gemm_tiles_gpu(context.compute_capability()?, optin)?;
     let sms = u64::try_from(context.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?)
         .unwrap_or(0)
         .max(1);
     let tiles = ((m / 128).max(1) * (n / 256).max(1)) as u64;
     let blocks = u32::try_from(tiles.min(sms)).unwrap_or(u32::MAX);
-    Ok((super::LaunchConfig::linear(blocks, GEMM_TILES_THREADS).with_shared_mem(GEMM_TILES_SHARED_BYTES), sms))
+    Ok((super::LaunchConfig::linear(blocks, GEMM_TILES_THREADS).with_shared_mem(shared), sms))
 }
 
 /// [`gemm_tiles_config`] for a kernel whose blocks wait for their peers' blocks (an LSA barrier after the loop, as in
@@ -487,38 +500,53 @@ fn shared_gemm_tiles_blocks(sms: u64, blocks: u32, ranks_on_gpu: usize) -> u32 {
     u32::try_from(u64::from(blocks).min(share)).unwrap_or(u32::MAX).max(1)
 }
 
-/// Refuses a launch of `kernel`, which opens `gemm_tiles`, with blocks other than 384 × 1 × 1 or less dynamic shared
-/// memory than the loop needs, before the device would stop it. Either loop runs: TMA and `wgmma` where the kernel is
-/// compiled for sm_90a (unless `WEFT_GEMM_MAINLOOP=mma_sync`), `cp.async` and `mma.sync` elsewhere.
-pub fn check_gemm_tiles(kernel: &'static str, cfg: &super::LaunchConfig) -> Result<()> {
-    if cfg.block_dim == (GEMM_TILES_THREADS, 1, 1) && cfg.shared_mem_bytes >= GEMM_TILES_SHARED_BYTES {
+/// Refuses a launch on `stream` of `kernel`, which opens `gemm_tiles`, with blocks other than 384 × 1 × 1 or less
+/// dynamic shared memory than the loop's stages on that GPU ([`gemm_tiles_shared_bytes`]), before the device would
+/// stop it. Either loop runs: TMA and `wgmma` where the kernel is compiled for sm_90a (unless
+/// `WEFT_GEMM_MAINLOOP=mma_sync`), `cp.async` and `mma.sync` elsewhere.
+pub fn check_gemm_tiles(
+    kernel: &'static str,
+    cfg: &super::LaunchConfig,
+    stream: &cudarc::driver::CudaStream,
+) -> Result<()> {
+    let shared = gemm_tiles_shared_bytes(stream)?;
+    check_gemm_tiles_launch(kernel, cfg, shared)
+}
+
+/// [`check_gemm_tiles`] where the loop needs `shared` bytes.
+fn check_gemm_tiles_launch(kernel: &'static str, cfg: &super::LaunchConfig, shared: u32) -> Result<()> {
+    if cfg.block_dim == (GEMM_TILES_THREADS, 1, 1) && cfg.shared_mem_bytes >= shared {
         return Ok(());
     }
     Err(Error::invalid(
         "cfg",
         format!(
             "`{kernel}` opens gemm_tiles, which runs blocks of exactly 384 threads in x (a loading warpgroup and two \
-             multiplying ones) with {GEMM_TILES_SHARED_BYTES} bytes of dynamic shared memory, but this launch has \
-             blocks of {:?} and {} bytes: launch it with `weft::host::launch::gemm_tiles_config(stream, m, n)`",
+             multiplying ones) with {shared} bytes of dynamic shared memory on this GPU, but this launch has blocks \
+             of {:?} and {} bytes: launch it with `weft::host::launch::gemm_tiles_config(stream, m, n)`",
             cfg.block_dim, cfg.shared_mem_bytes
         ),
     ))
 }
 
-/// Refuses a GPU that cannot run `gemm_tiles`: compute capability below 8.0 (no `mma.sync m16n8k16`, no `cp.async`)
-/// or less shared memory per block than the loop's stages (`optin` bytes: Hopper grants 227 KB, an A100 163 KB).
-fn check_gemm_tiles_gpu(capability: (i32, i32), optin: i32) -> Result<()> {
-    let fits = u32::try_from(optin).is_ok_and(|bytes| bytes >= GEMM_TILES_SHARED_BYTES);
+/// The shared memory of `stages` stages, where a GPU of compute capability `capability` grants a block `optin`
+/// bytes; refuses compute capability below 8.0 (no `mma.sync m16n8k16`, no `cp.async`) or too little shared memory
+/// (Hopper grants 227 KB, an A100 163 KB, others 99 KB).
+fn check_gemm_tiles_gpu(capability: (i32, i32), optin: i32, stages: u32) -> Result<u32> {
+    let shared = weft_device::GemmTiles::<weft_device::bf16>::shared_bytes(stages);
+    let fits = u32::try_from(optin).is_ok_and(|bytes| bytes >= shared);
     if capability.0 >= 8 && fits {
-        return Ok(());
+        return Ok(shared);
     }
     Err(Error::invalid(
         "stream",
         format!(
-            "gemm_tiles needs a GPU of compute capability 8.0 or newer that grants a block {GEMM_TILES_SHARED_BYTES} \
-             bytes of shared memory (its four stages), and this one is {}.{} with {optin}: use gemm_block (128 x 128 \
-             tiles in 48 KB) or cuBLAS there",
-            capability.0, capability.1
+            "gemm_tiles needs a GPU of compute capability 8.0 or newer that grants a block {shared} bytes of shared \
+             memory (its {stages} stages), and this one is {}.{} with {optin}: use gemm_block (128 x 128 tiles in 48 \
+             KB) or cuBLAS there{}",
+            capability.0,
+            capability.1,
+            if stages > 2 && capability.0 >= 8 { ", or fewer stages (WEFT_GEMM_TILES_STAGES=2)" } else { "" }
         ),
     ))
 }
@@ -580,21 +608,33 @@ mod tests {
 
     #[test]
     fn a_gemm_tiles_launch_needs_384_threads_and_the_loops_shared_memory() {
-        let good = super::super::LaunchConfig::linear(132, 384).with_shared_mem(GEMM_TILES_SHARED_BYTES);
-        assert!(check_gemm_tiles("k", &good).is_ok());
         assert_eq!(GEMM_TILES_SHARED_BYTES, 197_696);
-        for bad in [
-            super::super::LaunchConfig::linear(132, 256).with_shared_mem(GEMM_TILES_SHARED_BYTES),
-            super::super::LaunchConfig::linear(132, 384),
-        ] {
-            let text = check_gemm_tiles("k", &bad).unwrap_err().to_string();
-            assert!(text.contains("gemm_tiles_config") && text.contains("384"), "{text}");
+        for (stages, shared) in [(4, 197_696), (3, 148_528), (2, 99_360)] {
+            let good = super::super::LaunchConfig::linear(132, 384).with_shared_mem(shared);
+            assert!(check_gemm_tiles_launch("k", &good, shared).is_ok());
+            assert_eq!(weft_device::GemmTiles::<weft_device::bf16>::shared_bytes(stages), shared);
+            for bad in [
+                super::super::LaunchConfig::linear(132, 256).with_shared_mem(shared),
+                super::super::LaunchConfig::linear(132, 384).with_shared_mem(shared - 8),
+                super::super::LaunchConfig::linear(132, 384),
+            ] {
+                let text = check_gemm_tiles_launch("k", &bad, shared).unwrap_err().to_string();
+                assert!(text.contains("gemm_tiles_config") && text.contains("384"), "{text}");
+                assert!(text.contains(&format!("{shared} bytes")), "{text}");
+            }
         }
-        // Hopper (227 KB per block) and an A100 with too little shared memory, or a Turing GPU.
-        assert!(check_gemm_tiles_gpu((9, 0), 232_448).is_ok());
-        for (capability, optin) in [((8, 0), 166_912), ((7, 5), 65_536), ((8, 9), 101_376)] {
-            let text = check_gemm_tiles_gpu(capability, optin).unwrap_err().to_string();
-            assert!(text.contains("197696") && text.contains("gemm_block"), "{text}");
+        // Each GPU's stages fit what it grants a block: Hopper 227 KB, an A100 163 KB, an L40S or RTX 99 KB.
+        assert_eq!(check_gemm_tiles_gpu((9, 0), 232_448, 4).unwrap(), 197_696);
+        assert_eq!(check_gemm_tiles_gpu((8, 0), 166_912, 3).unwrap(), 148_528);
+        assert_eq!(check_gemm_tiles_gpu((8, 9), 101_376, 2).unwrap(), 99_360);
+        // Too little for the stages asked (a fewer-stage choice is named where it could fit), or a Turing GPU.
+        for (capability, optin, stages, says) in [
+            ((8, 0), 166_912, 4, "WEFT_GEMM_TILES_STAGES=2"),
+            ((8, 9), 65_536, 2, "gemm_block"),
+            ((7, 5), 65_536, 2, "7.5"),
+        ] {
+            let text = check_gemm_tiles_gpu(capability, optin, stages).unwrap_err().to_string();
+            assert!(text.contains(says) && text.contains("gemm_block"), "{text}");
         }
     }
 

@@ -281,11 +281,11 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
             if __WEFT_USAGE[1] & #BLOCK_OF_256_BIT != 0 {
                 ::weft::host::launch::check_block_of_256(NAME, &#cfg)?;
             }
-            if __WEFT_USAGE[1] & #GEMM_TILES_BIT != 0 {
-                ::weft::host::launch::check_gemm_tiles(NAME, &#cfg)?;
-            }
             #(#checks)*
             let mut __weft_args = #start;
+            if __WEFT_USAGE[1] & #GEMM_TILES_BIT != 0 {
+                ::weft::host::launch::check_gemm_tiles(NAME, &#cfg, __weft_args.stream())?;
+            }
             #(#pushes)*
             #declared
             #proven
