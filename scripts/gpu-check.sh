@@ -39,9 +39,8 @@
 #             2.28.9 the tensor-core tests, examples 09 and 08 and the GEMM benchmark (with the new mma.sync ceiling
 #             probe) on WEFT_GEMM_MAINLOOP=mma_sync and on the default build; on 2.30.7 the all-gather + GEMM test
 #             and examples 08 and 09 on mma_sync at 2, 4 and 8 ranks; fresh28 and fresh30: only that release's runs
-#   stall     (not in the default) NCCL 2.30.7: the benchmark's zero_adam case at 8 ranks in quick mode (it stopped in
-#             its first unfused run at f32 4 MB on 2026-12-06), three times each with NCCL's INFO log (algorithms,
-#             protocols, channels, registrations), with NCCL_LOCAL_REGISTER=0 and with NCCL_RUNTIME_CONNECT=0
+#   stall     (not in the default) NCCL 2.30.7: the benchmark's zero_adam case at 8 ranks in quick mode (it stops at
+#             a size's first unfused run), three times under each setting of WEFT_GPU_CHECK_STALL (see stall())
 #   stages    (not in the default) NCCL 2.28.9, 1 rank: the tensor-core tests with gemm_tiles on 3 and on 2 stages
 #             (WEFT_GEMM_TILES_STAGES: an A100's and a 99-KB GPU's pipelines, run on Hopper), both mainloops
 #   queues    (not in the default) NCCL 2.30.7: the two runs that still stopped on 2026-12-05 (the graph timing test
@@ -318,14 +317,33 @@ stall() { # the zero_adam stall (docs/multi-rank.md, "Hardware queues"), under s
   # the rank's work (the benchmark's own limit), within the run's 100.
   local i
   export WEFT_TRACE=1 WEFT_BENCH_QUICK=1 WEFT_BENCH_CASES=zero_adam WEFT_RANKS=8
+  # WEFT_GPU_CHECK_STALL (default nosym,first,info): which settings run, each three times. 2026-12-06 (H100): 8 of
+  # 10 runs stopped, at the unfused side's check of a new size, under NCCL's log and with the two settings below
+  # (register, connect) alike, so neither is the cause; NCCL ran its symmetric kernels (ReduceScatter_LD,
+  # AllGather_ST) on the windows at every size. nosym: NCCL_SYM_KERNEL names no kernel, so NCCL runs its ring
+  # kernels instead; first: each size's check runs the unfused side first (does the stop follow the side or the
+  # first run on the new buffers?); info: NCCL's log, line-buffered (a stopped run's last lines were lost in the
+  # buffer).
+  local settings=",${WEFT_GPU_CHECK_STALL:-nosym,first,info},"
   for i in 1 2 3; do
-    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,REG run "2.30.7 x8 zero_adam nccl-info #$i" 100 .gpu/bin/test-fused
+    case $settings in *,nosym,*) NCCL_SYM_KERNEL=none \
+      run "2.30.7 x8 zero_adam NCCL_SYM_KERNEL=none #$i" 100 .gpu/bin/test-fused ;; esac
   done
   for i in 1 2 3; do
-    NCCL_LOCAL_REGISTER=0 run "2.30.7 x8 zero_adam NCCL_LOCAL_REGISTER=0 #$i" 100 .gpu/bin/test-fused
+    case $settings in *,first,*) WEFT_BENCH_UNFUSED_FIRST=1 \
+      run "2.30.7 x8 zero_adam unfused first #$i" 100 .gpu/bin/test-fused ;; esac
   done
   for i in 1 2 3; do
-    NCCL_RUNTIME_CONNECT=0 run "2.30.7 x8 zero_adam NCCL_RUNTIME_CONNECT=0 #$i" 100 .gpu/bin/test-fused
+    case $settings in *,info,*) NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,REG \
+      run "2.30.7 x8 zero_adam nccl-info #$i" 100 stdbuf -oL -eL .gpu/bin/test-fused ;; esac
+  done
+  for i in 1 2 3; do
+    case $settings in *,register,*) NCCL_LOCAL_REGISTER=0 \
+      run "2.30.7 x8 zero_adam NCCL_LOCAL_REGISTER=0 #$i" 100 .gpu/bin/test-fused ;; esac
+  done
+  for i in 1 2 3; do
+    case $settings in *,connect,*) NCCL_RUNTIME_CONNECT=0 \
+      run "2.30.7 x8 zero_adam NCCL_RUNTIME_CONNECT=0 #$i" 100 .gpu/bin/test-fused ;; esac
   done
   unset WEFT_TRACE WEFT_BENCH_QUICK WEFT_BENCH_CASES WEFT_RANKS
 }

@@ -322,7 +322,9 @@ impl Rendezvous for ThreadBarrier {
 }
 
 /// Runs both sides on set 0 with fresh inputs of `draw` and returns their relative errors (the worst over the
-/// outputs) against the host reference. Inputs are refilled and outputs poisoned before each side.
+/// outputs) against the host reference, `[fused, unfused]`. Inputs are refilled and outputs poisoned before each
+/// side. The fused side runs first; with `WEFT_BENCH_UNFUSED_FIRST=1` the unfused one (a diagnostic: whether a stop
+/// at a size's first unfused run follows the side or the first run on new buffers, docs/multi-rank.md).
 pub fn check(
     instance: &mut dyn Instance,
     stream: &CudaStream,
@@ -332,7 +334,13 @@ pub fn check(
 ) -> Result<[f64; 2]> {
     let reference = instance.reference(draw);
     let mut errors = [f64::INFINITY; 2];
-    for (error, side) in errors.iter_mut().zip([Side::Fused, Side::Unfused]) {
+    let order = if std::env::var_os("WEFT_BENCH_UNFUSED_FIRST").is_some_and(|v| v == "1") {
+        [Side::Unfused, Side::Fused]
+    } else {
+        Side::BOTH
+    };
+    for side in order {
+        let error = &mut errors[side as usize];
         instance.fill(0, draw)?;
         instance.poison(0)?;
         // Every rank's inputs are in place before any rank's kernel reads its peers'.
