@@ -116,9 +116,9 @@ fn reference(nranks: usize, rank: usize, shard: usize, n: usize, k: usize) -> Ve
 fn run() -> Result<()> {
     let ranks = common::Ranks::from_env()?;
     let nranks = ranks.nranks();
-    // Which path each shape would take (`WEFT_AG_GEMM_PATHS` replaces the measured rules; kit's select.rs).
-    let paths = AgGemmTable::from_env()?;
-    println!("selector: {paths} (m x n x k multiply-adds; {} replaces it)", AgGemmTable::ENV);
+    // A malformed `WEFT_AG_GEMM_PATHS` is refused before any rank starts; each rank then takes the rules for the GEMM
+    // mainloop its GPU runs (kit's select.rs), rank 0 printing them.
+    AgGemmTable::from_env()?;
     let references = gemm_report::start(SHAPES, CHECKED, nranks, reference);
     let reports = ranks.run(&Config::new(), |comm| {
         // The fused kernel reaches every rank through LSA: across nodes it cannot.
@@ -145,7 +145,10 @@ fn run() -> Result<()> {
         };
         let dev: DevComm<'_, Lsa> = comm.dev_comm(&needs)?;
         let blas = weft_kit::blas::handle(&s)?;
+        // The measured rules for the mainloop this GPU runs (or the user's, from the environment).
+        let paths = AgGemmTable::from_env_on(common::gemm_mainloop(comm.context())?)?;
         if comm.rank() == 0 {
+            println!("selector: {paths} (m x n x k multiply-adds; {} replaces it)", AgGemmTable::ENV);
             println!(
                 "launch geometry: fused {} blocks of {BLOCK} (one wave), unfused one block per 128 x 128 tile, \
                  decoupled all-gather {} blocks of {SIGNAL_BLOCK}; fused tiles: {}",

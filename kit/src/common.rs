@@ -348,10 +348,16 @@ pub fn gemm_tiles_here(
 
 /// Which `gemm_tiles` loop kernels for `context`'s GPU compile to, in words (for headers and test lines).
 pub fn gemm_tiles_loop(context: &CudaContext) -> std::result::Result<&'static str, Error> {
-    Ok(match jit::gemm_mainloop_on(context.compute_capability()?)? {
+    Ok(match gemm_mainloop(context)? {
         jit::GemmMainloop::Wgmma => "TMA + wgmma",
         jit::GemmMainloop::MmaSync => "cp.async + mma.sync",
     })
+}
+
+/// The GEMM mainloop kernels for `context`'s GPU compile to (`WEFT_GEMM_MAINLOOP`'s where the GPU has it): what the
+/// tensor-parallel selectors' measured rules depend on (`select::Rules::from_env_on`).
+pub fn gemm_mainloop(context: &CudaContext) -> std::result::Result<jit::GemmMainloop, Error> {
+    Ok(jit::gemm_mainloop_on(context.compute_capability()?)?)
 }
 
 /// Where the ranks run: `WEFT_RANKS=n` ranks spread over the visible GPUs (several per GPU need NCCL ≥ 2.30 and

@@ -27,6 +27,7 @@
 
 use std::fmt;
 
+use weft::host::jit::GemmMainloop;
 use weft::host::Error;
 
 /// An all-reduce (+ epilogue) protocol.
@@ -64,6 +65,10 @@ pub trait Choice: Copy + Eq + fmt::Debug + 'static {
     const ENV: &'static str;
     /// The measured rules.
     const DEFAULT: &'static str;
+    /// The measured rules where the persistent `gemm_tiles` loop runs `cp.async` + `mma.sync` (GPUs without
+    /// `wgmma`, or `WEFT_GEMM_MAINLOOP=mma_sync`), if they differ: that loop is about 0.55× cuBLAS where the `wgmma`
+    /// one is 0.9×, so the paths built on it win elsewhere ([`Rules::from_env_on`]).
+    const DEFAULT_MMA_SYNC: &'static str = Self::DEFAULT;
     /// The name rules use.
     fn name(self) -> &'static str;
 }
@@ -115,6 +120,11 @@ impl Choice for AllGatherGemm {
     /// ranks (885 against 931 µs) and NCCL + cuBLAS at 8 (1306 against 2176 µs). The thresholds between 128M and
     /// 17G, and between 17G and 69G, are interpolations.
     const DEFAULT: &'static str = "fused<=256M, fused_tiles<=32G, fused_tiles@1-2, decoupled@2-4, nccl";
+    /// From example 08 on the `mma.sync` loop (2026-12-06, H100, one run per rank count): the fused `gemm_tiles`
+    /// kernel lost to NCCL + cuBLAS at 1 rank (0.78× at 17G, 0.71× at 69G) and at 8 (0.84× at 17G), and at 2 and 4
+    /// ranks the decoupled path beat it (at 2 ranks 225 against 267 µs at 17G, 537 against 715 at 69G; at 4 ranks
+    /// 409 against 449 and 889 against 1422); NCCL + cuBLAS stayed ahead at 8 ranks.
+    const DEFAULT_MMA_SYNC: &'static str = "fused<=256M, decoupled@2-4, nccl";
     fn name(self) -> &'static str {
         match self {
             AllGatherGemm::Fused => "fused",
@@ -150,6 +160,10 @@ impl Choice for GemmReduceScatter {
     /// rank at 2 ranks (1.35×, 1.73× cuBLAS + `ncclReduceScatter`) and 4 (1.08×, 1.17×), and loses at 1 (0.66×)
     /// and 8 (0.78–0.81×) and at 67M (0.66–0.98×). The threshold between 67M and 17G is an interpolation.
     const DEFAULT: &'static str = "nccl<=1G, fused_tiles@2-4, nccl";
+    /// From example 09 on the `mma.sync` loop (2026-12-06, H100, one run per rank count): the `gemm_tiles` kernel
+    /// still wins at 2 ranks (1.16× at 8.6G, 1.41× at 34G multiply-adds per rank) but not at 4 (0.91× and 1.01×),
+    /// nor at 1 or 8.
+    const DEFAULT_MMA_SYNC: &'static str = "nccl<=1G, fused_tiles@2, nccl";
     fn name(self) -> &'static str {
         match self {
             GemmReduceScatter::Fused => "fused",
@@ -201,17 +215,36 @@ impl<P: Choice> Rules<P> {
     /// The environment variable that replaces them ([`Choice::ENV`]).
     pub const ENV: &'static str = P::ENV;
 
+    /// The measured rules where the `gemm_tiles` loop runs `mma.sync` ([`Choice::DEFAULT_MMA_SYNC`]).
+    pub const DEFAULT_MMA_SYNC: &'static str = P::DEFAULT_MMA_SYNC;
+
     /// [`DEFAULT`](Self::DEFAULT), parsed.
     pub fn measured() -> Rules<P> {
         Rules::parse(P::DEFAULT).expect("the default rules parse")
     }
 
+    /// The measured rules for the GEMM mainloop a GPU runs ([`weft::host::jit::gemm_mainloop_on`]): `wgmma`'s
+    /// [`DEFAULT`](Self::DEFAULT) or `mma.sync`'s [`DEFAULT_MMA_SYNC`](Self::DEFAULT_MMA_SYNC), parsed.
+    pub fn measured_on(mainloop: GemmMainloop) -> Rules<P> {
+        let text = match mainloop {
+            GemmMainloop::Wgmma => P::DEFAULT,
+            GemmMainloop::MmaSync => P::DEFAULT_MMA_SYNC,
+        };
+        Rules::parse(text).expect("the default rules parse")
+    }
+
     /// The rules in [`ENV`](Self::ENV) if set (an error naming the bad rule if they do not parse), else
     /// [`DEFAULT`](Self::DEFAULT).
     pub fn from_env() -> Result<Rules<P>, Error> {
+        Rules::from_env_on(GemmMainloop::Wgmma)
+    }
+
+    /// The rules in [`ENV`](Self::ENV) if set (an error naming the bad rule if they do not parse), else the measured
+    /// rules for `mainloop` ([`measured_on`](Self::measured_on)).
+    pub fn from_env_on(mainloop: GemmMainloop) -> Result<Rules<P>, Error> {
         match std::env::var(P::ENV) {
             Ok(text) => Rules::parse(&text).map_err(|problem| Error::InvalidArgument { argument: P::ENV, problem }),
-            Err(_) => Ok(Rules::measured()),
+            Err(_) => Ok(Rules::measured_on(mainloop)),
         }
     }
 
@@ -395,6 +428,29 @@ mod tests {
             rs.pick_where(8192 * 8192 * 1024, 2, |p| p != GemmReduceScatter::FusedTiles),
             GemmReduceScatter::Nccl
         );
+        // On the mma.sync loop (about 0.55x cuBLAS) the same shapes go elsewhere (example 08 and 09, 2026-12-06).
+        let ag = AgGemmTable::measured_on(GemmMainloop::MmaSync);
+        assert_eq!(ag.to_string(), AgGemmTable::DEFAULT_MMA_SYNC);
+        assert_eq!(AgGemmTable::measured_on(GemmMainloop::Wgmma).to_string(), AgGemmTable::DEFAULT);
+        assert_eq!(ag.pick(small, 8), AllGatherGemm::Fused);
+        for (ranks, path) in [
+            (1, AllGatherGemm::Nccl),
+            (2, AllGatherGemm::Decoupled),
+            (4, AllGatherGemm::Decoupled),
+            (8, AllGatherGemm::Nccl),
+        ] {
+            assert_eq!(ag.pick(mid, ranks), path, "{ranks} ranks");
+            assert_eq!(ag.pick(large, ranks), path, "{ranks} ranks");
+        }
+        let rs = GemmRsTable::measured_on(GemmMainloop::MmaSync);
+        assert_eq!(rs.to_string(), GemmRsTable::DEFAULT_MMA_SYNC);
+        assert_eq!(rs.pick(2048 * 4096 * 1024, 2), GemmReduceScatter::FusedTiles);
+        assert_eq!(rs.pick(4096 * 8192 * 1024, 2), GemmReduceScatter::FusedTiles);
+        for ranks in [1, 4, 8] {
+            assert_eq!(rs.pick(4096 * 8192 * 1024, ranks), GemmReduceScatter::Nccl, "{ranks} ranks");
+        }
+        // The all-reduce protocols do not depend on the mainloop.
+        assert_eq!(Table::DEFAULT_MMA_SYNC, Table::DEFAULT);
         let forced = GemmRsTable::parse("fused<=1G@2-8, nccl").unwrap();
         assert_eq!(forced.pick(1 << 30, 8), GemmReduceScatter::Fused);
         assert_eq!(forced.pick(1 << 30, 1), GemmReduceScatter::Nccl);
