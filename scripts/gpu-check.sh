@@ -307,15 +307,10 @@ queues() { # the two runs that still stopped on 2026-12-05, with weft's 32 hardw
 }
 
 stall() { # the zero_adam stall (docs/multi-rank.md, "Hardware queues"), under settings that each remove one suspect
-  # 2026-12-06 (H200): the benchmark's zero_adam case at 8 ranks, quick mode, stopped at f32 4 MB in its check (the
-  # first run of that size, on new buffers) of the unfused side: ncclReduceScatter, the epilogue kernel,
-  # ncclAllGather. Every rank thread was polling its stream and no thread was inside a CUDA call. Each setting runs
-  # three times (a passing run takes about 15 s): NCCL's log of what it chose for each collective (algorithm,
-  # protocol, channels) and of buffer registrations; without NCCL's IPC registration of user buffers (the all-gather's
-  # output is a window, registered at the first Simple-protocol ring all-gather on it); with every algorithm's
-  # connections made at init instead of at a first collective. A stopped run ends itself after 60 s with a line naming
-  # the rank's work (the benchmark's own limit), within the run's 100.
-  local i
+  # The benchmark's zero_adam case at 8 ranks, quick mode, stops at a size's first unfused run (ncclReduceScatter,
+  # the epilogue kernel, ncclAllGather on the size's new buffers) with every launch enqueued and no thread inside a
+  # CUDA call. A passing run takes about 15 s; a stopped one ends itself after 60 s with a line naming the rank's
+  # work (the benchmark's own limit), within the run's 100.
   export WEFT_TRACE=1 WEFT_BENCH_QUICK=1 WEFT_BENCH_CASES=zero_adam WEFT_RANKS=8
   # WEFT_GPU_CHECK_STALL (default nosym,first,info): which settings run, each three times. 2026-12-06 (H100): 8 of
   # 10 runs stopped, at the unfused side's check of a new size, under NCCL's log and with the two settings below
@@ -325,26 +320,16 @@ stall() { # the zero_adam stall (docs/multi-rank.md, "Hardware queues"), under s
   # first run on the new buffers?); info: NCCL's log, line-buffered (a stopped run's last lines were lost in the
   # buffer).
   local settings=",${WEFT_GPU_CHECK_STALL:-nosym,first,info},"
-  for i in 1 2 3; do
-    case $settings in *,nosym,*) NCCL_SYM_KERNEL=none \
-      run "2.30.7 x8 zero_adam NCCL_SYM_KERNEL=none #$i" 100 .gpu/bin/test-fused ;; esac
-  done
-  for i in 1 2 3; do
-    case $settings in *,first,*) WEFT_BENCH_UNFUSED_FIRST=1 \
-      run "2.30.7 x8 zero_adam unfused first #$i" 100 .gpu/bin/test-fused ;; esac
-  done
-  for i in 1 2 3; do
-    case $settings in *,info,*) NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,REG \
-      run "2.30.7 x8 zero_adam nccl-info #$i" 100 stdbuf -oL -eL .gpu/bin/test-fused ;; esac
-  done
-  for i in 1 2 3; do
-    case $settings in *,register,*) NCCL_LOCAL_REGISTER=0 \
-      run "2.30.7 x8 zero_adam NCCL_LOCAL_REGISTER=0 #$i" 100 .gpu/bin/test-fused ;; esac
-  done
-  for i in 1 2 3; do
-    case $settings in *,connect,*) NCCL_RUNTIME_CONNECT=0 \
-      run "2.30.7 x8 zero_adam NCCL_RUNTIME_CONNECT=0 #$i" 100 .gpu/bin/test-fused ;; esac
-  done
+  stall_runs() { # setting, run label, what goes before the binary (variables for env, a wrapper)...
+    local setting=$1 label=$2 i; shift 2
+    case $settings in *,"$setting",*) ;; *) return ;; esac
+    for i in 1 2 3; do run "2.30.7 x8 zero_adam $label #$i" 100 env "$@" .gpu/bin/test-fused; done
+  }
+  stall_runs nosym NCCL_SYM_KERNEL=none NCCL_SYM_KERNEL=none
+  stall_runs first "unfused first" WEFT_BENCH_UNFUSED_FIRST=1
+  stall_runs info nccl-info NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,REG stdbuf -oL -eL
+  stall_runs register NCCL_LOCAL_REGISTER=0 NCCL_LOCAL_REGISTER=0
+  stall_runs connect NCCL_RUNTIME_CONNECT=0 NCCL_RUNTIME_CONNECT=0
   unset WEFT_TRACE WEFT_BENCH_QUICK WEFT_BENCH_CASES WEFT_RANKS
 }
 
