@@ -109,7 +109,7 @@ read_transcribed(SOURCE, [
 # names: the lines below are its counterparts of the ones above, so this model covers it too, and a change to either
 # that the other does not follow shows here.
 read_transcribed(os.path.join(HERE, "..", "device", "cuda", "weft.cuh"), [
-    "static constexpr uint32_t BM = 128, BN = 256, BK = 64, STAGES = WEFT_GEMM_TILES_STAGES, THREADS = 384, PER_THREAD = 128;",
+    "static constexpr uint32_t BM = 128, BN = 256, BK = 64, STAGES = WEFT_GEMM_TILES_STAGES, THREADS = 384,",
     "static constexpr uint32_t A_BYTES = BM * BK * 2, B_BOX_BYTES = BK * 64 * 2, STAGE_BYTES = A_BYTES + BK * BN * 2;",
     "static constexpr uint32_t SHARED_BYTES = STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8;",
     "stages_ = raw + ((1024 - (raw & 1023)) & 1023);",

@@ -2585,8 +2585,9 @@ WEFT_FN GemmTile gemm_block(CA const& ca, size_t row0, size_t lda, CB const& cb,
 // 128 x 256 tiles accumulated in f32, each block walking the tiles blockIdx.x, blockIdx.x + gridDim.x, ... in the
 // grouped order (eight 128-row bands at a time, column by column). A block is three warpgroups: the first is the
 // producer (one thread issues TMA copies of each 64-wide k step into one of 4 stages of 48 KB of dynamic shared
-// memory, fewer where the GPU has less (WEFT_GEMM_TILES_STAGES below); the other 127 threads have nothing to do), the other two are consumers (each multiplies a 64-row half of
-// the tile with m64n256k16 and then runs the kernel's epilogue on its 128 values per thread). Stages pass between
+// memory, fewer where the GPU has less: WEFT_GEMM_TILES_STAGES below; the other 127 threads have nothing to do), the
+// other two are consumers (each multiplies a 64-row half of the tile with m64n256k16 and then runs the kernel's
+// epilogue on its 128 values per thread). Stages pass between
 // them through mbarriers (full: the producer's expected bytes and TMA's completions; empty: one arrival per consumer
 // warp), the MMAs of one stage overlap the next, and the producer fills the next tile's stages while the consumers
 // run this tile's epilogue. Every barrier wait is bounded: a wait that outlasts about 2 s traps with a report.
@@ -2753,10 +2754,11 @@ extern __shared__ __align__(1024) unsigned char weft_dynamic_shared[];
 template <class T>
 class GemmTiles {
  public:
-  static constexpr uint32_t BM = 128, BN = 256, BK = 64, STAGES = WEFT_GEMM_TILES_STAGES, THREADS = 384, PER_THREAD = 128;
+  static constexpr uint32_t BM = 128, BN = 256, BK = 64, STAGES = WEFT_GEMM_TILES_STAGES, THREADS = 384,
+                            PER_THREAD = 128;
   static constexpr uint32_t A_BYTES = BM * BK * 2, B_BOX_BYTES = BK * 64 * 2, STAGE_BYTES = A_BYTES + BK * BN * 2;
   // The stages, 1 KB to align them to 1024 bytes (the swizzle and the descriptors address absolute bits), and the
-  // 2 x STAGES barriers: weft-device's GemmTiles::shared_bytes(STAGES).
+  // 2 x STAGES barriers: host/src/launch/tma.rs's stages_bytes(STAGES).
   static constexpr uint32_t SHARED_BYTES = STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8;
   // Fragments of m16n8 per row of a warp's share: wgmma's warp holds 16 rows x 256 columns (32 fragments in a row),
   // mma.sync's warp a 64 x 64 square (4 rows of 8 fragments).

@@ -145,7 +145,7 @@ impl<T: MmaElement> TmaMatrix<T> {
     /// [`GemmTiles::col`]) differ between them; `gemm_store` follows either.
     ///
     /// Preconditions, checked when it opens (a failed one stops the kernel with a trap report naming the rule):
-    /// blocks of exactly 384 threads with the dynamic shared memory of the GPU's stages (`GemmTiles::shared_bytes`:
+    /// blocks of exactly 384 threads with the dynamic shared memory of the GPU's stages (`GemmTiles::MAX_STAGES`:
     /// 4 stages on Hopper, 3 on an A100, 2 where a block may have 99 KB; `gemm_tiles_config` sizes it), a GPU of
     /// compute capability 8.0 or newer, `self.cols() == b.rows()`, `m` a multiple of 128, `n` of 256, `k` a
     /// positive multiple of 64, and both maps made for it (`TmaOperand::gemm_a`, `TmaOperand::gemm_b`).
@@ -217,14 +217,10 @@ impl<T: MmaElement> GemmTiles<T> {
     /// `GemmTiles::STAGE_BYTES`.
     pub const STAGE_BYTES: u32 = (128 * 64 + 64 * 256) * 2;
     /// The most stages the loop pipes through (where a block may have 227 KB of shared memory: Hopper); an A100
-    /// gets 3, a GPU with 99 KB per block 2 (the host's `weft::host::jit::gemm_tiles_stages`).
+    /// gets 3, a GPU with 99 KB per block 2 (the host's `weft::host::jit::gemm_tiles_stages`). A kernel compiled for
+    /// `s` stages needs `s` stages, 1 KB for their alignment and two 8-byte barriers per stage of dynamic shared
+    /// memory (C++ `GemmTiles::SHARED_BYTES`; the host's `weft::host::launch::gemm_tiles_shared_bytes`).
     pub const MAX_STAGES: u32 = 4;
-
-    /// Dynamic shared memory per block for `stages` stages: the stages, 1 KB for their alignment and two 8-byte
-    /// barriers per stage (197 696 bytes for 4). C++ `GemmTiles::SHARED_BYTES` of a kernel compiled for `stages`.
-    pub const fn shared_bytes(stages: u32) -> u32 {
-        stages * Self::STAGE_BYTES + 1024 + 2 * stages * 8
-    }
 
     /// Computes the block's next tile: `true` while one is left (then [`row0`](Self::row0), [`col0`](Self::col0)
     /// and the values describe it). C++ `gemm.next_tile()`.

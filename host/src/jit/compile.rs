@@ -175,13 +175,13 @@ pub fn gemm_mainloop_on(capability: (i32, i32)) -> Result<GemmMainloop, JitError
 pub const GEMM_TILES_STAGES_ENV: &str = "WEFT_GEMM_TILES_STAGES";
 
 /// How many 48 KB shared-memory stages `gemm_tiles` pipes through on a GPU of compute capability `capability`: as many
-/// as the most shared memory a block may have there holds, at most 4 (`GemmTiles::shared_bytes`: 197 696 bytes for
-/// 4, 148 528 for 3, 99 360 for 2). 4 where a block may have 227 KB (Hopper, datacenter Blackwell), 3 where 163 KB
-/// (compute capability 8.0, an A100, and 8.7), 2 where 99 KB (8.6, 8.9, 12.x). `WEFT_GEMM_TILES_STAGES=2` or `3`
-/// asks for fewer (to leave shared memory to other work on the multiprocessor, or to run an A100's pipeline on
-/// Hopper); more than the table gives, or anything else, is an error naming the choices. Kernels that call
-/// `gemm_tiles` are compiled for this count and [`gemm_tiles_config`](crate::launch::gemm_tiles_config) sizes their
-/// shared memory for it; a GPU that grants less than the table says is refused there, with this count named.
+/// as the most shared memory a block may have there holds, at most 4 (`launch::gemm_tiles_shared_bytes`: 197 696 bytes
+/// for 4, 148 528 for 3, 99 360 for 2). 4 where a block may have 227 KB (Hopper, datacenter Blackwell), 3 where 163 KB
+/// (compute capability 8.0, an A100, and 8.7), 2 where 99 KB (8.6, 8.9, 12.x). `WEFT_GEMM_TILES_STAGES=2` or `3` asks
+/// for fewer (to leave shared memory to other work on the multiprocessor, or to run an A100's pipeline on Hopper); more
+/// than the table gives, or anything else, is an error naming the choices. Kernels that call `gemm_tiles` are compiled
+/// for this count and [`gemm_tiles_config`](crate::launch::gemm_tiles_config) sizes their shared memory for it; a GPU
+/// that grants less than the table says is refused there, with this count named.
 pub fn gemm_tiles_stages(capability: (i32, i32)) -> Result<u32, JitError> {
     let most = most_gemm_tiles_stages(GpuArch::from_compute_capability(capability));
     stages_asked(std::env::var(GEMM_TILES_STAGES_ENV).ok(), most)
@@ -196,7 +196,8 @@ fn stages_asked(value: Option<String>, most: u32) -> Result<u32, JitError> {
             _ => Err(JitError::BadEnvironmentValue {
                 variable: GEMM_TILES_STAGES_ENV,
                 value,
-                expected: "2, 3 or 4, at most what the GPU's shared memory holds (4 on Hopper, 3 on an A100, 2 where                            a block may have 99 KB)",
+                expected: "2, 3 or 4, at most what the GPU's shared memory holds (4 on Hopper, 3 on an A100, 2 where \
+                           a block may have 99 KB)",
             }),
         },
     }

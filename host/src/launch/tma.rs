@@ -436,8 +436,13 @@ fn check_shards(peers: usize, rank: usize, shard_rows: usize) -> Result<()> {
 pub const GEMM_TILES_THREADS: u32 = weft_device::GemmTiles::<weft_device::bf16>::THREADS;
 /// The dynamic shared memory it needs with its most stages (Hopper's): four 48 KB stages, 1 KB to align them, eight
 /// 8-byte barriers. Fewer stages need less ([`gemm_tiles_shared_bytes`]).
-pub const GEMM_TILES_SHARED_BYTES: u32 =
-    weft_device::GemmTiles::<weft_device::bf16>::shared_bytes(weft_device::GemmTiles::<weft_device::bf16>::MAX_STAGES);
+pub const GEMM_TILES_SHARED_BYTES: u32 = stages_bytes(weft_device::GemmTiles::<weft_device::bf16>::MAX_STAGES);
+
+/// Dynamic shared memory for `stages` stages: the stages, 1 KB to align them to 1024 bytes, two 8-byte barriers
+/// per stage (weft.cuh's `GemmTiles::SHARED_BYTES` of a kernel compiled for `stages`).
+const fn stages_bytes(stages: u32) -> u32 {
+    stages * weft_device::GemmTiles::<weft_device::bf16>::STAGE_BYTES + 1024 + 2 * stages * 8
+}
 
 /// The dynamic shared memory a kernel that opens `gemm_tiles` needs on `stream`'s GPU: its stages
 /// ([`gemm_tiles_stages`](crate::jit::gemm_tiles_stages): 4 on Hopper, 3 on an A100, 2 where a block may have
@@ -529,11 +534,14 @@ fn check_gemm_tiles_launch(kernel: &'static str, cfg: &super::LaunchConfig, shar
     ))
 }
 
+/// The shared memory of the fewest stages the loop runs.
+const TWO_STAGES_BYTES: u32 = stages_bytes(2);
+
 /// The shared memory of `stages` stages, where a GPU of compute capability `capability` grants a block `optin`
 /// bytes; refuses compute capability below 8.0 (no `mma.sync m16n8k16`, no `cp.async`) or too little shared memory
 /// (Hopper grants 227 KB, an A100 163 KB, others 99 KB).
 fn check_gemm_tiles_gpu(capability: (i32, i32), optin: i32, stages: u32) -> Result<u32> {
-    let shared = weft_device::GemmTiles::<weft_device::bf16>::shared_bytes(stages);
+    let shared = stages_bytes(stages);
     let fits = u32::try_from(optin).is_ok_and(|bytes| bytes >= shared);
     if capability.0 >= 8 && fits {
         return Ok(shared);
@@ -546,7 +554,11 @@ fn check_gemm_tiles_gpu(capability: (i32, i32), optin: i32, stages: u32) -> Resu
              KB) or cuBLAS there{}",
             capability.0,
             capability.1,
-            if stages > 2 && capability.0 >= 8 { ", or fewer stages (WEFT_GEMM_TILES_STAGES=2)" } else { "" }
+            if capability.0 >= 8 && stages > 2 && optin >= 0 && optin.unsigned_abs() >= TWO_STAGES_BYTES {
+                ", or fewer stages (WEFT_GEMM_TILES_STAGES=2)"
+            } else {
+                ""
+            }
         ),
     ))
 }
@@ -612,7 +624,7 @@ mod tests {
         for (stages, shared) in [(4, 197_696), (3, 148_528), (2, 99_360)] {
             let good = super::super::LaunchConfig::linear(132, 384).with_shared_mem(shared);
             assert!(check_gemm_tiles_launch("k", &good, shared).is_ok());
-            assert_eq!(weft_device::GemmTiles::<weft_device::bf16>::shared_bytes(stages), shared);
+            assert_eq!(stages_bytes(stages), shared);
             for bad in [
                 super::super::LaunchConfig::linear(132, 256).with_shared_mem(shared),
                 super::super::LaunchConfig::linear(132, 384).with_shared_mem(shared - 8),
@@ -631,6 +643,7 @@ mod tests {
         for (capability, optin, stages, says) in [
             ((8, 0), 166_912, 4, "WEFT_GEMM_TILES_STAGES=2"),
             ((8, 9), 65_536, 2, "gemm_block"),
+            ((8, 0), 65_536, 3, "148528"),
             ((7, 5), 65_536, 2, "7.5"),
         ] {
             let text = check_gemm_tiles_gpu(capability, optin, stages).unwrap_err().to_string();
