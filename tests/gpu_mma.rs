@@ -280,7 +280,7 @@ fn check_block_gemm<T: weft::device::MmaElement + DeviceRepr + weft::host::Eleme
 /// `cp.async` + `mma.sync`, [`gemm_tiles_loop`]) against the f64 host reference: one tile, several tiles per block (a
 /// grid smaller than the tiles), `k` from one stage to more than the four stages hold, and a sub-matrix of a wider
 /// `a` (`ld` past `k`). Skips, saying why, on a GPU that runs neither loop; checks first that a launch with the wrong
-/// block size is refused before it runs.
+/// block size, or too little shared memory for the GPU's stages, is refused before it runs.
 fn check_tma_gemm<
     T: weft::device::MmaElement
         + DeviceRepr
@@ -314,6 +314,15 @@ fn check_tma_gemm<
         let cfg = weft::host::launch::gemm_tiles_config(&s, m, n).unwrap();
         let err = gemm_tma::launch(&s, LaunchConfig::linear(1, 256), &ta, &tb, &mut out).unwrap_err();
         assert!(matches!(&err, Error::InvalidArgument { argument: "cfg", .. }), "{err}");
+        // 384 threads but less shared memory than this GPU's stages (WEFT_GEMM_TILES_STAGES' count, if set): refused
+        // too, naming the bytes the stages need.
+        let short = LaunchConfig { grid_dim: (1, 1, 1), shared_mem_bytes: cfg.shared_mem_bytes - 8, ..cfg };
+        let err = gemm_tma::launch(&s, short, &ta, &tb, &mut out).unwrap_err();
+        let needs = format!("{} bytes", cfg.shared_mem_bytes);
+        assert!(
+            matches!(&err, Error::InvalidArgument { argument: "cfg", problem } if problem.contains(&needs)),
+            "{err}"
+        );
         let cfg = LaunchConfig { grid_dim: (blocks.min(cfg.grid_dim.0), 1, 1), ..cfg };
         gemm_tma::launch(&s, cfg, &ta, &tb, &mut out).unwrap();
         let got = out.copy_to_host().unwrap();
