@@ -312,7 +312,7 @@ stall() { # the zero_adam stall (docs/multi-rank.md, "Hardware queues"), under s
   # CUDA call. A passing run takes about 15 s; a stopped one ends itself after 60 s with a line naming the rank's
   # work (the benchmark's own limit), within the run's 100.
   export WEFT_TRACE=1 WEFT_BENCH_QUICK=1 WEFT_BENCH_CASES=zero_adam WEFT_RANKS=8
-  # WEFT_GPU_CHECK_STALL (default eager,nosym,first,info): which settings run, each three times. 2026-12-06 (H100):
+  # WEFT_GPU_CHECK_STALL (default eager,nosym,first; also info, register, connect): which settings run. 2026-12-06 (H100):
   # 8 of 10 runs stopped, at the unfused side's check of a new size, under NCCL's log and with the two settings below
   # (register, connect) alike, so neither is the cause; NCCL ran its symmetric kernels (ReduceScatter_LD,
   # AllGather_ST) on the windows at every size, and 7 of the 8 stops (and the H200's) came at the first run of an
@@ -321,18 +321,20 @@ stall() { # the zero_adam stall (docs/multi-rank.md, "Hardware queues"), under s
   # never leave); nosym: NCCL_SYM_KERNEL names no kernel, so NCCL runs its ring kernels instead; first: each size's
   # check runs the unfused side first (does the stop follow the side or the first run on the new buffers?); info:
   # NCCL's log, line-buffered (a stopped run's last lines were lost in the buffer).
-  local settings=",${WEFT_GPU_CHECK_STALL:-eager,nosym,first,info},"
-  stall_runs() { # setting, run label, what goes before the binary (variables for env, a wrapper)...
-    local setting=$1 label=$2 i; shift 2
+  # A stopped run takes its whole 100 s and 8 in 10 stopped, so the decisive settings run three times (three passes
+  # in a row would have had a chance under 1% with the stop as it was), the others fewer.
+  local settings=",${WEFT_GPU_CHECK_STALL:-eager,nosym,first},"
+  stall_runs() { # setting, runs, run label, what goes before the binary (variables for env, a wrapper)...
+    local setting=$1 runs=$2 label=$3 i; shift 3
     case $settings in *,"$setting",*) ;; *) return ;; esac
-    for i in 1 2 3; do run "2.30.7 x8 zero_adam $label #$i" 100 env "$@" .gpu/bin/test-fused; done
+    for i in $(seq "$runs"); do run "2.30.7 x8 zero_adam $label #$i" 100 env "$@" .gpu/bin/test-fused; done
   }
-  stall_runs eager CUDA_MODULE_LOADING=EAGER CUDA_MODULE_LOADING=EAGER
-  stall_runs nosym NCCL_SYM_KERNEL=none NCCL_SYM_KERNEL=none
-  stall_runs first "unfused first" WEFT_BENCH_UNFUSED_FIRST=1
-  stall_runs info nccl-info NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,REG stdbuf -oL -eL
-  stall_runs register NCCL_LOCAL_REGISTER=0 NCCL_LOCAL_REGISTER=0
-  stall_runs connect NCCL_RUNTIME_CONNECT=0 NCCL_RUNTIME_CONNECT=0
+  stall_runs eager 3 CUDA_MODULE_LOADING=EAGER CUDA_MODULE_LOADING=EAGER
+  stall_runs nosym 3 NCCL_SYM_KERNEL=none NCCL_SYM_KERNEL=none
+  stall_runs first 2 "unfused first" WEFT_BENCH_UNFUSED_FIRST=1
+  stall_runs info 1 nccl-info NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,REG stdbuf -oL -eL
+  stall_runs register 3 NCCL_LOCAL_REGISTER=0 NCCL_LOCAL_REGISTER=0
+  stall_runs connect 3 NCCL_RUNTIME_CONNECT=0 NCCL_RUNTIME_CONNECT=0
   unset WEFT_TRACE WEFT_BENCH_QUICK WEFT_BENCH_CASES WEFT_RANKS
 }
 
