@@ -542,6 +542,7 @@ fn measure_all(
         _ => FALLBACK_L2_BYTES,
     };
     let mut timer = Timer::new(&stream)?;
+    timer.trace = std::env::var_os("WEFT_TRACE").is_some();
     let mut rows = Vec::new();
     let mut draw = 0u64;
     for case in cases {
@@ -550,7 +551,6 @@ fn measure_all(
                 let bytes_moved = case.bytes_moved(dtype, bytes, comm.nranks());
                 let sets = crate::stats::rotation_sets(bytes_moved, l2_bytes, MAX_INPUT_SETS);
                 let what = format!("rank {} {} {dtype:?} {bytes}", comm.rank(), case.name());
-                timer.trace = std::env::var_os("WEFT_TRACE").is_some();
                 if timer.trace {
                     eprintln!("weft trace: {what}: set-up and check");
                 }

@@ -2345,13 +2345,13 @@ __device__ __noinline__ inline void gemm_misuse(unsigned line, unsigned code) {
 }
 #endif
 
-// 16 bytes from global memory to the shared-memory address `dst`, asynchronously (cp.async.cg).
-WEFT_FN void cp_async_16_to(uint32_t dst, const void* global_src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(__cvta_generic_to_global(global_src)));
-}
-// The same from a global-space address (what __cvta_generic_to_global gives).
+// 16 bytes from global memory to the shared-memory address `dst`, asynchronously (cp.async.cg), from a global-space
+// address (what __cvta_generic_to_global gives), or from a generic pointer.
 WEFT_FN void cp_async_16_global(uint32_t dst, uint64_t global_src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global_src));
+}
+WEFT_FN void cp_async_16_to(uint32_t dst, const void* global_src) {
+  cp_async_16_global(dst, __cvta_generic_to_global(global_src));
 }
 WEFT_FN void cp_async_16(void* shared_dst, const void* global_src) {
   cp_async_16_to(static_cast<uint32_t>(__cvta_generic_to_shared(shared_dst)), global_src);
@@ -2587,10 +2587,10 @@ WEFT_FN GemmTile gemm_block(CA const& ca, size_t row0, size_t lda, CB const& cb,
 // producer (one thread issues TMA copies of each 64-wide k step into one of 4 stages of 48 KB of dynamic shared
 // memory, fewer where the GPU has less: WEFT_GEMM_TILES_STAGES below; the other 127 threads have nothing to do), the
 // other two are consumers (each multiplies a 64-row half of the tile with m64n256k16 and then runs the kernel's
-// epilogue on its 128 values per thread). Stages pass between
-// them through mbarriers (full: the producer's expected bytes and TMA's completions; empty: one arrival per consumer
-// warp), the MMAs of one stage overlap the next, and the producer fills the next tile's stages while the consumers
-// run this tile's epilogue. Every barrier wait is bounded: a wait that outlasts about 2 s traps with a report.
+// epilogue on its 128 values per thread). Stages pass between them through mbarriers (full: the producer's expected
+// bytes and TMA's completions; empty: one arrival per consumer warp), the MMAs of one stage overlap the next, and
+// the producer fills the next tile's stages while the consumers run this tile's epilogue. Every barrier wait is
+// bounded: a wait that outlasts about 2 s traps with a report.
 // Preconditions, checked when the loop is opened (a failed one traps with a report naming the rule): blocks of 384
 // threads in x, at least GemmTiles<T>::SHARED_BYTES of dynamic shared memory, a.cols() == b.rows(), m a multiple of
 // 128, n of 256, k a positive multiple of 64, and maps made for this loop (the host's gemm_a/gemm_b boxes).

@@ -181,21 +181,25 @@ pub const GEMM_TILES_STAGES_ENV: &str = "WEFT_GEMM_TILES_STAGES";
 /// for fewer (to leave shared memory to other work on the multiprocessor, or to run an A100's pipeline on Hopper); more
 /// than the table gives, or anything else, is an error naming the choices. Kernels that call `gemm_tiles` are compiled
 /// for this count and [`gemm_tiles_config`](crate::launch::gemm_tiles_config) sizes their shared memory for it; a GPU
-/// that grants less than the table says is refused there, with this count named.
+/// that grants less than the table says is refused there, with this count named. The variable is read at the first
+/// call, once per process.
 pub fn gemm_tiles_stages(capability: (i32, i32)) -> Result<u32, JitError> {
-    let most = most_gemm_tiles_stages(GpuArch::from_compute_capability(capability));
-    stages_asked(std::env::var(GEMM_TILES_STAGES_ENV).ok(), most)
+    // Read once per process: a kernel is compiled once per process (the registry keeps its module), so the launches'
+    // shared memory must keep to the count it was compiled for, and a launch need not read the environment.
+    static ASKED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let asked = ASKED.get_or_init(|| std::env::var(GEMM_TILES_STAGES_ENV).ok());
+    stages_asked(asked.as_deref(), most_gemm_tiles_stages(GpuArch::from_compute_capability(capability)))
 }
 
 /// The stages `WEFT_GEMM_TILES_STAGES`' `value` asks for where the GPU holds `most`.
-fn stages_asked(value: Option<String>, most: u32) -> Result<u32, JitError> {
+fn stages_asked(value: Option<&str>, most: u32) -> Result<u32, JitError> {
     match value {
         None => Ok(most),
         Some(value) => match value.parse::<u32>() {
             Ok(stages) if (2..=most).contains(&stages) => Ok(stages),
             _ => Err(JitError::BadEnvironmentValue {
                 variable: GEMM_TILES_STAGES_ENV,
-                value,
+                value: value.to_string(),
                 expected: "2, 3 or 4, at most what the GPU's shared memory holds (4 on Hopper, 3 on an A100, 2 where \
                            a block may have 99 KB)",
             }),
@@ -438,10 +442,10 @@ mod tests {
         assert_eq!(flag(GpuArch::SM_90, "out[i] = x[i];"), None);
         assert_eq!(flag(GpuArch::SM_90, "auto t = weft::gemm_block_at(x, 0, k, w, 0, n, k, 7);"), None);
         // Fewer stages than the GPU holds may be asked for; more, or anything else, is refused naming the choices.
-        assert_eq!(stages_asked(Some("3".into()), 4).unwrap(), 3);
-        assert_eq!(stages_asked(Some("2".into()), 3).unwrap(), 2);
+        assert_eq!(stages_asked(Some("3"), 4).unwrap(), 3);
+        assert_eq!(stages_asked(Some("2"), 3).unwrap(), 2);
         for (value, most) in [("4", 3), ("1", 4), ("5", 4), ("three", 4), ("", 4)] {
-            let text = stages_asked(Some(value.into()), most).unwrap_err().to_string();
+            let text = stages_asked(Some(value), most).unwrap_err().to_string();
             assert!(text.contains(GEMM_TILES_STAGES_ENV) && text.contains("2, 3 or 4"), "{text}");
         }
         if std::env::var(GEMM_TILES_STAGES_ENV).is_err() {
