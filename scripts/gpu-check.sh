@@ -40,7 +40,7 @@
 #             probe) on WEFT_GEMM_MAINLOOP=mma_sync and on the default build; on 2.30.7 the all-gather + GEMM test
 #             and examples 08 and 09 on mma_sync at 2, 4 and 8 ranks; fresh28 and fresh30: only that release's runs
 #   stall     (not in the default) NCCL 2.30.7: the benchmark's zero_adam case at 8 ranks in quick mode (it stops at
-#             a size's first unfused run), three times under each setting of WEFT_GPU_CHECK_STALL (see stall())
+#             a size's first check run), several times under each setting of WEFT_GPU_CHECK_STALL (see stall())
 #   stages    (not in the default) NCCL 2.28.9, 1 rank: the tensor-core tests with gemm_tiles on 3 and on 2 stages
 #             (WEFT_GEMM_TILES_STAGES: an A100's and a 99-KB GPU's pipelines, run on Hopper), both mainloops
 #   queues    (not in the default) NCCL 2.30.7: the two runs that still stopped on 2026-12-05 (the graph timing test
@@ -306,36 +306,54 @@ queues() { # the two runs that still stopped on 2026-12-05, with weft's 32 hardw
     "$out/refused-quickstart.txt"
 }
 
-stall() { # the zero_adam stall (docs/multi-rank.md, "Hardware queues"), under settings that each remove one suspect
-  # The benchmark's zero_adam case at 8 ranks, quick mode, stops at a size's first unfused run (ncclReduceScatter,
-  # the epilogue kernel, ncclAllGather on the size's new buffers) with every launch enqueued and no thread inside a
-  # CUDA call. A passing run takes about 15 s; a stopped one ends itself after 60 s with a line naming the rank's
-  # work (the benchmark's own limit), within the run's 100.
-  export WEFT_TRACE=1 WEFT_BENCH_QUICK=1 WEFT_BENCH_CASES=zero_adam WEFT_RANKS=8
-  # WEFT_GPU_CHECK_STALL (default eager,nosym,first; also info, register, connect): which settings run. 2026-12-06 (H100):
-  # 8 of 10 runs stopped, at the unfused side's check of a new size, under NCCL's log and with the two settings below
-  # (register, connect) alike, so neither is the cause; NCCL ran its symmetric kernels (ReduceScatter_LD,
-  # AllGather_ST) on the windows at every size, and 7 of the 8 stops (and the H200's) came at the first run of an
-  # LD/ST kernel for that element type (f32 or bf16 at 4 MB). eager: CUDA loads every kernel with its module
-  # (a kernel loaded at its first launch may wait for the whole device, which peers' kernels spinning at a barrier
-  # never leave); nosym: NCCL_SYM_KERNEL names no kernel, so NCCL runs its ring kernels instead; first: each size's
-  # check runs the unfused side first (does the stop follow the side or the first run on the new buffers?); info:
-  # NCCL's log, line-buffered (a stopped run's last lines were lost in the buffer).
-  # A stopped run takes its whole 100 s and 8 in 10 stopped, so the decisive settings run three times (three passes
-  # in a row would have had a chance under 1% with the stop as it was), the others fewer.
-  local settings=",${WEFT_GPU_CHECK_STALL:-eager,nosym,first},"
+stall() { # the zero_adam stop (docs/multi-rank.md, "The zero_adam stop at 8 ranks"), under settings changing one thing
+  # The benchmark's zero_adam case at 8 ranks, quick mode, stops at a size's first check run (f32/bf16, 4 or 64 MB)
+  # with every launch enqueued: cuda-gdb showed 7 ranks' ncclReduceScatter kernels resident and spinning and the
+  # 8th rank's never dispatched, with 104 of 132 SMs idle. A passing run takes about 15 s; a stopped one ends its
+  # check after the 20 s of WEFT_BENCH_SETTLE_S with a line per rank (and with WEFT_TRACE, which step of the unfused
+  # run each rank finished) and is killed at 45 s.
+  export WEFT_TRACE=1 WEFT_BENCH_QUICK=1 WEFT_BENCH_CASES=zero_adam WEFT_RANKS=8 WEFT_BENCH_SETTLE_S=20
+  # The benchmark's events after each unfused step are a setting of their own (marks): the stop came in 1 run of 12
+  # with them and in 15 of 19 without (2026-12-06, H100), so every other setting runs without them.
+  export WEFT_BENCH_MARKS=0
+  # WEFT_GPU_CHECK_STALL (default base,marks,spin): which settings run. 2026-12-06 (H100), runs that stopped:
+  #   base (none of the below)                             15 of 19 (with eager, nosym, first below: same rate)
+  #   marks   WEFT_BENCH_MARKS=1                            1 of 12
+  #   spin    each check run behind a 2-ms spin kernel      1 of 3 (and that stop was at the fused side's check)
+  #   eager   CUDA_MODULE_LOADING=EAGER                     2 of 3
+  #   nosym   NCCL_SYM_KERNEL=none (NCCL's ring kernels)    2 of 3
+  #   cga0    NCCL_CGA_CLUSTER_SIZE=0 (no thread-block clusters) 3 of 3
+  #   first   the unfused side's check first                1 of 1 (at the unfused side again)
+  #   info    NCCL's INFO log, line-buffered; register NCCL_LOCAL_REGISTER=0; connect NCCL_RUNTIME_CONNECT=0:
+  #           2 of 3, 4 of 4, 2 of 3 (the day before, without WEFT_BENCH_SETTLE_S)
+  #   probe   up to WEFT_GPU_CHECK_PROBE_RUNS (4) runs until one stops, with the marks, NCCL's log of every
+  #           collective if WEFT_GPU_CHECK_PROBE_DEBUG=INFO, and cuda-gdb's list of the device's kernels
+  local settings=",${WEFT_GPU_CHECK_STALL:-base,marks,spin},"
   stall_runs() { # setting, runs, run label, what goes before the binary (variables for env, a wrapper)...
     local setting=$1 runs=$2 label=$3 i; shift 3
     case $settings in *,"$setting",*) ;; *) return ;; esac
-    for i in $(seq "$runs"); do run "2.30.7 x8 zero_adam $label #$i" 100 env "$@" .gpu/bin/test-fused; done
+    for i in $(seq "$runs"); do run "2.30.7 x8 zero_adam $label #$i" 45 env "$@" .gpu/bin/test-fused; done
   }
+  stall_runs base 3 base WEFT_BENCH_MARKS=0
+  stall_runs marks 4 marks WEFT_BENCH_MARKS=1
+  stall_runs spin 3 "check spin" WEFT_BENCH_CHECK_SPIN_NS=2000000
   stall_runs eager 3 CUDA_MODULE_LOADING=EAGER CUDA_MODULE_LOADING=EAGER
   stall_runs nosym 3 NCCL_SYM_KERNEL=none NCCL_SYM_KERNEL=none
+  stall_runs cga0 3 NCCL_CGA_CLUSTER_SIZE=0 NCCL_CGA_CLUSTER_SIZE=0
   stall_runs first 2 "unfused first" WEFT_BENCH_UNFUSED_FIRST=1
-  stall_runs info 1 nccl-info NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,REG stdbuf -oL -eL
+  stall_runs info 1 nccl-info NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,REG,COLL stdbuf -oL -eL
   stall_runs register 3 NCCL_LOCAL_REGISTER=0 NCCL_LOCAL_REGISTER=0
   stall_runs connect 3 NCCL_RUNTIME_CONNECT=0 NCCL_RUNTIME_CONNECT=0
-  unset WEFT_TRACE WEFT_BENCH_QUICK WEFT_BENCH_CASES WEFT_RANKS
+  case $settings in *,probe,*)
+    local i
+    for i in $(seq "${WEFT_GPU_CHECK_PROBE_RUNS:-4}"); do
+      # (WEFT_HANG_CUDA_GDB is hang-dump's, so it goes before `run`, not into the command's env.)
+      WEFT_HANG_CUDA_GDB=${WEFT_HANG_CUDA_GDB-1} run "2.30.7 x8 zero_adam probe #$i" 60 env WEFT_BENCH_MARKS=1 \
+        NCCL_DEBUG="${WEFT_GPU_CHECK_PROBE_DEBUG:-WARN}" NCCL_DEBUG_SUBSYS=COLL,TUNING stdbuf -oL -eL .gpu/bin/test-fused
+      tail -1 "$summary" | grep -q ' rc=0 ' || break
+    done
+  esac
+  unset WEFT_TRACE WEFT_BENCH_QUICK WEFT_BENCH_CASES WEFT_RANKS WEFT_BENCH_SETTLE_S WEFT_BENCH_MARKS
 }
 
 hangs() { # the runs that hung last time, once each, for their stacks (scripts/symbolize.py)

@@ -11,6 +11,17 @@ for ((i = 0; i < limit * 10; i++)); do
   sleep 0.1
 done
 echo "hang-dump: '$*' still running after ${limit}s; stacks of pid $pid:"
+# WEFT_HANG_CUDA_GDB=1: first cuda-gdb's list of the kernels on the device and where their blocks are, where it is
+# installed (which kernels of which ranks are resident tells a deadlock among them from work that never started).
+if [ -n "${WEFT_HANG_CUDA_GDB:-}" ]; then
+  cuda_gdb=$(command -v cuda-gdb || ls "${CUDA_HOME:-/usr/local/cuda}"/bin/cuda-gdb /usr/local/cuda*/bin/cuda-gdb 2>/dev/null | head -1)
+  if [ -n "$cuda_gdb" ]; then
+    echo "hang-dump: $cuda_gdb: the device's kernels"
+    timeout 150 "$cuda_gdb" -batch -p "$pid" -ex "info cuda kernels" -ex "info cuda blocks" 2>&1 | grep -v '^\[New Thread' | head -300
+  else
+    echo "hang-dump: no cuda-gdb here (WEFT_HANG_CUDA_GDB)"
+  fi
+fi
 if command -v gdb >/dev/null; then
   gdb -batch -p "$pid" -ex "thread apply all bt 25" 2>/dev/null | grep -E '^(Thread|#)' | cut -c1-160
 else

@@ -39,20 +39,34 @@ const MAX_SPIN_NS: u64 = 50_000_000;
 const FALLBACK_L2_BYTES: u64 = 60 << 20;
 /// How long a rank waits for one check run or one timed batch before it gives up (a batch of 25 runs at the largest
 /// size takes well under a second; weft's own limit, `weft::host::cuda::SETTLE_TIMEOUT`, is five minutes).
+/// `WEFT_BENCH_SETTLE_S` replaces it (gpu-check's part `stall` shortens it, as a stopped run only waits).
 const SETTLE: Duration = Duration::from_secs(60);
+
+/// [`SETTLE`], or `WEFT_BENCH_SETTLE_S` seconds where that is set to a whole number above zero.
+fn settle_limit() -> Duration {
+    static LIMIT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var("WEFT_BENCH_SETTLE_S")
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .filter(|&s| s > 0)
+            .map_or(SETTLE, Duration::from_secs)
+    })
+}
 
 /// Waits for `stream` within [`SETTLE`]; a wait that passes it first says on stderr which work of which rank it was
 /// (`what`: "rank 3 zero_adam F32 4194304: the Unfused side's check run") before the [`Error::Stalled`] ends the
 /// rank, and with it (`run_rank`'s broken barrier) its peers: a benchmark whose device stopped making progress ends
 /// with the place it stopped, not at an outer timeout.
 fn settle(stream: &CudaStream, what: &dyn Fn() -> String) -> Result<()> {
-    weft::host::cuda::settle_within(stream, SETTLE).inspect_err(|error| {
+    let limit = settle_limit();
+    weft::host::cuda::settle_within(stream, limit).inspect_err(|error| {
         if matches!(error, Error::Stalled { .. }) {
             eprintln!(
                 "fused bench: {}: not done after {} s, with every launch of it enqueued (docs/multi-rank.md, \
                  \"Hardware queues\")",
                 what(),
-                SETTLE.as_secs()
+                limit.as_secs()
             );
         }
     })
@@ -193,6 +207,11 @@ pub trait Instance {
     fn record<'g>(&'g self, side: Side, set: usize, capture: &mut weft::host::Capture<'g>) -> Result<()> {
         let _ = (side, set, capture);
         Err(bench_error("this case does not record itself into a CUDA graph"))
+    }
+    /// With `WEFT_TRACE` set, cases that mark the steps of their last unfused run (an event after each) say which
+    /// are done: printed when a check run stops, to tell which step the device stopped at.
+    fn progress(&self) -> Option<String> {
+        None
     }
 }
 
@@ -339,14 +358,25 @@ pub fn check(
     } else {
         Side::BOTH
     };
+    // WEFT_BENCH_CHECK_SPIN_NS: each check run behind a spin kernel of that many ns, as a timed batch is (so every
+    // rank's launches are enqueued before any of them runs): a probe of the zero_adam stop (docs/multi-rank.md).
+    let check_spin = std::env::var("WEFT_BENCH_CHECK_SPIN_NS").ok().and_then(|ns| ns.parse::<u64>().ok());
     for side in order {
         let error = &mut errors[side as usize];
         instance.fill(0, draw)?;
         instance.poison(0)?;
         // Every rank's inputs are in place before any rank's kernel reads its peers'.
         barrier.wait()?;
+        if let Some(ns) = check_spin {
+            spin(&jit::function(stream.context(), &SPIN)?, stream, ns)?;
+        }
         side.run(instance, 0)?;
-        settle(stream, &|| format!("{label}: the {side:?} side's check run"))?;
+        settle(stream, &|| format!("{label}: the {side:?} side's check run"))
+            .inspect_err(|_| {
+                if let Some(progress) = instance.progress() {
+                    eprintln!("fused bench: {label}: the last unfused run's steps: {progress}");
+                }
+            })?;
         let outputs = instance.outputs(0)?;
         *error = if outputs.len() == reference.len() {
             outputs.iter().zip(&reference).map(|(got, want)| relative_error(got, want)).fold(0.0, f64::max)

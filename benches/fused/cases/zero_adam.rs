@@ -8,7 +8,8 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaEvent, CudaFunction, CudaStream};
 use weft::host::caps::Lsa;
 use weft::host::jit::{self, KernelSpec};
 use weft::host::launch::{launch_raw, ArgBuffer};
@@ -130,7 +131,13 @@ struct Run<'comm, T: BenchFloat> {
     /// Parameters in all (a multiple of the rank count: NCCL's reduce-scatter splits evenly).
     n: usize,
     sets: Vec<Set<'comm, T>>,
+    /// With `WEFT_TRACE` set: an event after each step of the unfused run (reduce-scatter, update, all-gather),
+    /// re-recorded every run, for [`Instance::progress`].
+    marks: Option<[CudaEvent; 3]>,
 }
+
+/// The unfused run's steps, in the order [`Run::marks`] follows them.
+const STEPS: [&str; 3] = ["ncclReduceScatter", "the update kernel", "ncclAllGather"];
 
 impl<'comm, T: BenchFloat> Run<'comm, T> {
     fn new(rank: &Rank<'comm>, bytes: usize, sets: usize) -> Result<Run<'comm, T>> {
@@ -167,7 +174,18 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             })
             .collect::<Result<Vec<_>>>()?;
         let hyper = Hyper::new(nranks);
-        Ok(Run { comm, stream, dev, fused_cfg, epilogue, epilogue_cfg, hyper, n, sets })
+        // WEFT_BENCH_MARKS=0 leaves them out under the trace too (2026-12-06: the zero_adam stop at 8 ranks did not
+        // come in 8 runs with them; does it come back without?).
+        let marking = std::env::var_os("WEFT_TRACE").is_some()
+            && std::env::var_os("WEFT_BENCH_MARKS").is_none_or(|v| v != "0");
+        let marks = match marking {
+            true => {
+                let mark = || comm.context().new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING));
+                Some([mark()?, mark()?, mark()?])
+            }
+            false => None,
+        };
+        Ok(Run { comm, stream, dev, fused_cfg, epilogue, epilogue_cfg, hyper, n, sets, marks })
     }
 
     fn shard(&self) -> usize {
@@ -229,6 +247,8 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
         let shard = self.shard();
         let (h, s) = (self.hyper, &mut self.sets[set]);
         self.comm.reduce_scatter(s.grads.buffer(), &mut s.grad, ReduceOp::Sum, &self.stream)?;
+        let mark = |step: usize| self.marks.as_ref().map_or(Ok(()), |marks| marks[step].record(&self.stream));
+        mark(0)?;
         let mut args = ArgBuffer::new();
         args.push(s.grad.device_address());
         args.push(s.master.device_address());
@@ -246,7 +266,19 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
         // outlive the run (the instance is dropped only after the stream is synchronized, and DeviceBuffer's
         // drop synchronizes too).
         unsafe { launch_raw(&self.epilogue, &self.stream, &self.epilogue_cfg, &mut args)? };
-        self.comm.all_gather(&s.param, s.params.buffer_mut(), &self.stream)
+        mark(1)?;
+        self.comm.all_gather(&s.param, s.params.buffer_mut(), &self.stream)?;
+        Ok(mark(2)?)
+    }
+
+    fn progress(&self) -> Option<String> {
+        let marks = self.marks.as_ref()?;
+        let state = |mark: &CudaEvent| match mark.try_is_complete() {
+            Ok(true) => "done",
+            Ok(false) => "not done",
+            Err(_) => "unknown",
+        };
+        Some(STEPS.iter().zip(marks).map(|(step, mark)| format!("{step} {}", state(mark))).collect::<Vec<_>>().join(", "))
     }
 
     fn outputs(&mut self, set: usize) -> Result<Vec<Vec<f64>>> {
