@@ -35,10 +35,10 @@
 #             with the default mainloops, wgmma on Hopper, then WEFT_GEMM_MAINLOOP=mma_sync), and
 #             examples 08 (all-gather + GEMM) and 09 (GEMM + reduce-scatter); both at 2, 4 and 8 ranks on 2.30.7
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
-#   fresh     (not in the default) what changed since the last GPU run (2026-12-06): the GEMM loops' copies, on
-#             2.28.9 the tensor-core tests, examples 09 and 08 and the GEMM benchmark (with the new mma.sync ceiling
-#             probe) on WEFT_GEMM_MAINLOOP=mma_sync and on the default build; on 2.30.7 the all-gather + GEMM test
-#             and examples 08 and 09 on mma_sync at 2, 4 and 8 ranks; fresh28 and fresh30: only that release's runs
+#   fresh     (not in the default) what changed since the last GPU run (2026-12-06): frees after a wait gave up,
+#             the waits test on both releases, on 2.30.7 the fault tests at 2, 4 and 8 ranks and two runs of the
+#             stopping zero_adam case at 8 ranks (does the process now end by itself?); fresh28 and fresh30: only
+#             that release's runs
 #   stall     (not in the default) NCCL 2.30.7: the benchmark's zero_adam case at 8 ranks in quick mode (it stops at
 #             a size's first check run), several times under each setting of WEFT_GPU_CHECK_STALL (see stall())
 #   stages    (not in the default) NCCL 2.28.9, 1 rank: the tensor-core tests with gemm_tiles on 3 and on 2 stages
@@ -247,30 +247,22 @@ gemm() { # release: the tensor-core tests, the GEMM benchmark and example 08 at 
 
 fresh() { # release: see the header
   local release=$1 n
-  export LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}"
+  # Frees no longer wait again for a stream a wait already gave up on (host/src/cuda.rs, settle_before_free): the
+  # waits test with its new check (a_free_after_a_wait_gave_up_does_not_wait_again) on both releases, the fault tests
+  # (frees after failed collectives) and the stopping zero_adam case, whose process should now end soon after its
+  # ranks' Stalled instead of being killed.
   if [ "$release" = 2.28.9 ]; then
-    # The mma.sync loop's producer now computes its addresses once per tile, and gemm_block's copies (both of its
-    # mainloops) theirs once per call (docs/gemm.md, "Where the mma.sync loop really waits"): the tensor-core tests,
-    # examples 09 and 08 and the GEMM benchmark (the 0.5x bar; it now also measures the mma.sync ceiling,
-    # benches/cuda/mma_peak.cu), on WEFT_GEMM_MAINLOOP=mma_sync and on the default build (wgmma for gemm_block).
-    local loop
-    for loop in mma_sync wgmma; do
-      WEFT_GEMM_MAINLOOP=$loop run "2.28.9 x1 test-gpu_mma $loop" 300 .gpu/bin/test-gpu_mma --include-ignored \
-        --test-threads=1 --nocapture
-      WEFT_GEMM_MAINLOOP=$loop run "2.28.9 x1 example-gemm_reduce_scatter $loop" 180 .gpu/bin/example-gemm_reduce_scatter
-      WEFT_GEMM_MAINLOOP=$loop run "2.28.9 x1 example-allgather_gemm $loop" 180 .gpu/bin/example-allgather_gemm
-      [ -x .gpu/bin/test-gemm ] && WEFT_GEMM_MAINLOOP=$loop WEFT_BENCH_OUT="$out/bench-gemm-$loop" \
-        run "2.28.9 x1 bench-gemm $loop" 300 .gpu/bin/test-gemm
-    done
+    run "2.28.9 x1 test-gpu_waits" 120 .gpu/bin/test-gpu_waits --include-ignored --nocapture --test-threads=1
   else
-    # The same loop reading the peers' shards (TmaShards' addresses) at 2, 4 and 8 ranks.
+    run "2.30.7 x1 test-gpu_waits" 120 .gpu/bin/test-gpu_waits --include-ignored --nocapture --test-threads=1
     for n in 2 4 8; do
-      WEFT_GEMM_MAINLOOP=mma_sync WEFT_RANKS=$n run "2.30.7 x$n test-gpu_mma every_rank mma_sync" 120 \
-        .gpu/bin/test-gpu_mma --include-ignored --test-threads=1 --nocapture every_rank
-      WEFT_GEMM_MAINLOOP=mma_sync WEFT_RANKS=$n run "2.30.7 x$n example-allgather_gemm mma_sync" 120 \
-        .gpu/bin/example-allgather_gemm
-      WEFT_GEMM_MAINLOOP=mma_sync WEFT_RANKS=$n run "2.30.7 x$n example-gemm_reduce_scatter mma_sync" 120 \
-        .gpu/bin/example-gemm_reduce_scatter
+      WEFT_RANKS=$n run "2.30.7 x$n test-gpu_faults" 180 .gpu/bin/test-gpu_faults --include-ignored --nocapture \
+        --test-threads=1
+    done
+    local i
+    for i in 1 2; do
+      WEFT_TRACE=1 WEFT_BENCH_QUICK=1 WEFT_BENCH_CASES=zero_adam WEFT_RANKS=8 WEFT_BENCH_SETTLE_S=20 \
+        WEFT_BENCH_MARKS=0 run "2.30.7 x8 zero_adam ends #$i" 90 .gpu/bin/test-fused
     done
   fi
 }

@@ -451,3 +451,60 @@ fn what_moves_a_new_stream_to_another_hardware_queue() {
         assert!(found.iter().all(|(_, at)| *at == Some(1)), "the probe missed sharing in the one queue: {found:?}");
     }
 }
+
+/// The device's free memory, in bytes.
+fn free_bytes(ctx: &Arc<CudaContext>) -> usize {
+    ctx.bind_to_thread().unwrap();
+    cudarc::driver::result::mem_get_info().unwrap().0
+}
+
+/// A free after a wait gave up does not wait again: once `settle_within` on a stream ended in `Stalled` with a kernel
+/// on it still spinning, dropping a buffer of that stream returns at once and leaks the memory (never frees it under
+/// the spinning work) instead of waiting weft's five minutes once more. Once the kernel has finished, a buffer of
+/// the same stream is freed as usual. (A process whose device stopped would otherwise take minutes per resource to
+/// drop its resources: the fused benchmark's `zero_adam` stop at 8 ranks, docs/multi-rank.md.)
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_free_after_a_wait_gave_up_does_not_wait_again() {
+    const BYTES: usize = 64 << 20;
+    /// Allocation granularity and the driver's own bookkeeping: what free memory may move by besides the buffer.
+    const SLACK: usize = 8 << 20;
+    let ctx = weft::host::cuda::context(0).unwrap();
+    let spinner = Spinner::new(&ctx);
+    let stream = &spinner.stream;
+    let before = free_bytes(&ctx);
+    let stuck = DeviceBuffer::<u8>::new(stream, BYTES).unwrap();
+    spinner.set(0);
+    spinner.launch(&spinner.function, stream, 1);
+    let gave_up = weft::host::cuda::settle_within(stream, Duration::from_millis(200));
+    assert!(matches!(gave_up, Err(weft::host::Error::Stalled { .. })), "the spinner ended early: {gave_up:?}");
+    let done = AtomicBool::new(false);
+    let took = std::thread::scope(|scope| {
+        // Whatever the drop does, the spinner is released after ten seconds, so the test never hangs.
+        scope.spawn(|| {
+            let started = Instant::now();
+            while !done.load(Ordering::Acquire) && started.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            spinner.set(1);
+        });
+        let started = Instant::now();
+        drop(stuck);
+        let took = started.elapsed();
+        // Still spinning: the buffer's memory must still be allocated (leaked, not freed under the kernel).
+        let leaked = before.saturating_sub(free_bytes(&ctx));
+        done.store(true, Ordering::Release);
+        assert!(leaked + SLACK >= BYTES, "the buffer was freed under a running kernel ({leaked} bytes still in use)");
+        took
+    });
+    assert!(took < GRACE, "dropping a buffer whose stream a wait gave up on waited {took:.2?}, as if waiting again");
+    weft::host::cuda::settle_within(stream, Duration::from_secs(10)).unwrap();
+    // The kernel is done: a buffer of the stream is freed again.
+    let after_leak = free_bytes(&ctx);
+    let freed = DeviceBuffer::<u8>::new(stream, BYTES).unwrap();
+    assert!(after_leak.saturating_sub(free_bytes(&ctx)) + SLACK >= BYTES, "the allocation took no memory");
+    drop(freed);
+    let back = free_bytes(&ctx);
+    assert!(back + SLACK >= after_leak, "a buffer dropped after its stream finished was not freed");
+    println!("drop after a wait gave up: {took:.2?}; {} MB leaked, then a buffer freed", BYTES >> 20);
+}

@@ -371,12 +371,11 @@ pub fn check(
             spin(&jit::function(stream.context(), &SPIN)?, stream, ns)?;
         }
         side.run(instance, 0)?;
-        settle(stream, &|| format!("{label}: the {side:?} side's check run"))
-            .inspect_err(|_| {
-                if let Some(progress) = instance.progress() {
-                    eprintln!("fused bench: {label}: the last unfused run's steps: {progress}");
-                }
-            })?;
+        settle(stream, &|| format!("{label}: the {side:?} side's check run")).inspect_err(|_| {
+            if let Some(progress) = instance.progress() {
+                eprintln!("fused bench: {label}: the last unfused run's steps: {progress}");
+            }
+        })?;
         let outputs = instance.outputs(0)?;
         *error = if outputs.len() == reference.len() {
             outputs.iter().zip(&reference).map(|(got, want)| relative_error(got, want)).fold(0.0, f64::max)

@@ -183,8 +183,76 @@ pub(crate) fn settle_watching(
     timeout: std::time::Duration,
     watch: impl FnMut() -> Result<(), Error>,
 ) -> Result<(), Error> {
-    let marker = stream.record_event(None)?;
-    settle_event_watching(&marker, timeout, watch)
+    let marker = stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))?;
+    match settle_event_watching(&marker, timeout, watch) {
+        Ok(()) => {
+            // Everything enqueued before this marker is done, the work earlier waits gave up on included.
+            GaveUp::forget(stream);
+            Ok(())
+        }
+        Err(error) => {
+            if matches!(error, Error::Stalled { .. }) {
+                GaveUp::note(stream, marker, timeout);
+            }
+            Err(error)
+        }
+    }
+}
+
+/// [`settle`] for a free: waits for `stream` unless a wait on it has already given up ([`Error::Stalled`]) on work
+/// that is still not done, and then fails at once with that wait's [`Error::Stalled`]. Work enqueued after an
+/// unfinished marker cannot finish before it, so waiting again would only wait another [`SETTLE_TIMEOUT`] per
+/// resource: a process whose device stopped would take minutes per buffer to drop its resources, which leak (never
+/// freed under the stuck work) either way.
+pub(crate) fn settle_before_free(stream: &CudaStream) -> Result<(), Error> {
+    if let Some(after) = GaveUp::unfinished(stream) {
+        return Err(Error::Stalled { operation: "work on the stream that an earlier wait gave up on", after });
+    }
+    settle(stream)
+}
+
+/// The markers of stream waits that gave up with the work unfinished, by stream (see [`settle_before_free`]); at
+/// most [`GaveUp::KEPT`], the oldest forgotten first (a forgotten one only costs a free its full wait).
+struct GaveUp {
+    /// The stream's handle. A handle may be reused once its stream is destroyed; a marker found finished is
+    /// forgotten, and one still unfinished means work is stuck on the device, so at worst a new stream's free leaks
+    /// its memory (never frees it early).
+    stream: usize,
+    marker: cudarc::driver::CudaEvent,
+    after: std::time::Duration,
+}
+
+static GAVE_UP: std::sync::Mutex<Vec<GaveUp>> = std::sync::Mutex::new(Vec::new());
+
+impl GaveUp {
+    const KEPT: usize = 256;
+
+    fn note(stream: &CudaStream, marker: cudarc::driver::CudaEvent, after: std::time::Duration) {
+        let mut gave_up = GAVE_UP.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if gave_up.len() >= Self::KEPT {
+            gave_up.remove(0);
+        }
+        gave_up.push(GaveUp { stream: stream.cu_stream() as usize, marker, after });
+    }
+
+    /// Forgets `stream`'s markers (a wait on it has just seen all its work done).
+    fn forget(stream: &CudaStream) {
+        let handle = stream.cu_stream() as usize;
+        let mut gave_up = GAVE_UP.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !gave_up.is_empty() {
+            gave_up.retain(|entry| entry.stream != handle);
+        }
+    }
+
+    /// The deadline of a wait that gave up on `stream` with its marker still unfinished; finished ones are
+    /// forgotten.
+    fn unfinished(stream: &CudaStream) -> Option<std::time::Duration> {
+        let handle = stream.cu_stream() as usize;
+        let mut gave_up = GAVE_UP.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A marker whose query fails (a context error) cannot be trusted to finish: keep it, as unfinished.
+        gave_up.retain(|entry| entry.stream != handle || !entry.marker.try_is_complete().unwrap_or(false));
+        gave_up.iter().find(|entry| entry.stream == handle).map(|entry| entry.after)
+    }
 }
 
 /// Waits until `event`'s recorded work has finished by polling it, holding no driver lock while it waits (see

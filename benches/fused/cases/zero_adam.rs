@@ -174,16 +174,15 @@ impl<'comm, T: BenchFloat> Run<'comm, T> {
             })
             .collect::<Result<Vec<_>>>()?;
         let hyper = Hyper::new(nranks);
-        // WEFT_BENCH_MARKS=0 leaves them out under the trace too (2026-12-06: the zero_adam stop at 8 ranks did not
-        // come in 8 runs with them; does it come back without?).
-        let marking = std::env::var_os("WEFT_TRACE").is_some()
-            && std::env::var_os("WEFT_BENCH_MARKS").is_none_or(|v| v != "0");
-        let marks = match marking {
-            true => {
-                let mark = || comm.context().new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING));
-                Some([mark()?, mark()?, mark()?])
-            }
-            false => None,
+        // WEFT_BENCH_MARKS=0 leaves them out under the trace too: they change the timing of the zero_adam stop at 8
+        // ranks (1 stop in 12 runs with them, 15 in 19 without; docs/multi-rank.md).
+        let marking =
+            std::env::var_os("WEFT_TRACE").is_some() && std::env::var_os("WEFT_BENCH_MARKS").is_none_or(|v| v != "0");
+        let marks = if marking {
+            let mark = || comm.context().new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING));
+            Some([mark()?, mark()?, mark()?])
+        } else {
+            None
         };
         Ok(Run { comm, stream, dev, fused_cfg, epilogue, epilogue_cfg, hyper, n, sets, marks })
     }
@@ -278,7 +277,9 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
             Ok(false) => "not done",
             Err(_) => "unknown",
         };
-        Some(STEPS.iter().zip(marks).map(|(step, mark)| format!("{step} {}", state(mark))).collect::<Vec<_>>().join(", "))
+        let steps: Vec<String> =
+            STEPS.iter().zip(marks).map(|(step, mark)| format!("{step} {}", state(mark))).collect();
+        Some(steps.join(", "))
     }
 
     fn outputs(&mut self, set: usize) -> Result<Vec<Vec<f64>>> {

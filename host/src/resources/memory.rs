@@ -153,13 +153,14 @@ impl<T> DeviceBuffer<T> {
 
     /// Waits for the buffer's last recorded use, the streams kernels using it were launched on, and its own stream:
     /// after this, nothing this rank enqueued still touches it. Never waits for the whole device, and polls (holds no
-    /// driver lock while waiting: a peer rank of the process may need it to launch what these wait for).
+    /// driver lock while waiting: a peer rank of the process may need it to launch what these wait for). A stream a
+    /// wait already gave up on, its work still unfinished, fails at once ([`crate::cuda::settle_before_free`]).
     pub(crate) fn wait_for_uses(&self) -> Result<(), Error> {
         if let Some(event) = &self.last_use {
             crate::cuda::settle_event(event, crate::cuda::SETTLE_TIMEOUT)?;
         }
         self.launches.wait()?;
-        crate::cuda::settle(&self.stream)?;
+        crate::cuda::settle_before_free(&self.stream)?;
         Ok(())
     }
 }
@@ -280,10 +281,12 @@ impl StreamsUsed {
         }
     }
 
+    /// Waits for every stream noted, before the resource is freed ([`crate::cuda::settle_before_free`]: a stream a
+    /// wait already gave up on fails at once).
     pub(crate) fn wait(&self) -> Result<(), Error> {
         let streams = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for stream in streams.iter() {
-            crate::cuda::settle(stream)?;
+            crate::cuda::settle_before_free(stream)?;
         }
         Ok(())
     }
