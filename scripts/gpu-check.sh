@@ -314,12 +314,13 @@ stall() { # the zero_adam stop (docs/multi-rank.md, "The zero_adam stop at 8 ran
   #   spin    each check run behind a 2-ms spin kernel      1 of 3 (and that stop was at the fused side's check)
   #   eager   CUDA_MODULE_LOADING=EAGER                     2 of 3
   #   nosym   NCCL_SYM_KERNEL=none (NCCL's ring kernels)    2 of 3
-  #   cga0    NCCL_CGA_CLUSTER_SIZE=0 (no thread-block clusters) 3 of 3
+  #   cga0    NCCL_CGA_CLUSTER_SIZE=0 (no clusters: NCCL's launch sets them for all its kernels) 3 of 3
   #   first   the unfused side's check first                1 of 1 (at the unfused side again)
   #   info    NCCL's INFO log, line-buffered; register NCCL_LOCAL_REGISTER=0; connect NCCL_RUNTIME_CONNECT=0:
   #           2 of 3, 4 of 4, 2 of 3 (the day before, without WEFT_BENCH_SETTLE_S)
-  #   probe   up to WEFT_GPU_CHECK_PROBE_RUNS (4) runs until one stops, with the marks, NCCL's log of every
-  #           collective if WEFT_GPU_CHECK_PROBE_DEBUG=INFO, and cuda-gdb's list of the device's kernels
+  #   probe   up to WEFT_GPU_CHECK_PROBE_RUNS (4) runs until one stops, with cuda-gdb's list of the device's kernels
+  #           at the stop; the marks with WEFT_GPU_CHECK_PROBE_MARKS=1, NCCL's log of every collective with
+  #           WEFT_GPU_CHECK_PROBE_DEBUG=INFO
   local settings=",${WEFT_GPU_CHECK_STALL:-base,marks,spin},"
   stall_runs() { # setting, runs, run label, what goes before the binary (variables for env, a wrapper)...
     local setting=$1 runs=$2 label=$3 i; shift 3
@@ -340,8 +341,9 @@ stall() { # the zero_adam stop (docs/multi-rank.md, "The zero_adam stop at 8 ran
     local i
     for i in $(seq "${WEFT_GPU_CHECK_PROBE_RUNS:-4}"); do
       # (WEFT_HANG_CUDA_GDB is hang-dump's, so it goes before `run`, not into the command's env.)
-      WEFT_HANG_CUDA_GDB=${WEFT_HANG_CUDA_GDB-1} run "2.30.7 x8 zero_adam probe #$i" 60 env WEFT_BENCH_MARKS=1 \
-        NCCL_DEBUG="${WEFT_GPU_CHECK_PROBE_DEBUG:-WARN}" NCCL_DEBUG_SUBSYS=COLL,TUNING stdbuf -oL -eL .gpu/bin/test-fused
+      WEFT_HANG_CUDA_GDB=${WEFT_HANG_CUDA_GDB-1} run "2.30.7 x8 zero_adam probe #$i" 60 env \
+        WEFT_BENCH_MARKS="${WEFT_GPU_CHECK_PROBE_MARKS:-0}" NCCL_DEBUG="${WEFT_GPU_CHECK_PROBE_DEBUG:-WARN}" \
+        NCCL_DEBUG_SUBSYS=COLL,TUNING stdbuf -oL -eL .gpu/bin/test-fused
       tail -1 "$summary" | grep -q ' rc=0 ' || break
     done
   esac
