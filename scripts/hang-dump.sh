@@ -11,13 +11,15 @@ for ((i = 0; i < limit * 10; i++)); do
   sleep 0.1
 done
 echo "hang-dump: '$*' still running after ${limit}s; stacks of pid $pid:"
-# WEFT_HANG_CUDA_GDB=1: first cuda-gdb's list of the kernels on the device and where their blocks are, where it is
-# installed (which kernels of which ranks are resident tells a deadlock among them from work that never started).
+# WEFT_HANG_CUDA_GDB=1: first, where cuda-gdb is installed, its list of the kernels on the device and where their
+# blocks are (which ranks' kernels are resident tells a deadlock among them from work that never started), and every
+# host thread's frames (libcuda's and NCCL's exported names included).
 if [ -n "${WEFT_HANG_CUDA_GDB:-}" ]; then
   cuda_gdb=$(command -v cuda-gdb || ls "${CUDA_HOME:-/usr/local/cuda}"/bin/cuda-gdb /usr/local/cuda*/bin/cuda-gdb 2>/dev/null | head -1)
   if [ -n "$cuda_gdb" ]; then
     echo "hang-dump: $cuda_gdb: the device's kernels"
-    timeout 150 "$cuda_gdb" -batch -p "$pid" -ex "info cuda kernels" -ex "info cuda blocks" 2>&1 | grep -v '^\[New Thread' | head -300
+    timeout 150 "$cuda_gdb" -batch -p "$pid" -ex "info cuda kernels" -ex "info cuda blocks" -ex "thread apply all bt 12" \
+      2>&1 | grep -vE '^\[(New (Thread|LWP)|Thread debugging)' | cut -c1-200 | head -600
   else
     echo "hang-dump: no cuda-gdb here (WEFT_HANG_CUDA_GDB)"
   fi
