@@ -308,7 +308,7 @@ stall() { # the zero_adam stop (docs/multi-rank.md, "The zero_adam stop at 8 ran
   # The benchmark's events after each unfused step are a setting of their own (marks): the stop came in 1 run of 12
   # with them and in 15 of 19 without (2026-12-06, H100), so every other setting runs without them.
   export WEFT_BENCH_MARKS=0
-  # WEFT_GPU_CHECK_STALL (default base,marks,spin): which settings run. 2026-12-06 (H100), runs that stopped:
+  # WEFT_GPU_CHECK_STALL (default group,base,marks): which settings run. 2026-12-06 (H100), runs that stopped:
   #   base (none of the below)                             15 of 19 (with eager, nosym, first below: same rate)
   #   marks   WEFT_BENCH_MARKS=1                            1 of 12
   #   spin    each check run behind a 2-ms spin kernel      1 of 3 (and that stop was at the fused side's check)
@@ -321,12 +321,15 @@ stall() { # the zero_adam stop (docs/multi-rank.md, "The zero_adam stop at 8 ran
   #   probe   up to WEFT_GPU_CHECK_PROBE_RUNS (4) runs until one stops, with cuda-gdb's list of the device's kernels
   #           at the stop; the marks with WEFT_GPU_CHECK_PROBE_MARKS=1, NCCL's log of every collective with
   #           WEFT_GPU_CHECK_PROBE_DEBUG=INFO
-  local settings=",${WEFT_GPU_CHECK_STALL:-base,marks,spin},"
+  #   group   NCCL_LAUNCH_MODE=GROUP: every local rank's kernel is launched before any rank's deviceStream wait is
+  #           enqueued (docs/multi-rank.md, "The zero_adam stop at 8 ranks"): not run yet
+  local settings=",${WEFT_GPU_CHECK_STALL:-group,base,marks},"
   stall_runs() { # setting, runs, run label, what goes before the binary (variables for env, a wrapper)...
     local setting=$1 runs=$2 label=$3 i; shift 3
     case $settings in *,"$setting",*) ;; *) return ;; esac
     for i in $(seq "$runs"); do run "2.30.7 x8 zero_adam $label #$i" 45 env "$@" .gpu/bin/test-fused; done
   }
+  stall_runs group 5 "launch mode group" NCCL_LAUNCH_MODE=GROUP
   stall_runs base 3 base WEFT_BENCH_MARKS=0
   stall_runs marks 4 marks WEFT_BENCH_MARKS=1
   stall_runs spin 3 "check spin" WEFT_BENCH_CHECK_SPIN_NS=2000000
