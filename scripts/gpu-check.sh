@@ -35,10 +35,10 @@
 #             with the default mainloops, wgmma on Hopper, then WEFT_GEMM_MAINLOOP=mma_sync), and
 #             examples 08 (all-gather + GEMM) and 09 (GEMM + reduce-scatter); both at 2, 4 and 8 ranks on 2.30.7
 #   hangs     (not in the default) NCCL 2.30.7: the runs that hung before, once each, for their stacks
-#   fresh     (not in the default) what changed since the last GPU run (2026-12-06): frees after a wait gave up,
-#             the waits test on both releases, on 2.30.7 the fault tests at 2, 4 and 8 ranks and two runs of the
-#             stopping zero_adam case at 8 ranks (does the process now end by itself?); fresh28 and fresh30: only
-#             that release's runs
+#   fresh     (not in the default) what changed since the last GPU run (2026-12-06): frees after a wait gave up
+#             and aborts with a deadline: the waits test on both releases, on 2.30.7 the fault tests at 2, 4 and 8
+#             ranks, the stuck-abort test, and two runs of the stopping zero_adam case at 8 ranks (does the process
+#             now end by itself?); fresh28 and fresh30: only that release's runs
 #   stall     (not in the default) NCCL 2.30.7: the benchmark's zero_adam case at 8 ranks in quick mode (it stops at
 #             a size's first check run), several times under each setting of WEFT_GPU_CHECK_STALL (see stall())
 #   stages    (not in the default) NCCL 2.28.9, 1 rank: the tensor-core tests with gemm_tiles on 3 and on 2 stages
@@ -247,10 +247,11 @@ gemm() { # release: the tensor-core tests, the GEMM benchmark and example 08 at 
 
 fresh() { # release: see the header
   local release=$1 n
-  # Frees no longer wait again for a stream a wait already gave up on (host/src/cuda.rs, settle_before_free): the
-  # waits test with its new check (a_free_after_a_wait_gave_up_does_not_wait_again) on both releases, the fault tests
-  # (frees after failed collectives) and the stopping zero_adam case, whose process should now end soon after its
-  # ranks' Stalled instead of being killed.
+  # Frees no longer wait again for a stream a wait already gave up on (host/src/cuda.rs, settle_before_free), and
+  # a communicator's abort waits at most ABORT_DEADLINE (host/src/comm/mod.rs): the waits test with its new check
+  # (a_free_after_a_wait_gave_up_does_not_wait_again) on both releases, the fault tests (frees and aborts after
+  # failed collectives), the stuck-abort test and the stopping zero_adam case, whose process should now end about a
+  # minute after its ranks' Stalled instead of being killed.
   if [ "$release" = 2.28.9 ]; then
     run "2.28.9 x1 test-gpu_waits" 120 .gpu/bin/test-gpu_waits --include-ignored --nocapture --test-threads=1
   else
@@ -259,10 +260,15 @@ fresh() { # release: see the header
       WEFT_RANKS=$n run "2.30.7 x$n test-gpu_faults" 180 .gpu/bin/test-gpu_faults --include-ignored --nocapture \
         --test-threads=1
     done
+    # A communicator's abort is bounded (ABORT_DEADLINE): behind a symmetric collective stuck for want of a peer, the
+    # abort returns by its deadline (the test runs only when asked: it leaves a kernel on the GPU until its process
+    # ends, and the run's limit shows whether that process then ends).
+    WEFT_TEST_STUCK_ABORT=1 run "2.30.7 x2 test-gpu_stuck_abort" 60 .gpu/bin/test-gpu_stuck_abort --include-ignored \
+      --nocapture
     local i
     for i in 1 2; do
       WEFT_TRACE=1 WEFT_BENCH_QUICK=1 WEFT_BENCH_CASES=zero_adam WEFT_RANKS=8 WEFT_BENCH_SETTLE_S=20 \
-        WEFT_BENCH_MARKS=0 run "2.30.7 x8 zero_adam ends #$i" 90 .gpu/bin/test-fused
+        WEFT_BENCH_MARKS=0 run "2.30.7 x8 zero_adam ends #$i" 150 .gpu/bin/test-fused
     done
   fi
 }

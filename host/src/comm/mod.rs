@@ -370,12 +370,74 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
     }
 
     /// Aborts the communicator: stops outstanding operations and frees it without waiting for other ranks.
+    ///
+    /// [`Error::Stalled`] if NCCL's abort has not returned within [`ABORT_DEADLINE`]: it waits for the
+    /// communicator's last kernels, and kernels that never end (NCCL 2.30's symmetric kernels do not read the abort
+    /// flag) would hold it for good. It then goes on on a thread of its own, which ends with the process.
     pub fn abort(self) -> Result<(), Error> {
-        let library = self.library;
+        self.abort_within(ABORT_DEADLINE)
+    }
+
+    /// [`abort`](Self::abort), waiting at most `deadline` for NCCL's abort ([`Error::Stalled`] past it, the abort
+    /// going on on a thread of its own).
+    pub fn abort_within(mut self, deadline: std::time::Duration) -> Result<(), Error> {
+        let (library, config) = (self.library, self.config.take());
         let raw = self.into_raw();
         // SAFETY: `raw` is a live communicator owned by us until now; abort is allowed in every initialised
         // state, and nothing can use the handle afterwards because `self` is consumed.
-        unsafe { result::comm_abort(library, raw) }.map(|_| ())
+        match unsafe { abort_within(library, raw, config, deadline) } {
+            Some(outcome) => outcome,
+            None => Err(Error::Stalled { operation: "ncclCommAbort", after: deadline }),
+        }
+    }
+}
+
+/// How long a communicator's abort ([`Communicator::abort`], or a drop of a live communicator) waits for
+/// `ncclCommAbort` before leaving it to a thread of its own. NCCL's abort synchronizes the communicator's internal
+/// stream, so it waits for its last kernels; NCCL 2.30's symmetric kernels never read the abort flag, so a stuck one
+/// holds the abort for good (docs/multi-rank.md, "What NCCL 2.30's multi-rank mode could not do").
+pub const ABORT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Runs `ncclCommAbort(raw)` on a thread of its own and waits for it at most `deadline`: its outcome, or `None` if it
+/// was still running then (it goes on there, and ends with the process at the latest). `config` (the communicator's
+/// NCCL config, whose strings NCCL may still read) goes with it. Where no thread can be started, aborts here.
+///
+/// # Safety
+/// `raw` is a live communicator of `library` that nothing uses after this call.
+unsafe fn abort_within(
+    library: &'static Library,
+    raw: ncclComm_t,
+    config: Option<crate::config::RawConfig>,
+    deadline: std::time::Duration,
+) -> Option<Result<(), Error>> {
+    struct Owned {
+        comm: ncclComm_t,
+        config: Option<crate::config::RawConfig>,
+    }
+    // SAFETY: NCCL allows an abort from any thread; the handle and its config move to the aborting thread, and
+    // nothing else uses either afterwards (the caller's contract).
+    unsafe impl Send for Owned {}
+    impl Owned {
+        /// Aborts the communicator, then drops its config (which outlives the abort).
+        fn abort(self, library: &'static Library) -> Result<(), Error> {
+            // SAFETY: the caller's contract of `abort_within`.
+            let outcome = unsafe { result::comm_abort(library, self.comm) }.map(|_| ());
+            drop(self.config);
+            outcome
+        }
+    }
+    let owned = Owned { comm: raw, config };
+    let (sender, receiver) = std::sync::mpsc::channel();
+    // The closure takes `owned` whole (a method call), so what crosses threads is `Owned`, which is `Send`.
+    let spawned = std::thread::Builder::new().name("weft-abort".to_owned()).spawn(move || {
+        // The receiver may be gone (the deadline passed): nobody waits for the outcome then.
+        let _ = sender.send(owned.abort(library));
+    });
+    match spawned {
+        // A disconnected channel would mean the thread ended without an outcome, which `Owned::abort` cannot.
+        Ok(_) => receiver.recv_timeout(deadline).ok(),
+        // SAFETY: the caller's contract; the thread never started, so the handle is still only ours.
+        Err(_) => Some(unsafe { result::comm_abort(library, raw) }.map(|_| ())),
     }
 }
 
@@ -387,19 +449,25 @@ impl<S: State, M: Mode> Drop for Communicator<S, M> {
         let finalized = std::any::TypeId::of::<S>() == std::any::TypeId::of::<Finalized>();
         let (what, outcome) = if finalized {
             // SAFETY: a finalized communicator owned by us; destroy after finalize is local.
-            ("destroyed", unsafe { result::comm_destroy(self.library, self.raw) })
+            ("destroyed", Some(unsafe { result::comm_destroy(self.library, self.raw) }.map(|_| ())))
         } else {
-            // SAFETY: a live communicator owned by us; abort never waits for other ranks.
-            ("aborted", unsafe { result::comm_abort(self.library, self.raw) })
+            // SAFETY: a live communicator owned by us, never used again (its handle is cleared below); abort never
+            // waits for other ranks, but it waits for the communicator's kernels, so within a deadline.
+            ("aborted", unsafe { abort_within(self.library, self.raw, self.config.take(), ABORT_DEADLINE) })
         };
         self.raw = std::ptr::null_mut();
         match outcome {
-            Ok(_) if finalized => tracing::debug!("dropped a finalized NCCL communicator: destroyed"),
-            Ok(_) => tracing::warn!(
+            Some(Ok(())) if finalized => tracing::debug!("dropped a finalized NCCL communicator: destroyed"),
+            Some(Ok(())) => tracing::warn!(
                 state = S::NAME,
                 "dropped a live NCCL communicator: {what} it (call finalize + destroy for an orderly shutdown)"
             ),
-            Err(error) => tracing::error!(state = S::NAME, %error, "dropping an NCCL communicator failed"),
+            Some(Err(error)) => tracing::error!(state = S::NAME, %error, "dropping an NCCL communicator failed"),
+            None => tracing::error!(
+                state = S::NAME,
+                "dropped a live NCCL communicator whose abort had not returned after {ABORT_DEADLINE:?}: its kernels \
+                 may be stuck on the device (docs/multi-rank.md); the abort goes on on a thread of its own"
+            ),
         }
     }
 }
