@@ -98,9 +98,6 @@ fn an_abort_behind_a_stuck_symmetric_collective_returns_by_its_deadline() {
             );
         }
         assert!(took < DEADLINE + SLACK, "rank {rank}'s abort held its caller for {took:.2?}, past its deadline");
-        assert!(
-            matches!(aborted, Ok(()) | Err(Error::Stalled { operation: "ncclCommAbort", .. })),
-            "rank {rank}'s abort: {aborted:?}"
-        );
+        assert!(matches!(aborted, Ok(()) | Err(Error::Stalled { .. })), "rank {rank}'s abort: {aborted:?}");
     }
 }

@@ -387,7 +387,11 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
         // state, and nothing can use the handle afterwards because `self` is consumed.
         match unsafe { abort_within(library, raw, config, deadline) } {
             Some(outcome) => outcome,
-            None => Err(Error::Stalled { operation: "ncclCommAbort", after: deadline }),
+            None => Err(Error::Stalled {
+                operation: "ncclCommAbort, left running on a thread of its own (its communicator's kernels may be \
+                            stuck on the device),",
+                after: deadline,
+            }),
         }
     }
 }
