@@ -404,7 +404,10 @@ pub const ABORT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(6
 
 /// Runs `ncclCommAbort(raw)` on a thread of its own and waits for it at most `deadline`: its outcome, or `None` if it
 /// was still running then (it goes on there, and ends with the process at the latest). `config` (the communicator's
-/// NCCL config, whose strings NCCL may still read) goes with it. Where no thread can be started, aborts here.
+/// NCCL config, whose strings NCCL may still read) goes with it. Aborts on this thread, without a deadline, inside
+/// an NCCL group open on this thread (NCCL's groups are per thread: an abort there joins the group, and what the
+/// group queued for the communicator, its initialisation say, must not outlive it), or where no thread can be
+/// started.
 ///
 /// # Safety
 /// `raw` is a live communicator of `library` that nothing uses after this call.
@@ -431,6 +434,9 @@ unsafe fn abort_within(
         }
     }
     let owned = Owned { comm: raw, config };
+    if crate::group::current().is_some() {
+        return Some(owned.abort(library));
+    }
     let (sender, receiver) = std::sync::mpsc::channel();
     // The closure takes `owned` whole (a method call), so what crosses threads is `Owned`, which is `Send`.
     let spawned = std::thread::Builder::new().name("weft-abort".to_owned()).spawn(move || {
