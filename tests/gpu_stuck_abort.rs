@@ -41,18 +41,29 @@ struct Seen {
 }
 
 /// One rank's part.
-fn rank_part(placement: &Placement, groups: &[Arc<LocalGroup>], rank: usize, id: &UniqueId) -> Result<Seen, Error> {
+fn rank_part(
+    placement: &Placement,
+    groups: &[Arc<LocalGroup>],
+    rank: usize,
+    id: &UniqueId,
+    enqueued_barrier: &std::sync::Barrier,
+) -> Result<Seen, Error> {
     let comm = init(placement, groups, rank, id)?;
     let s = comm.context().new_stream()?;
-    let mut send = comm.alloc_window::<f32>(&s, LEN, WindowFlags::COLL_SYMMETRIC)?;
-    let mut recv = comm.alloc_window::<f32>(&s, LEN, WindowFlags::COLL_SYMMETRIC)?;
-    send.buffer_mut().copy_from_host(&vec![1.0; LEN])?;
-    let waited = if rank == 0 {
-        comm.all_reduce(send.buffer(), recv.buffer_mut(), ReduceOp::Sum, &s)?;
-        Some(comm.wait(&s, Duration::from_secs(3)))
-    } else {
-        None
-    };
+    // Rank 1 goes on to its abort only once rank 0 has enqueued the all-reduce it will never join; both reach the
+    // barrier whatever failed before it, so neither can wait there for good.
+    let prepared = (|| {
+        let mut send = comm.alloc_window::<f32>(&s, LEN, WindowFlags::COLL_SYMMETRIC)?;
+        let mut recv = comm.alloc_window::<f32>(&s, LEN, WindowFlags::COLL_SYMMETRIC)?;
+        send.buffer_mut().copy_from_host(&vec![1.0; LEN])?;
+        if rank == 0 {
+            comm.all_reduce(send.buffer(), recv.buffer_mut(), ReduceOp::Sum, &s)?;
+        }
+        Ok::<_, Error>((send, recv))
+    })();
+    enqueued_barrier.wait();
+    let (send, recv) = prepared?;
+    let waited = (rank == 0).then(|| comm.wait(&s, Duration::from_secs(3)));
     // Neither window is deregistered: the all-reduce still uses rank 0's, and deregistering is collective.
     std::mem::forget((send, recv));
     let started = Instant::now();
@@ -78,11 +89,12 @@ fn an_abort_behind_a_stuck_symmetric_collective_returns_by_its_deadline() {
     let placement = Placement::new(vec![0, 0]).unwrap();
     let groups = placement.local_groups();
     let id = UniqueId::new().unwrap();
+    let enqueued = std::sync::Barrier::new(2);
     let outcomes: Vec<_> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..2)
             .map(|rank| {
-                let (placement, groups, id) = (&placement, &groups, &id);
-                scope.spawn(move || rank_part(placement, groups, rank, id))
+                let (placement, groups, id, enqueued) = (&placement, &groups, &id, &enqueued);
+                scope.spawn(move || rank_part(placement, groups, rank, id, enqueued))
             })
             .collect();
         handles.into_iter().map(|handle| handle.join().expect("a rank's thread panicked")).collect()
