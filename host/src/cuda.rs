@@ -238,10 +238,7 @@ impl GaveUp {
     /// Forgets `stream`'s markers (a wait on it has just seen all its work done).
     fn forget(stream: &CudaStream) {
         let handle = stream.cu_stream() as usize;
-        let mut gave_up = GAVE_UP.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !gave_up.is_empty() {
-            gave_up.retain(|entry| entry.stream != handle);
-        }
+        GAVE_UP.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|entry| entry.stream != handle);
     }
 
     /// The deadline of a wait that gave up on `stream` with its marker still unfinished; finished ones are

@@ -385,7 +385,7 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
         let raw = self.into_raw();
         // SAFETY: `raw` is a live communicator owned by us until now; abort is allowed in every initialised
         // state, and nothing can use the handle afterwards because `self` is consumed.
-        match unsafe { abort_within(library, raw, config, deadline) } {
+        match unsafe { abort_on_own_thread(library, raw, config, deadline) } {
             Some(outcome) => outcome,
             None => Err(Error::Stalled {
                 operation: "ncclCommAbort, left running on a thread of its own (its communicator's kernels may be \
@@ -411,7 +411,7 @@ pub const ABORT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(6
 ///
 /// # Safety
 /// `raw` is a live communicator of `library` that nothing uses after this call.
-unsafe fn abort_within(
+unsafe fn abort_on_own_thread(
     library: &'static Library,
     raw: ncclComm_t,
     config: Option<crate::config::RawConfig>,
@@ -427,7 +427,7 @@ unsafe fn abort_within(
     impl Owned {
         /// Aborts the communicator, then drops its config (which outlives the abort).
         fn abort(self, library: &'static Library) -> Result<(), Error> {
-            // SAFETY: the caller's contract of `abort_within`.
+            // SAFETY: the caller's contract of `abort_on_own_thread`.
             let outcome = unsafe { result::comm_abort(library, self.comm) }.map(|_| ());
             drop(self.config);
             outcome
@@ -463,7 +463,7 @@ impl<S: State, M: Mode> Drop for Communicator<S, M> {
         } else {
             // SAFETY: a live communicator owned by us, never used again (its handle is cleared below); abort never
             // waits for other ranks, but it waits for the communicator's kernels, so within a deadline.
-            ("aborted", unsafe { abort_within(self.library, self.raw, self.config.take(), ABORT_DEADLINE) })
+            ("aborted", unsafe { abort_on_own_thread(self.library, self.raw, self.config.take(), ABORT_DEADLINE) })
         };
         self.raw = std::ptr::null_mut();
         match outcome {
