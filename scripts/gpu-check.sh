@@ -41,6 +41,9 @@
 #             now end by itself?); fresh28 and fresh30: only that release's runs
 #   stall     (not in the default) NCCL 2.30.7: the benchmark's zero_adam case at 8 ranks in quick mode (it stops at
 #             a size's first check run), several times under each setting of WEFT_GPU_CHECK_STALL (see stall())
+#   launch    (not in the default) NCCL 2.30.7 with NCCL_LAUNCH_MODE=GROUP (docs/multi-rank.md, "Launch mode"): the
+#             spmd fault tests (weft's launch gate) at 2, 4 and 8 ranks, the fused benchmark (quick) at 2, 4 and 8,
+#             its zero_adam case at 8 five more times, and the collective and kernel tests and the quickstart at 8
 #   stages    (not in the default) NCCL 2.28.9, 1 rank: the tensor-core tests with gemm_tiles on 3 and on 2 stages
 #             (WEFT_GEMM_TILES_STAGES: an A100's and a 99-KB GPU's pipelines, run on Hopper), both mainloops
 #   queues    (not in the default) NCCL 2.30.7: the two runs that still stopped on 2026-12-05 (the graph timing test
@@ -273,6 +276,28 @@ fresh() { # release: see the header
   fi
 }
 
+launch() { # see the header
+  export NCCL_LAUNCH_MODE=GROUP
+  local n i
+  for n in 2 4 8; do
+    WEFT_RANKS=$n run "2.30.7 x$n GROUP test-gpu_faults in_spmd" 120 .gpu/bin/test-gpu_faults --include-ignored \
+      --nocapture --test-threads=1 in_spmd
+  done
+  for n in 2 4 8; do
+    WEFT_RANKS=$n WEFT_BENCH_QUICK=1 WEFT_BENCH_OUT="$out/bench-group-x$n" run "2.30.7 x$n GROUP bench-fused" 300 \
+      .gpu/bin/test-fused
+  done
+  for i in 1 2 3 4 5; do
+    WEFT_RANKS=8 WEFT_BENCH_QUICK=1 WEFT_BENCH_CASES=zero_adam WEFT_BENCH_SETTLE_S=20 \
+      run "2.30.7 x8 GROUP zero_adam $i" 60 .gpu/bin/test-fused
+  done
+  export WEFT_RANKS=8
+  run "2.30.7 x8 GROUP test-gpu" 300 .gpu/bin/test-gpu --include-ignored --test-threads=1 every_rank
+  run "2.30.7 x8 GROUP test-gpu_kernels" 300 .gpu/bin/test-gpu_kernels --include-ignored --test-threads=1 every_rank
+  run "2.30.7 x8 GROUP example-quickstart" 120 .gpu/bin/example-quickstart
+  unset WEFT_RANKS NCCL_LAUNCH_MODE
+}
+
 stages() { # see the header
   local stages loop
   for stages in 3 2; do
@@ -429,6 +454,7 @@ case $parts in *,fresh28,*) with_nccl 2.28.9 fresh 2.28.9 ;; esac
 case $parts in *,queues,*) with_nccl 2.30.7 queues ;; esac
 case $parts in *,stall,*) with_nccl 2.30.7 stall ;; esac
 case $parts in *,stages,*) with_nccl 2.28.9 stages ;; esac
+case $parts in *,launch,*) with_nccl 2.30.7 launch ;; esac
 case $parts in *,gemm,*) with_nccl 2.28.9 gemm 2.28.9; with_nccl 2.30.7 gemm 2.30.7 ;; esac
 case $parts in *,launchers,*) with_nccl 2.28.9 launchers 2.28.9 1; with_nccl 2.30.7 launchers 2.30.7 1 2 4 ;; esac
 case $parts in *,graphs,*) with_nccl 2.28.9 graphs 2.28.9 1; with_nccl 2.30.7 graphs 2.30.7 1 2 4 8 ;; esac

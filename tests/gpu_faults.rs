@@ -254,7 +254,7 @@ fn revoke_then_shrink_to_the_survivors_then_a_correct_collective_on_every_rank()
 }
 
 /// In `spmd`, after one all-reduce together, the last rank's body fails before a second one that the others
-/// enqueue: their host-side waits end in `Error::PeerFailed` naming it (instead of waiting out the 300 s settle
+/// enqueue: their host-side waits (under `NCCL_LAUNCH_MODE=GROUP`, their launches) end in `Error::PeerFailed` naming it (instead of waiting out the 300 s settle
 /// deadline), every communicator is aborted, `spmd` returns the failed rank's own error, and a new communicator
 /// works afterwards. (The first all-reduce sets up NCCL's connections: a rank that fails before any collective
 /// leaves its peers blocked inside NCCL's connection setup, in the enqueue call, where no host-side wait of weft's
@@ -276,8 +276,8 @@ fn a_rank_that_fails_in_spmd_ends_the_waits_of_the_others() {
         if comm.rank() == n - 1 {
             return Err(Error::InvalidArgument { argument: "body", problem: "this rank fails on purpose".into() });
         }
-        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
-        let outcome = weft::host::cuda::settle(&s);
+        // Under NCCL_LAUNCH_MODE=GROUP the launch itself ends so: the ranks meet before it (launch gate).
+        let outcome = comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s).and_then(|()| weft::host::cuda::settle(&s));
         seen.lock().unwrap().push((comm.rank(), format!("{outcome:?}")));
         assert!(matches!(&outcome, Err(Error::PeerFailed { rank, .. }) if *rank == n - 1), "{outcome:?}");
         outcome
@@ -289,6 +289,49 @@ fn a_rank_that_fails_in_spmd_ends_the_waits_of_the_others() {
         "spmd must return the failed rank's own error: {result:?}"
     );
     assert_eq!(seen.lock().unwrap().len(), n - 1, "every other rank must have stopped waiting");
+    assert!(elapsed < Duration::from_secs(60), "the others waited {elapsed:?}");
+    assert_released(&before, &free_memory(&placement));
+    a_new_communicator_works(&placement);
+}
+
+/// Under `NCCL_LAUNCH_MODE=GROUP` NCCL launches the ranks of a process in lock step and waits inside the launch, with
+/// no timeout, for every one of them. In `spmd` the last rank's body fails before any collective: the others' first
+/// all-reduce must end in `Error::PeerFailed` naming it, at weft's launch gate, instead of waiting inside NCCL for
+/// good. Skips, saying so, under NCCL's default launch mode, where that all-reduce would wait in NCCL's connection
+/// setup instead (the test above says why it starts with one collective together).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_rank_that_fails_in_spmd_before_any_collective_ends_the_launches_of_the_others_in_group_launch_mode() {
+    let Some(placement) = placement() else { return };
+    if !weft::host::placement::launches_in_step() {
+        println!(
+            "skipped: only NCCL_LAUNCH_MODE=GROUP launches the ranks together (docs/multi-rank.md, \"Launch mode\")"
+        );
+        return;
+    }
+    let before = warm_up(&placement);
+    let n = placement.nranks();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let started = Instant::now();
+    let result = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
+        if comm.rank() == n - 1 {
+            return Err(Error::InvalidArgument { argument: "body", problem: "this rank fails on purpose".into() });
+        }
+        let s = comm.context().new_stream()?;
+        let send = s.clone_htod(&vec![1.0f32; 4096])?;
+        let mut recv = s.alloc_zeros::<f32>(4096)?;
+        let outcome = comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s);
+        seen.lock().unwrap().push((comm.rank(), format!("{outcome:?}")));
+        assert!(matches!(&outcome, Err(Error::PeerFailed { rank, .. }) if *rank == n - 1), "{outcome:?}");
+        outcome
+    });
+    let elapsed = started.elapsed();
+    println!("spmd returned after {elapsed:?}: {result:?}; the others saw {:?}", seen.lock().unwrap());
+    assert!(
+        matches!(&result, Err(Error::InvalidArgument { problem, .. }) if problem.contains("on purpose")),
+        "spmd must return the failed rank's own error: {result:?}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), n - 1, "every other rank must have stopped at its launch");
     assert!(elapsed < Duration::from_secs(60), "the others waited {elapsed:?}");
     assert_released(&before, &free_memory(&placement));
     a_new_communicator_works(&placement);

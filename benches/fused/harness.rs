@@ -247,6 +247,15 @@ pub trait Rendezvous {
         self.wait_max(0).map(drop)
     }
 
+    /// Between two launches of a timed batch: waits until every rank sharing this rank's CUDA context (the rank threads
+    /// of one process) has enqueued its launch too. Ranks whose streams share one of CUDA's hardware queues would
+    /// otherwise deadlock there: a rank's next launch, queued ahead of a peer's current one, waits for its own
+    /// current one, which waits at a barrier for the peer's (docs/multi-rank.md, "Hardware queues"). A batch of ten
+    /// fused launches stopped so at 8 ranks on one H100 (2026-12-06). Nothing to do for one rank per process.
+    fn line_up_launches(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Releases every waiter with an error, now and from now on (threads; a process that fails leaves, and its
     /// peers' next barrier ends in an error when [`COLLECTIVE_BARRIER_TIMEOUT`] passes).
     fn break_all(&self) {}
@@ -309,6 +318,13 @@ impl ThreadBarrier {
 }
 
 impl Rendezvous for ThreadBarrier {
+    fn line_up_launches(&self) -> Result<()> {
+        if self.ranks > 1 {
+            self.wait()?;
+        }
+        Ok(())
+    }
+
     /// Fails if a rank broke the barrier (it failed and will not arrive).
     fn wait_max(&self, value: u64) -> Result<u64> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -451,6 +467,9 @@ impl Timer {
         spin(&self.spin, &self.stream, spin_ns)?;
         let enqueue_started = Instant::now();
         for (k, (start, end)) in self.events.iter().take(count).enumerate() {
+            if k > 0 {
+                barrier.line_up_launches()?;
+            }
             start.record(&self.stream)?;
             run(side, (first + k) % sets.max(1))?;
             end.record(&self.stream)?;

@@ -184,8 +184,22 @@ fn measure(ranks: &Ranks, options: &Options, cases: &[&dyn Case]) -> AnyResult<E
         }
     };
     let mode = if options.graph { ", each side replayed from a CUDA graph" } else { "" };
-    let machine = format!("{gpu}, NCCL {nccl}, {layout}{mode}");
+    // Ranks that are threads of this process: NCCL launches them each on its own (PARALLEL, NCCL's default) or in
+    // lock step (GROUP), which is what ranks sharing a GPU need (docs/multi-rank.md, "Launch mode").
+    let in_step = weft::host::placement::launches_in_step();
+    let launch = match ranks {
+        Ranks::Local(_) if nranks > 1 => format!(", NCCL launch mode {}", if in_step { "GROUP" } else { "PARALLEL" }),
+        _ => String::new(),
+    };
+    let machine = format!("{gpu}, NCCL {nccl}, {layout}{mode}{launch}");
     println!("weft fused-kernel benchmark: {machine}, nvcc {nvcc}");
+    if matches!(ranks, Ranks::Local(_)) && ranks_per_gpu > 1 && !in_step {
+        println!(
+            "fused bench: ranks share a GPU in this process and NCCL_LAUNCH_MODE is not GROUP: a rank's launch can queue \
+             behind a peer's wait and stop the run (zero_adam at 8 ranks did in 18 of 24 runs); start the process with \
+             NCCL_LAUNCH_MODE=GROUP (docs/multi-rank.md, \"Launch mode\")"
+        );
+    }
     print_plan(options, cases);
 
     let total: usize =

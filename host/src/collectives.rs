@@ -12,6 +12,17 @@ use crate::error::Error;
 use crate::result::{self, Progress};
 use crate::sys::{cudaStream_t, ncclDataType_t, ncclRedOp_t};
 
+/// What [`Communicator::line_up_launch`] names when the ranks did not all come to a launch.
+macro_rules! launch {
+    ($call:literal) => {
+        concat!(
+            "the meeting of this process's ranks before ",
+            $call,
+            " (NCCL_LAUNCH_MODE=GROUP launches them together)"
+        )
+    };
+}
+
 fn expect_len(argument: &'static str, got: usize, want: usize, rule: &str) -> Result<(), Error> {
     if got == want {
         Ok(())
@@ -80,6 +91,7 @@ impl<M: Mode> Communicator<Active, M> {
         let op = self.check_op::<T>(op)?;
         let (send_ptr, _read) = send.device_ptr(stream);
         let (recv_ptr, _write) = recv.device_ptr_mut(stream);
+        self.line_up_launch(launch!("ncclAllReduce"))?;
         // SAFETY: both buffers hold `count` elements of T on this rank's device (lengths checked, device of
         // the stream checked) and the guards keep them borrowed until the operation is enqueued; cudarc's
         // stream ordering keeps them alive until it completes.
@@ -109,6 +121,7 @@ impl<M: Mode> Communicator<Active, M> {
         let count = buffer.len();
         let op = self.check_op::<T>(op)?;
         let (ptr, _write) = buffer.device_ptr_mut(stream);
+        self.line_up_launch(launch!("ncclAllReduce"))?;
         // SAFETY: as in `all_reduce`; NCCL supports send == recv.
         let progress = unsafe {
             result::all_reduce(self.library(), ptr as _, ptr as _, count, T::DATATYPE, op, self.raw(), raw_stream)
@@ -131,6 +144,7 @@ impl<M: Mode> Communicator<Active, M> {
         expect_len("send", send.len(), count, "broadcast sends as many elements as it receives")?;
         let (send_ptr, _read) = send.device_ptr(stream);
         let (recv_ptr, _write) = recv.device_ptr_mut(stream);
+        self.line_up_launch(launch!("ncclBroadcast"))?;
         // SAFETY: as in `all_reduce`.
         let progress = unsafe {
             result::broadcast(
@@ -158,6 +172,7 @@ impl<M: Mode> Communicator<Active, M> {
         let root = self.check_rank_arg("root", root)?;
         let count = buffer.len();
         let (ptr, _write) = buffer.device_ptr_mut(stream);
+        self.line_up_launch(launch!("ncclBroadcast"))?;
         // SAFETY: as in `all_reduce`.
         let progress = unsafe {
             result::broadcast(self.library(), ptr as _, ptr as _, count, T::DATATYPE, root, self.raw(), raw_stream)
@@ -181,6 +196,7 @@ impl<M: Mode> Communicator<Active, M> {
         let op = self.check_op::<T>(op)?;
         let (send_ptr, _read) = send.device_ptr(stream);
         let (recv_ptr, _write) = recv.device_ptr_mut(stream);
+        self.line_up_launch(launch!("ncclReduce"))?;
         // SAFETY: as in `all_reduce`.
         let progress = unsafe {
             result::reduce(
@@ -211,6 +227,7 @@ impl<M: Mode> Communicator<Active, M> {
         expect_len("recv", recv.len(), count * self.nranks(), "send.len() * nranks")?;
         let (send_ptr, _read) = send.device_ptr(stream);
         let (recv_ptr, _write) = recv.device_ptr_mut(stream);
+        self.line_up_launch(launch!("ncclAllGather"))?;
         // SAFETY: as in `all_reduce`, with recv holding nranks * count elements.
         let progress = unsafe {
             result::all_gather(self.library(), send_ptr as _, recv_ptr as _, count, T::DATATYPE, self.raw(), raw_stream)
@@ -233,6 +250,7 @@ impl<M: Mode> Communicator<Active, M> {
         let op = self.check_op::<T>(op)?;
         let (send_ptr, _read) = send.device_ptr(stream);
         let (recv_ptr, _write) = recv.device_ptr_mut(stream);
+        self.line_up_launch(launch!("ncclReduceScatter"))?;
         // SAFETY: as in `all_reduce`, with send holding nranks * count elements.
         let progress = unsafe {
             result::reduce_scatter(
@@ -267,6 +285,7 @@ impl<M: Mode> Communicator<Active, M> {
         let count = total / self.nranks();
         let (ptr, _write) = buffer.device_ptr_mut(stream);
         let send = ptr + (self.rank() * count * std::mem::size_of::<T>()) as u64;
+        self.line_up_launch(launch!("ncclAllGather"))?;
         // SAFETY: as in `all_reduce`; the send block lies inside the buffer at this rank's offset, which is the
         // layout NCCL documents for in-place all-gather.
         let progress = unsafe {
@@ -295,6 +314,7 @@ impl<M: Mode> Communicator<Active, M> {
         let op = self.check_op::<T>(op)?;
         let (ptr, _write) = buffer.device_ptr_mut(stream);
         let recv = ptr + (self.rank() * count * std::mem::size_of::<T>()) as u64;
+        self.line_up_launch(launch!("ncclReduceScatter"))?;
         // SAFETY: as in `all_reduce`; the receive block lies inside the buffer at this rank's offset.
         let progress = unsafe {
             result::reduce_scatter(self.library(), ptr as _, recv as _, count, T::DATATYPE, op, self.raw(), raw_stream)
@@ -322,6 +342,7 @@ impl<M: Mode> Communicator<Active, M> {
         let count = total / self.nranks();
         let (send_ptr, _read) = send.device_ptr(stream);
         let (recv_ptr, _write) = recv.device_ptr_mut(stream);
+        self.line_up_launch(launch!("ncclAlltoAll"))?;
         // SAFETY: as in `all_reduce`.
         let progress = unsafe {
             result::all_to_all(self.library(), send_ptr as _, recv_ptr as _, count, T::DATATYPE, self.raw(), raw_stream)
@@ -351,6 +372,7 @@ impl<M: Mode> Communicator<Active, M> {
         let (send_ptr, _read) = send.device_ptr(stream);
         let recv_guard = recv.map(|r| r.device_ptr_mut(stream));
         let recv_ptr = recv_guard.as_ref().map_or(0, |(ptr, _)| *ptr);
+        self.line_up_launch(launch!("ncclGather"))?;
         // SAFETY: as in `all_reduce`; on non-root ranks NCCL ignores the (null) receive buffer.
         let progress = unsafe {
             result::gather(
@@ -389,6 +411,7 @@ impl<M: Mode> Communicator<Active, M> {
         let send_guard = send.map(|s| s.device_ptr(stream));
         let send_ptr = send_guard.as_ref().map_or(0, |(ptr, _)| *ptr);
         let (recv_ptr, _write) = recv.device_ptr_mut(stream);
+        self.line_up_launch(launch!("ncclScatter"))?;
         // SAFETY: as in `all_reduce`; on non-root ranks NCCL ignores the (null) send buffer.
         let progress = unsafe {
             result::scatter(
@@ -411,6 +434,7 @@ impl<M: Mode> Communicator<Active, M> {
         let raw_stream = self.check_stream(stream)?;
         let peer = self.check_rank_arg("peer", peer)?;
         let (ptr, _read) = send.device_ptr(stream);
+        self.line_up_launch(launch!("ncclSend"))?;
         // SAFETY: as in `all_reduce`.
         let progress =
             unsafe { result::send(self.library(), ptr as _, send.len(), T::DATATYPE, peer, self.raw(), raw_stream) }?;
@@ -428,6 +452,7 @@ impl<M: Mode> Communicator<Active, M> {
         let peer = self.check_rank_arg("peer", peer)?;
         let count = recv.len();
         let (ptr, _write) = recv.device_ptr_mut(stream);
+        self.line_up_launch(launch!("ncclRecv"))?;
         // SAFETY: as in `all_reduce`.
         let progress =
             unsafe { result::recv(self.library(), ptr as _, count, T::DATATYPE, peer, self.raw(), raw_stream) }?;
@@ -439,6 +464,7 @@ impl<M: Mode> Communicator<Active, M> {
         let raw_stream = self.check_stream(stream)?;
         let peer = self.check_rank_arg("peer", peer)?;
         let index = i32::try_from(signal_index).map_err(|_| Error::invalid("signal_index", "exceeds i32::MAX"))?;
+        self.line_up_launch(launch!("ncclSignal"))?;
         // SAFETY: our live communicator and a stream of its device.
         let progress = unsafe { result::signal(self.library(), peer, index, 0, 0, self.raw(), raw_stream) }?;
         self.enqueued(progress)
@@ -455,6 +481,7 @@ impl<M: Mode> Communicator<Active, M> {
             sigIdx: i32::try_from(signal_index).map_err(|_| Error::invalid("signal_index", "exceeds i32::MAX"))?,
             ctx: 0,
         }];
+        self.line_up_launch(launch!("ncclWaitSignal"))?;
         // SAFETY: our live communicator, a stream of its device, one valid descriptor.
         let progress = unsafe { result::wait_signal(self.library(), &mut descriptor, self.raw(), raw_stream) }?;
         self.enqueued(progress)

@@ -45,6 +45,49 @@ pub const QUEUES_VARIABLE: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
 /// ranks; with 32, none of 10 runs did (2026-12-05).
 pub const SHARED_GPU_QUEUES: usize = 32;
 
+/// NCCL's variable for how the ranks of one process launch their kernels: `PARALLEL` (NCCL's default), each rank's
+/// thread on its own, or `GROUP`, all of them in lock step. Ranks that share a GPU as threads of one process need
+/// `GROUP` wherever their launches wait for each other (docs/multi-rank.md, "Launch mode"): with `PARALLEL`, a rank's
+/// launch can queue on the GPU behind a peer's wait for that peer's own kernel, which waits for this rank's. The
+/// fused benchmark's `zero_adam` at 8 ranks on one H100 (NCCL 2.30.7, quick mode) stopped that way in 18 of 24 runs
+/// with `PARALLEL` (2026-12-05 and 06), and in 1 of 32 with `GROUP`: in a batch of weft's own kernels, which the
+/// benchmark has enqueued in step since (9 runs, none stopped; "Hardware queues" there). weft reads the variable and does not set it, for the reason given at
+/// [`QUEUES_VARIABLE`]; [`spmd`](crate::spmd()) and [`Communicator::sharing_gpu_in`] gate the launches under it
+/// (`GROUP`'s own wait inside NCCL has no timeout).
+///
+/// [`Communicator::sharing_gpu_in`]: crate::Communicator::sharing_gpu_in
+pub const LAUNCH_MODE_VARIABLE: &str = "NCCL_LAUNCH_MODE";
+
+/// Whether NCCL launches the ranks of this process in lock step: `NCCL_LAUNCH_MODE=GROUP` (any case, as NCCL
+/// compares it) in the environment, where NCCL also puts what its `nccl.conf` files set.
+pub fn launches_in_step() -> bool {
+    launches_in_step_with(std::env::var(LAUNCH_MODE_VARIABLE).ok().as_deref())
+}
+
+fn launches_in_step_with(value: Option<&str>) -> bool {
+    value.is_some_and(|value| value.eq_ignore_ascii_case("GROUP"))
+}
+
+/// Warns once per process (`tracing`) when `ranks` ranks share `device` as threads of this process while NCCL
+/// launches them each on its own (see [`LAUNCH_MODE_VARIABLE`]). A warning, not an error: `GROUP` asks every rank of
+/// the process to take part in every launch, which programs with one-sided or partial point-to-point traffic do
+/// not, and programs whose ranks launch in step run either way.
+pub(crate) fn note_launch_mode(ranks: usize, device: usize) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if ranks > 1 && !launches_in_step() {
+        ONCE.call_once(|| {
+            tracing::warn!(
+                ranks,
+                device,
+                "ranks share a GPU as threads of this process and {LAUNCH_MODE_VARIABLE} is not GROUP: a rank's NCCL \
+                 launch can then queue on the GPU behind a peer's wait and stop every rank (docs/multi-rank.md, \
+                 \"Launch mode\"); start the process with {LAUNCH_MODE_VARIABLE}=GROUP if every rank takes part in \
+                 every collective"
+            );
+        });
+    }
+}
+
 /// Rank `i` of a job runs on CUDA device `devices()[i]`.
 ///
 /// ```
@@ -325,6 +368,19 @@ mod tests {
     }
 
     #[test]
+    fn only_group_in_any_case_launches_in_step() {
+        for (value, in_step) in
+            [(Some("GROUP"), true), (Some("group"), true), (Some("Group"), true), (Some("PARALLEL"), false)]
+        {
+            assert_eq!(launches_in_step_with(value), in_step, "{value:?}");
+        }
+        // NCCL compares the whole value (strcasecmp): no trimming, and unset or empty is PARALLEL.
+        for value in [None, Some(""), Some(" GROUP"), Some("GROUPS")] {
+            assert!(!launches_in_step_with(value), "{value:?}");
+        }
+    }
+
+    #[test]
     fn shared_gpus_cap_nccl_ctas_unless_the_config_sets_them() {
         let base = Config::new().comm_name("t");
         assert_eq!(shared_gpu_config(&base, 1), base);
@@ -377,6 +433,16 @@ impl LocalGroup {
     /// [`Error::PeerFailed`] as soon as another rank of this thread's [`spmd`](crate::spmd()) job has failed (it
     /// will never arrive).
     pub(crate) fn line_up(&self, after: &'static str, timeout: std::time::Duration) -> Result<(), Error> {
+        self.meet(after, timeout)?;
+        if self.size > 1 {
+            crate::cuda::note_lined_up();
+        }
+        Ok(())
+    }
+
+    /// [`line_up`](Self::line_up) without noting that this thread lined up with its peers after its work (the
+    /// launch gate, which meets before the work: `Communicator::line_up_launch`).
+    pub(crate) fn meet(&self, after: &'static str, timeout: std::time::Duration) -> Result<(), Error> {
         use std::sync::PoisonError;
         if self.size <= 1 {
             return Ok(());
@@ -388,7 +454,6 @@ impl LocalGroup {
         if state.1 == self.size {
             *state = (round + 1, 0);
             self.turn.notify_all();
-            crate::cuda::note_lined_up();
             return Ok(());
         }
         // Woken by the last arrival, or every few milliseconds to look for a failed peer.
@@ -405,7 +470,6 @@ impl LocalGroup {
             }
             state = self.turn.wait_timeout(state, (deadline - now).min(LOOK)).unwrap_or_else(PoisonError::into_inner).0;
             if state.0 != round {
-                crate::cuda::note_lined_up();
                 return Ok(());
             }
         }

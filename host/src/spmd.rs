@@ -20,6 +20,12 @@ use crate::placement::{shared_gpu_config, Placement};
 /// ([`Communicator::ranks_on_gpu`]), and NCCL's CTAs per kernel are capped as [`shared_gpu_config`] says unless
 /// `config` sets them.
 ///
+/// Under `NCCL_LAUNCH_MODE=GROUP` (what ranks sharing a GPU need: docs/multi-rank.md, "Launch mode") NCCL launches
+/// every rank of the process in lock step and waits for all of them inside each launch, without a timeout; so the
+/// ranks also meet before each launch of a collective, point-to-point or one-sided operation outside an NCCL group,
+/// and a rank that never comes ends the others' launches with [`Error::PeerFailed`] (its body failed) or
+/// [`Error::Stalled`] (after [`LINE_UP_TIMEOUT`](crate::placement::LINE_UP_TIMEOUT)).
+///
 /// The communicator is finalized and destroyed after `body` returns (aborted if `body` failed, so a rank
 /// that errors never leaves the others waiting in finalize forever). A panic in one rank's body is turned
 /// into an error for that rank after aborting its communicator.
@@ -39,6 +45,9 @@ pub fn spmd<R: Send>(
     }
     let id = UniqueId::new()?;
     let nranks = devices.len();
+    // Where NCCL launches the ranks of this process in lock step (NCCL_LAUNCH_MODE=GROUP, read once NCCL has read its
+    // nccl.conf files), all of them meet before each launch (`Communicator::line_up_launch`).
+    let gate = (nranks > 1 && crate::placement::launches_in_step()).then(|| crate::placement::LocalGroup::new(nranks));
     // The ranks (threads) sharing a GPU line up after each collective setup call.
     let groups = placement.local_groups();
     let job = Arc::new(Job { in_body: Mutex::new(nranks), ..Job::default() });
@@ -47,15 +56,17 @@ pub fn spmd<R: Send>(
             .iter()
             .enumerate()
             .map(|(rank, &device)| {
-                let (body, placement, group) = (&body, &placement, &groups[rank]);
+                let (body, placement, group, gate) = (&body, &placement, &groups[rank], &gate);
                 let job = &job;
                 scope.spawn(move || -> Result<R, Error> {
                     let _member = Member::join(job, rank);
                     let outcome = (|| {
                         let in_body = InBody::new(job);
                         let config = shared_gpu_config(config, placement.ranks_on_gpu(rank));
-                        let comm =
-                            Communicator::uninit(device)?.sharing_gpu_in(group)?.init(nranks, rank, &id, &config)?;
+                        let comm = Communicator::uninit(device)?
+                            .sharing_gpu_in(group)?
+                            .with_launch_gate(gate.clone())
+                            .init(nranks, rank, &id, &config)?;
                         match body(&comm) {
                             Ok(value) => {
                                 in_body.leave();

@@ -169,6 +169,9 @@ impl Communicator<Uninit, Blocking> {
         }
         placement.check_supported(library.version())?;
         placement.check_queues()?;
+        if let Some(rank) = (0..devices.len()).max_by_key(|&rank| placement.ranks_on_gpu(rank)) {
+            crate::placement::note_launch_mode(placement.ranks_on_gpu(rank), devices[rank]);
+        }
         // SAFETY: every ordinal was checked against the device count; repeats were allowed by the check above.
         let raws = unsafe { result::comm_init_all(library, &ordinals) }?;
         // Wrap every handle first so that a failure below aborts them all (Drop).
@@ -223,9 +226,17 @@ impl<M: Mode> Communicator<Uninit, M> {
     /// Such ranks share the GPU's CUDA context and its hardware queues: with fewer than
     /// [`SHARED_GPU_QUEUES`](crate::placement::SHARED_GPU_QUEUES) of them this is [`Error::TooFewQueues`]
     /// (start the process with `CUDA_DEVICE_MAX_CONNECTIONS=32`).
+    ///
+    /// Under `NCCL_LAUNCH_MODE=GROUP` (docs/multi-rank.md, "Launch mode") NCCL launches every rank of the communicator
+    /// in this process in lock step, and the group's ranks also meet before each launch, so that a rank that never
+    /// comes is an error for the others rather than a wait inside NCCL without end: then `group` should hold every
+    /// rank of the communicator in this process (as it does where they all share one GPU).
     pub fn sharing_gpu_in(self, group: &Arc<crate::placement::LocalGroup>) -> Result<Self, Error> {
-        crate::placement::check_queues(group.size(), self.context().ordinal())?;
-        Ok(self.sharing_gpu(group.size())?.with_local_group(Some(group.clone())))
+        let device = self.context().ordinal();
+        crate::placement::check_queues(group.size(), device)?;
+        crate::placement::note_launch_mode(group.size(), device);
+        let gate = (group.size() > 1 && crate::placement::launches_in_step()).then(|| group.clone());
+        Ok(self.sharing_gpu(group.size())?.with_local_group(Some(group.clone())).with_launch_gate(gate))
     }
 
     /// The ranks-per-GPU count initialisation will record, checked against what the loaded NCCL allows.
@@ -309,6 +320,7 @@ impl<M: Mode> Communicator<Uninit, M> {
         let comm: Communicator<Active, M> = Communicator::from_parts(raw, self.library(), self.context().clone(), None)
             .with_ranks_on_gpu_unchecked(ranks_on_gpu)
             .with_local_group(self.local_group().cloned())
+            .with_launch_gate(self.launch_gate().cloned())
             .with_init_group()
             .with_config(Some(config));
         let comm = if M::BLOCKING { comm.finish()? } else { comm };

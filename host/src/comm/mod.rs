@@ -154,6 +154,9 @@ pub struct Communicator<S: State = Active, M: Mode = Blocking> {
     ranks_on_gpu: usize,
     /// The ranks of this communicator that share its GPU in this process, lined up after setup calls.
     local_group: Option<Arc<crate::placement::LocalGroup>>,
+    /// The ranks of this communicator in this process that NCCL launches in lock step (`NCCL_LAUNCH_MODE=GROUP`):
+    /// they line up before each launch, so that one that never comes is an error, not a hang inside NCCL.
+    launch_gate: Option<Arc<crate::placement::LocalGroup>>,
     resources: crate::resources::RegistryCell,
     /// The NCCL group a non-blocking initialisation was queued in: NCCL starts it only when that group ends.
     init_group: Option<Arc<crate::group::GroupOutcome>>,
@@ -182,6 +185,7 @@ impl<S: State, M: Mode> Communicator<S, M> {
             identity,
             ranks_on_gpu: 0,
             local_group: None,
+            launch_gate: None,
             resources: Default::default(),
             init_group: None,
             config: None,
@@ -205,6 +209,7 @@ impl<S: State, M: Mode> Communicator<S, M> {
             identity: self.identity,
             ranks_on_gpu: self.ranks_on_gpu,
             local_group: self.local_group.take(),
+            launch_gate: self.launch_gate.take(),
             resources: std::mem::take(&mut self.resources),
             init_group: self.init_group.take(),
             config: self.config.take(),
@@ -273,6 +278,30 @@ impl<S: State, M: Mode> Communicator<S, M> {
 
     pub(crate) fn local_group(&self) -> Option<&Arc<crate::placement::LocalGroup>> {
         self.local_group.as_ref()
+    }
+
+    /// The same communicator, its launches gated by `gate` (see the field; `None`: not gated).
+    pub(crate) fn with_launch_gate(mut self, gate: Option<Arc<crate::placement::LocalGroup>>) -> Self {
+        self.launch_gate = gate;
+        self
+    }
+
+    pub(crate) fn launch_gate(&self) -> Option<&Arc<crate::placement::LocalGroup>> {
+        self.launch_gate.as_ref()
+    }
+
+    /// Before an NCCL call that launches work (a collective, a point-to-point or one-sided operation): where NCCL
+    /// launches this process's ranks in lock step (`NCCL_LAUNCH_MODE=GROUP`), waits until every rank of the gate has
+    /// come to its own launch. NCCL's launch waits for them too, but without a timeout and deaf to aborts, so a rank
+    /// that never comes (its body failed, it skipped the operation) would keep its peers inside NCCL for good; here
+    /// that is [`Error::PeerFailed`] as soon as an [`spmd`](crate::spmd()) peer failed, else [`Error::Stalled`] after
+    /// [`LINE_UP_TIMEOUT`](crate::placement::LINE_UP_TIMEOUT). Nothing to do without a gate or inside an NCCL group
+    /// (the call only queues; the group's end launches, and is not gated: docs/multi-rank.md, "Launch mode").
+    pub(crate) fn line_up_launch(&self, operation: &'static str) -> Result<(), Error> {
+        match &self.launch_gate {
+            Some(gate) if !crate::group::in_group() => gate.line_up(operation, crate::placement::LINE_UP_TIMEOUT),
+            _ => Ok(()),
+        }
     }
 
     /// The same communicator, waiting for the NCCL group open on this thread (if any) before it is initialised.
