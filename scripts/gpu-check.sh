@@ -17,7 +17,8 @@
 #   suite30   NCCL 2.30.7, 1 rank: the same
 #   ranks     NCCL 2.30.7, WEFT_RANKS=2,4,8 (all on the one GPU): every multi-rank test (named `…every_rank…`), the
 #             fault tests, examples 01-06 (each checks f32 and bf16 against its f64 host reference)
-#   bench     the benchmarks: 1 rank on 2.28.9, 1/2/4/8 ranks on 2.30.7 (the block GEMM against cuBLAS at 1 rank;
+#   bench     the benchmarks: 1 rank on 2.28.9, 1/2/4/8 ranks on 2.30.7, several ranks with NCCL_LAUNCH_MODE=GROUP
+#             (docs/multi-rank.md, "Launch mode"; the block GEMM against cuBLAS at 1 rank;
 #             WEFT_GPU_CHECK_QUICK=1: quick mode;
 #             WEFT_GPU_CHECK_BENCH_RANKS="4 8": only those rank counts, on 2.30.7)
 #   smoke     (not in the default) NCCL 2.30.7: the wait probes, then at 2, 4 and 8 ranks the multi-rank tests (with
@@ -406,6 +407,8 @@ bench() { # release, rank counts...
   local release=$1; shift
   for n in "$@"; do
     export WEFT_RANKS=$n WEFT_BENCH_OUT="$out/bench-$release-x$n"
+    # Ranks sharing the GPU launch in NCCL's lock step (docs/multi-rank.md, "Launch mode"); one rank needs nothing.
+    if [ "$n" -gt 1 ]; then export NCCL_LAUNCH_MODE=GROUP; else unset NCCL_LAUNCH_MODE; fi
     if [ "$n" -ge 4 ]; then
       # At 4 and 8 ranks the whole fused suite can outlast one call: one run per case (each resumable with
       # WEFT_GPU_CHECK_STATE).
@@ -434,7 +437,7 @@ bench() { # release, rank counts...
     [ "$n" = 1 ] && [ -x .gpu/bin/test-gemm ] && LD_LIBRARY_PATH="$(cublas_dirs)${LD_LIBRARY_PATH:-}" \
       WEFT_BENCH_OUT="$out/bench-$release-x1" run "$release x1 bench-gemm" 300 .gpu/bin/test-gemm
   done
-  unset WEFT_RANKS WEFT_BENCH_OUT
+  unset WEFT_RANKS WEFT_BENCH_OUT NCCL_LAUNCH_MODE
 }
 
 if [ ! -d .gpu/bin ]; then
