@@ -343,18 +343,20 @@ stall() { # the zero_adam stop (docs/multi-rank.md, "The zero_adam stop at 8 ran
   # WEFT_GPU_CHECK_STALL (default group,base,marks): which settings run. 2026-12-06 (H100), runs that stopped:
   #   base (none of the below)                             15 of 19 (with eager, nosym, first below: same rate)
   #   marks   WEFT_BENCH_MARKS=1                            1 of 12
-  #   spin    each check run behind a 2-ms spin kernel      1 of 3 (and that stop was at the fused side's check)
+  #   (spin   each check run behind a 2-ms spin kernel      1 of 3, at the fused side's check; knob removed)
   #   eager   CUDA_MODULE_LOADING=EAGER                     2 of 3
   #   nosym   NCCL_SYM_KERNEL=none (NCCL's ring kernels)    2 of 3
   #   cga0    NCCL_CGA_CLUSTER_SIZE=0 (no clusters: NCCL's launch sets them for all its kernels) 3 of 3
-  #   first   the unfused side's check first                1 of 1 (at the unfused side again)
+  #   (first  the unfused side's check first                1 of 1, at the unfused side again; knob removed)
   #   info    NCCL's INFO log, line-buffered; register NCCL_LOCAL_REGISTER=0; connect NCCL_RUNTIME_CONNECT=0:
   #           2 of 3, 4 of 4, 2 of 3 (the day before, without WEFT_BENCH_SETTLE_S)
   #   probe   up to WEFT_GPU_CHECK_PROBE_RUNS (4) runs until one stops, with cuda-gdb's list of the device's kernels
   #           at the stop; the marks with WEFT_GPU_CHECK_PROBE_MARKS=1, NCCL's log of every collective with
   #           WEFT_GPU_CHECK_PROBE_DEBUG=INFO
   #   group   NCCL_LAUNCH_MODE=GROUP: every local rank's kernel is launched before any rank's deviceStream wait is
-  #           enqueued (docs/multi-rank.md, "The zero_adam stop at 8 ranks"): not run yet
+  #           enqueued (docs/multi-rank.md, "The zero_adam stop at 8 ranks"): 0 of 17 at NCCL's side (the cause;
+  #           "Launch mode" there), where base stopped in 3 of 5 that day
+  # Since that day the benchmark also lines its ranks up between the launches of a timed batch (every setting).
   local settings=",${WEFT_GPU_CHECK_STALL:-group,base,marks},"
   stall_runs() { # setting, runs, run label, what goes before the binary (variables for env, a wrapper)...
     local setting=$1 runs=$2 label=$3 i; shift 3
@@ -364,11 +366,9 @@ stall() { # the zero_adam stop (docs/multi-rank.md, "The zero_adam stop at 8 ran
   stall_runs group 5 "launch mode group" NCCL_LAUNCH_MODE=GROUP
   stall_runs base 3 base WEFT_BENCH_MARKS=0
   stall_runs marks 4 marks WEFT_BENCH_MARKS=1
-  stall_runs spin 3 "check spin" WEFT_BENCH_CHECK_SPIN_NS=2000000
   stall_runs eager 3 CUDA_MODULE_LOADING=EAGER CUDA_MODULE_LOADING=EAGER
   stall_runs nosym 3 NCCL_SYM_KERNEL=none NCCL_SYM_KERNEL=none
   stall_runs cga0 3 NCCL_CGA_CLUSTER_SIZE=0 NCCL_CGA_CLUSTER_SIZE=0
-  stall_runs first 2 "unfused first" WEFT_BENCH_UNFUSED_FIRST=1
   stall_runs info 1 nccl-info NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,REG,COLL stdbuf -oL -eL
   stall_runs register 3 NCCL_LOCAL_REGISTER=0 NCCL_LOCAL_REGISTER=0
   stall_runs connect 3 NCCL_RUNTIME_CONNECT=0 NCCL_RUNTIME_CONNECT=0

@@ -21,6 +21,7 @@ mod options_tests {
         assert_eq!(shown, ["4 KB", "16 KB", "64 KB", "256 KB", "1 MB", "4 MB", "16 MB", "64 MB", "256 MB"]);
         assert_eq!(defaults.out_dir, PathBuf::from("target/bench"));
         assert_eq!(defaults.limit_gbps, None);
+        assert_eq!(defaults.settle, None);
         assert_eq!(defaults.limit_for(1, 1), 4300.0, "one rank: the GPU's copy rate");
         assert_eq!(defaults.limit_for(8, 1), 450.0, "several ranks: NVLink per direction per GPU");
         assert_eq!(defaults.limit_for(8, 8), 537.5, "ranks sharing a GPU: their share of its copy rate");
@@ -44,8 +45,10 @@ mod options_tests {
             ("WEFT_BENCH_SIZES", "4K,1MB, 2g"),
             ("WEFT_BENCH_OUT", "/tmp/x"),
             ("WEFT_BENCH_LIMIT_GBPS", "900"),
+            ("WEFT_BENCH_SETTLE_S", " 20 "),
         ])
         .unwrap();
+        assert_eq!(o.settle, Some(std::time::Duration::from_secs(20)));
         assert_eq!(o.cases, Some(vec!["allreduce".to_string(), "rmsnorm".to_string()]));
         assert_eq!(o.dtypes, vec![Dtype::Bf16]);
         assert_eq!(o.sizes, vec![4096, 1 << 20, 2 << 30]);
@@ -66,6 +69,8 @@ mod options_tests {
             ("WEFT_BENCH_SIZES", "0"),
             ("WEFT_BENCH_SIZES", ","),
             ("WEFT_BENCH_LIMIT_GBPS", "-3"),
+            ("WEFT_BENCH_SETTLE_S", "0"),
+            ("WEFT_BENCH_SETTLE_S", "1.5"),
         ] {
             let error = options(&[(name, value)]).unwrap_err();
             assert!(error.contains(name) || error.contains(value) || error.contains("size"), "{name}={value}: {error}");

@@ -39,19 +39,23 @@ const MAX_SPIN_NS: u64 = 50_000_000;
 const FALLBACK_L2_BYTES: u64 = 60 << 20;
 /// How long a rank waits for one check run or one timed batch before it gives up (a batch of 25 runs at the largest
 /// size takes well under a second; weft's own limit, `weft::host::cuda::SETTLE_TIMEOUT`, is five minutes).
-/// `WEFT_BENCH_SETTLE_S` replaces it (gpu-check's part `stall` shortens it, as a stopped run only waits).
+/// `WEFT_BENCH_SETTLE_S` replaces it ([`Options::settle`]; gpu-check's part `stall` shortens it, as a stopped run
+/// only waits).
 const SETTLE: Duration = Duration::from_secs(60);
 
-/// [`SETTLE`], or `WEFT_BENCH_SETTLE_S` seconds where that is set to a whole number above zero.
+/// The limit [`settle`] waits within: [`SETTLE`] unless [`set_settle_limit`] said otherwise.
+static SETTLE_LIMIT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
+/// Sets the limit of every later [`settle`] (`WEFT_BENCH_SETTLE_S`, read into [`Options::settle`]); once, before the
+/// ranks start.
+pub fn set_settle_limit(limit: Option<Duration>) {
+    if let Some(limit) = limit {
+        let _ = SETTLE_LIMIT.set(limit);
+    }
+}
+
 fn settle_limit() -> Duration {
-    static LIMIT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *LIMIT.get_or_init(|| {
-        std::env::var("WEFT_BENCH_SETTLE_S")
-            .ok()
-            .and_then(|s| s.parse::<u64>().ok())
-            .filter(|&s| s > 0)
-            .map_or(SETTLE, Duration::from_secs)
-    })
+    SETTLE_LIMIT.get().copied().unwrap_or(SETTLE)
 }
 
 /// Waits for `stream` within [`SETTLE`]; a wait that passes it first says on stderr which work of which rank it was
@@ -358,8 +362,7 @@ impl Rendezvous for ThreadBarrier {
 
 /// Runs both sides on set 0 with fresh inputs of `draw` and returns their relative errors (the worst over the
 /// outputs) against the host reference, `[fused, unfused]`. Inputs are refilled and outputs poisoned before each
-/// side. The fused side runs first; with `WEFT_BENCH_UNFUSED_FIRST=1` the unfused one (a diagnostic: whether a stop
-/// at a size's first unfused run follows the side or the first run on new buffers, docs/multi-rank.md).
+/// side, the fused side first.
 pub fn check(
     instance: &mut dyn Instance,
     stream: &CudaStream,
@@ -369,23 +372,12 @@ pub fn check(
 ) -> Result<[f64; 2]> {
     let reference = instance.reference(draw);
     let mut errors = [f64::INFINITY; 2];
-    let order = if std::env::var_os("WEFT_BENCH_UNFUSED_FIRST").is_some_and(|v| v == "1") {
-        [Side::Unfused, Side::Fused]
-    } else {
-        Side::BOTH
-    };
-    // WEFT_BENCH_CHECK_SPIN_NS: each check run behind a spin kernel of that many ns, as a timed batch is (so every
-    // rank's launches are enqueued before any of them runs): a probe of the zero_adam stop (docs/multi-rank.md).
-    let check_spin = std::env::var("WEFT_BENCH_CHECK_SPIN_NS").ok().and_then(|ns| ns.parse::<u64>().ok());
-    for side in order {
+    for side in Side::BOTH {
         let error = &mut errors[side as usize];
         instance.fill(0, draw)?;
         instance.poison(0)?;
         // Every rank's inputs are in place before any rank's kernel reads its peers'.
         barrier.wait()?;
-        if let Some(ns) = check_spin {
-            spin(&jit::function(stream.context(), &SPIN)?, stream, ns)?;
-        }
         side.run(instance, 0)?;
         settle(stream, &|| format!("{label}: the {side:?} side's check run")).inspect_err(|_| {
             if let Some(progress) = instance.progress() {

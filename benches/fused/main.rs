@@ -231,6 +231,7 @@ fn measure(ranks: &Ranks, options: &Options, cases: &[&dyn Case]) -> AnyResult<E
         bar.inc(1);
     };
 
+    harness::set_settle_limit(options.settle);
     let per_rank = match ranks {
         Ranks::Local(placement) => {
             let barrier = ThreadBarrier::new(nranks);

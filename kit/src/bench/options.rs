@@ -74,6 +74,9 @@ pub struct Options {
     /// `WEFT_BENCH_LIMIT_GBPS`: the bandwidth the "% of limit" column divides by; `None`: by rank count (see
     /// [`Options::limit_for`]).
     pub limit_gbps: Option<f64>,
+    /// `WEFT_BENCH_SETTLE_S`: how long a rank waits for one check run or timed batch before it ends with
+    /// `Error::Stalled`, in whole seconds above zero (`None`: the benchmark's default).
+    pub settle: Option<std::time::Duration>,
 }
 
 impl Options {
@@ -128,8 +131,15 @@ impl Options {
             },
             None => None,
         };
+        let settle = match set("WEFT_BENCH_SETTLE_S") {
+            Some(text) => match text.parse::<u64>() {
+                Ok(seconds) if seconds > 0 => Some(std::time::Duration::from_secs(seconds)),
+                _ => return Err(format!("WEFT_BENCH_SETTLE_S={text:?}: give a whole number of seconds above 0")),
+            },
+            None => None,
+        };
         let out_dir = PathBuf::from(set("WEFT_BENCH_OUT").unwrap_or_else(|| DEFAULT_OUT_DIR.to_string()));
-        Ok(Options { quick, graph, cases, dtypes, sizes, out_dir, limit_gbps })
+        Ok(Options { quick, graph, cases, dtypes, sizes, out_dir, limit_gbps, settle })
     }
 
     /// Whether the case filter lets `case` run.
