@@ -263,35 +263,7 @@ fn revoke_then_shrink_to_the_survivors_then_a_correct_collective_on_every_rank()
 #[ignore = "needs a CUDA GPU"]
 fn a_rank_that_fails_in_spmd_ends_the_waits_of_the_others() {
     let Some(placement) = placement() else { return };
-    let before = warm_up(&placement);
-    let n = placement.nranks();
-    let seen = std::sync::Mutex::new(Vec::new());
-    let started = Instant::now();
-    let result = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
-        let s = comm.context().new_stream()?;
-        let send = s.clone_htod(&vec![1.0f32; 4096])?;
-        let mut recv = s.alloc_zeros::<f32>(4096)?;
-        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
-        weft::host::cuda::settle(&s)?;
-        if comm.rank() == n - 1 {
-            return Err(Error::InvalidArgument { argument: "body", problem: "this rank fails on purpose".into() });
-        }
-        // Under NCCL_LAUNCH_MODE=GROUP the launch itself ends so: the ranks meet before it (launch gate).
-        let outcome = comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s).and_then(|()| weft::host::cuda::settle(&s));
-        seen.lock().unwrap().push((comm.rank(), format!("{outcome:?}")));
-        assert!(matches!(&outcome, Err(Error::PeerFailed { rank, .. }) if *rank == n - 1), "{outcome:?}");
-        outcome
-    });
-    let elapsed = started.elapsed();
-    println!("spmd returned after {elapsed:?}: {result:?}; the others saw {:?}", seen.lock().unwrap());
-    assert!(
-        matches!(&result, Err(Error::InvalidArgument { problem, .. }) if problem.contains("on purpose")),
-        "spmd must return the failed rank's own error: {result:?}"
-    );
-    assert_eq!(seen.lock().unwrap().len(), n - 1, "every other rank must have stopped waiting");
-    assert!(elapsed < Duration::from_secs(60), "the others waited {elapsed:?}");
-    assert_released(&before, &free_memory(&placement));
-    a_new_communicator_works(&placement);
+    the_last_rank_fails_in_spmd(&placement, true);
 }
 
 /// Under `NCCL_LAUNCH_MODE=GROUP` NCCL launches the ranks of a process in lock step and waits inside the launch, with
@@ -309,18 +281,30 @@ fn a_rank_that_fails_in_spmd_before_any_collective_ends_the_launches_of_the_othe
         );
         return;
     }
-    let before = warm_up(&placement);
+    the_last_rank_fails_in_spmd(&placement, false);
+}
+
+/// In `spmd`, after one all-reduce together where `after_a_collective`, the last rank's body fails; the others then
+/// enqueue an all-reduce and wait for it. Their launch (under `NCCL_LAUNCH_MODE=GROUP`, where the ranks meet before
+/// it) or their wait must end in `Error::PeerFailed` naming the failed rank, `spmd` must return that rank's own
+/// error within a minute, the memory must come back, and a new communicator must work.
+fn the_last_rank_fails_in_spmd(placement: &Placement, after_a_collective: bool) {
+    let before = warm_up(placement);
     let n = placement.nranks();
     let seen = std::sync::Mutex::new(Vec::new());
     let started = Instant::now();
     let result = weft::host::spmd(placement.devices(), &Config::new(), |comm| {
-        if comm.rank() == n - 1 {
-            return Err(Error::InvalidArgument { argument: "body", problem: "this rank fails on purpose".into() });
-        }
         let s = comm.context().new_stream()?;
         let send = s.clone_htod(&vec![1.0f32; 4096])?;
         let mut recv = s.alloc_zeros::<f32>(4096)?;
-        let outcome = comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s);
+        if after_a_collective {
+            comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
+            weft::host::cuda::settle(&s)?;
+        }
+        if comm.rank() == n - 1 {
+            return Err(Error::InvalidArgument { argument: "body", problem: "this rank fails on purpose".into() });
+        }
+        let outcome = comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s).and_then(|()| weft::host::cuda::settle(&s));
         seen.lock().unwrap().push((comm.rank(), format!("{outcome:?}")));
         assert!(matches!(&outcome, Err(Error::PeerFailed { rank, .. }) if *rank == n - 1), "{outcome:?}");
         outcome
@@ -331,8 +315,8 @@ fn a_rank_that_fails_in_spmd_before_any_collective_ends_the_launches_of_the_othe
         matches!(&result, Err(Error::InvalidArgument { problem, .. }) if problem.contains("on purpose")),
         "spmd must return the failed rank's own error: {result:?}"
     );
-    assert_eq!(seen.lock().unwrap().len(), n - 1, "every other rank must have stopped at its launch");
+    assert_eq!(seen.lock().unwrap().len(), n - 1, "every other rank must have stopped waiting");
     assert!(elapsed < Duration::from_secs(60), "the others waited {elapsed:?}");
-    assert_released(&before, &free_memory(&placement));
-    a_new_communicator_works(&placement);
+    assert_released(&before, &free_memory(placement));
+    a_new_communicator_works(placement);
 }
