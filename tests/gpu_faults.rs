@@ -254,9 +254,9 @@ fn revoke_then_shrink_to_the_survivors_then_a_correct_collective_on_every_rank()
 }
 
 /// In `spmd`, after one all-reduce together, the last rank's body fails before a second one that the others
-/// enqueue: their host-side waits (under `NCCL_LAUNCH_MODE=GROUP`, their launches) end in `Error::PeerFailed` naming it (instead of waiting out the 300 s settle
-/// deadline), every communicator is aborted, `spmd` returns the failed rank's own error, and a new communicator
-/// works afterwards. (The first all-reduce sets up NCCL's connections: a rank that fails before any collective
+/// enqueue: their host-side waits (under `NCCL_LAUNCH_MODE=GROUP`, their launches) end in `Error::PeerFailed` naming
+/// it (instead of waiting out the 300 s settle deadline), every communicator is aborted, `spmd` returns the failed
+/// rank's own error, and a new communicator works afterwards. (The first all-reduce sets up NCCL's connections: a rank that fails before any collective
 /// leaves its peers blocked inside NCCL's connection setup, in the enqueue call, where no host-side wait of weft's
 /// can see it: docs/multi-rank.md.)
 #[test]

@@ -195,9 +195,9 @@ fn measure(ranks: &Ranks, options: &Options, cases: &[&dyn Case]) -> AnyResult<E
     println!("weft fused-kernel benchmark: {machine}, nvcc {nvcc}");
     if matches!(ranks, Ranks::Local(_)) && ranks_per_gpu > 1 && !in_step {
         println!(
-            "fused bench: ranks share a GPU in this process and NCCL_LAUNCH_MODE is not GROUP: a rank's launch can queue \
-             behind a peer's wait and stop the run (zero_adam at 8 ranks did in 18 of 24 runs); start the process with \
-             NCCL_LAUNCH_MODE=GROUP (docs/multi-rank.md, \"Launch mode\")"
+            "fused bench: ranks share a GPU in this process and NCCL_LAUNCH_MODE is not GROUP: a rank's launch can \
+             queue behind a peer's wait and stop the run (zero_adam at 8 ranks did in 18 of 24 runs); start the \
+             process with NCCL_LAUNCH_MODE=GROUP (docs/multi-rank.md, \"Launch mode\")"
         );
     }
     print_plan(options, cases);

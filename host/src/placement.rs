@@ -51,9 +51,9 @@ pub const SHARED_GPU_QUEUES: usize = 32;
 /// launch can queue on the GPU behind a peer's wait for that peer's own kernel, which waits for this rank's. The
 /// fused benchmark's `zero_adam` at 8 ranks on one H100 (NCCL 2.30.7, quick mode) stopped that way in 18 of 24 runs
 /// with `PARALLEL` (2026-12-05 and 06), and in 1 of 32 with `GROUP`: in a batch of weft's own kernels, which the
-/// benchmark has enqueued in step since (9 runs, none stopped; "Hardware queues" there). weft reads the variable and does not set it, for the reason given at
-/// [`QUEUES_VARIABLE`]; [`spmd`](crate::spmd()) and [`Communicator::sharing_gpu_in`] gate the launches under it
-/// (`GROUP`'s own wait inside NCCL has no timeout).
+/// benchmark has enqueued in step since (9 runs, none stopped; "Hardware queues" there). weft reads the variable and
+/// does not set it, for the reason given at [`QUEUES_VARIABLE`]; [`spmd`](crate::spmd()) and
+/// [`Communicator::sharing_gpu_in`] gate the launches under it (`GROUP`'s own wait inside NCCL has no timeout).
 ///
 /// [`Communicator::sharing_gpu_in`]: crate::Communicator::sharing_gpu_in
 pub const LAUNCH_MODE_VARIABLE: &str = "NCCL_LAUNCH_MODE";

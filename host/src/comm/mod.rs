@@ -299,7 +299,7 @@ impl<S: State, M: Mode> Communicator<S, M> {
     /// (the call only queues; the group's end launches, and is not gated: docs/multi-rank.md, "Launch mode").
     pub(crate) fn line_up_launch(&self, operation: &'static str) -> Result<(), Error> {
         match &self.launch_gate {
-            Some(gate) if !crate::group::in_group() => gate.line_up(operation, crate::placement::LINE_UP_TIMEOUT),
+            Some(gate) if !crate::group::in_group() => gate.meet(operation, crate::placement::LINE_UP_TIMEOUT),
             _ => Ok(()),
         }
     }
