@@ -407,6 +407,11 @@ pub struct LocalGroup {
     /// (round, ranks arrived in this round).
     state: std::sync::Mutex<(u64, usize)>,
     turn: std::sync::Condvar,
+    /// The first rank that left the group for good (its communicator aborted, revoked or finalized): no round can
+    /// complete after that, so a meeting fails at once instead of waiting out its timeout.
+    left: std::sync::OnceLock<(usize, &'static str)>,
+    /// The launch gates of the communicators initialised in this group, by unique id ([`gate_for`](Self::gate_for)).
+    gates: std::sync::Mutex<Vec<(Vec<u8>, std::sync::Weak<LocalGroup>)>>,
 }
 
 /// How long a rank waits for the others of its [`LocalGroup`] after a setup call before giving up with
@@ -420,7 +425,40 @@ impl LocalGroup {
             size: size.max(1),
             state: std::sync::Mutex::new((0, 0)),
             turn: std::sync::Condvar::new(),
+            left: std::sync::OnceLock::new(),
+            gates: std::sync::Mutex::new(Vec::new()),
         })
+    }
+
+    /// The launch gate of the communicator that this group's ranks initialise with unique id `key`: one group of the
+    /// same size per communicator, shared by its ranks while any of them holds it, so that a rank leaving one
+    /// communicator's gate ([`leave`](Self::leave)) leaves no other's.
+    pub(crate) fn gate_for(&self, key: &[u8]) -> std::sync::Arc<LocalGroup> {
+        let mut gates = self.gates.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        gates.retain(|(_, gate)| gate.strong_count() > 0);
+        if let Some(gate) = gates.iter().find(|(id, _)| id == key).and_then(|(_, gate)| gate.upgrade()) {
+            return gate;
+        }
+        let gate = LocalGroup::new(self.size);
+        gates.push((key.to_vec(), std::sync::Arc::downgrade(&gate)));
+        gate
+    }
+
+    /// Records that `rank` left the group for good (`how`: "aborted its communicator"), and wakes the ranks waiting
+    /// in it: their meetings, and every later one, end in [`Error::PeerFailed`] naming it.
+    pub(crate) fn leave(&self, rank: usize, how: &'static str) {
+        if self.left.set((rank, how)).is_ok() {
+            let _state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.turn.notify_all();
+        }
+    }
+
+    /// `Err(PeerFailed)` once a rank left the group.
+    fn check_left(&self) -> Result<(), Error> {
+        match self.left.get() {
+            Some(&(rank, how)) => Err(Error::PeerFailed { rank, error: format!("it {how}, so it will never come") }),
+            None => Ok(()),
+        }
     }
 
     /// The number of ranks in the group.
@@ -430,8 +468,8 @@ impl LocalGroup {
 
     /// Waits until every rank of the group has called this for the same round; [`Error::Stalled`] after `timeout`
     /// (the rank then withdraws from the round, so the others keep waiting for it, and time out too), or
-    /// [`Error::PeerFailed`] as soon as another rank of this thread's [`spmd`](crate::spmd()) job has failed (it
-    /// will never arrive).
+    /// [`Error::PeerFailed`] as soon as another rank of this thread's [`spmd`](crate::spmd()) job has failed, or a
+    /// rank has left the group ([`leave`](Self::leave)): either will never arrive.
     pub(crate) fn line_up(&self, after: &'static str, timeout: std::time::Duration) -> Result<(), Error> {
         self.meet(after, timeout)?;
         if self.size > 1 {
@@ -449,6 +487,7 @@ impl LocalGroup {
         }
         let deadline = std::time::Instant::now() + timeout;
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        self.check_left()?;
         let round = state.0;
         state.1 += 1;
         if state.1 == self.size {
@@ -464,7 +503,7 @@ impl LocalGroup {
                 state.1 -= 1;
                 return Err(Error::Stalled { operation: after, after: timeout });
             }
-            if let Err(failed) = crate::spmd::peer_failure() {
+            if let Err(failed) = crate::spmd::peer_failure().and_then(|()| self.check_left()) {
                 state.1 -= 1;
                 return Err(failed);
             }
@@ -508,5 +547,37 @@ mod group_tests {
         assert!(outcomes.iter().all(|o| matches!(o, Err(Error::Stalled { operation: "window registration", .. }))));
         assert!(started.elapsed() < Duration::from_secs(5));
         assert!(LocalGroup::new(1).line_up("alone", Duration::ZERO).is_ok());
+    }
+
+    #[test]
+    fn each_communicator_gets_its_own_gate_shared_by_its_ranks() {
+        let group = LocalGroup::new(2);
+        let (a, a_again, b) = (group.gate_for(&[1; 4]), group.gate_for(&[1; 4]), group.gate_for(&[2; 4]));
+        assert!(std::sync::Arc::ptr_eq(&a, &a_again) && !std::sync::Arc::ptr_eq(&a, &b));
+        assert_eq!(b.size(), 2);
+        a.leave(0, "finalized its communicator");
+        assert!(b.check_left().is_ok() && group.check_left().is_ok(), "leaving one gate leaves no other");
+        drop((a, a_again));
+        assert_eq!(group.gate_for(&[1; 4]).check_left().map_err(|e| e.to_string()), Ok(()), "a new one once unused");
+    }
+
+    #[test]
+    fn a_rank_that_leaves_ends_the_meetings_of_the_others_at_once() {
+        let group = LocalGroup::new(3);
+        let started = Instant::now();
+        let outcomes: Vec<_> = std::thread::scope(|scope| {
+            let waiting: Vec<_> =
+                (0..2).map(|_| scope.spawn(|| group.meet("a launch", Duration::from_secs(60)))).collect();
+            std::thread::sleep(Duration::from_millis(50));
+            group.leave(2, "aborted its communicator");
+            waiting.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for outcome in outcomes.iter().chain([&group.meet("a later launch", Duration::from_secs(60))]) {
+            assert!(
+                matches!(outcome, Err(Error::PeerFailed { rank: 2, error }) if error.contains("aborted its communicator")),
+                "{outcome:?}"
+            );
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "the meetings waited {:?}", started.elapsed());
     }
 }

@@ -228,15 +228,25 @@ impl<M: Mode> Communicator<Uninit, M> {
     /// (start the process with `CUDA_DEVICE_MAX_CONNECTIONS=32`).
     ///
     /// Under `NCCL_LAUNCH_MODE=GROUP` (docs/multi-rank.md, "Launch mode") NCCL launches every rank of the communicator
-    /// in this process in lock step, and the group's ranks also meet before each launch, so that a rank that never
-    /// comes is an error for the others rather than a wait inside NCCL without end: then `group` should hold every
-    /// rank of the communicator in this process (as it does where they all share one GPU).
+    /// in this process in lock step, and the group's ranks also meet before each launch (one meeting per
+    /// communicator, told apart by its unique id), so that a rank that never comes is an error for the others rather
+    /// than a wait inside NCCL without end: then `group` should hold every rank of the communicator in this process
+    /// (as it does where they all share one GPU).
     pub fn sharing_gpu_in(self, group: &Arc<crate::placement::LocalGroup>) -> Result<Self, Error> {
         let device = self.context().ordinal();
         crate::placement::check_queues(group.size(), device)?;
         crate::placement::note_launch_mode(group.size(), device);
-        let gate = (group.size() > 1 && crate::placement::launches_in_step()).then(|| group.clone());
-        Ok(self.sharing_gpu(group.size())?.with_local_group(Some(group.clone())).with_launch_gate(gate))
+        Ok(self.sharing_gpu(group.size())?.with_local_group(Some(group.clone())))
+    }
+
+    /// The launch gate of the communicator about to be initialised with unique id `id`: the one given (`spmd`'s), else
+    /// under `NCCL_LAUNCH_MODE=GROUP` its local group's gate for `id`, else none.
+    fn gated(self, id: &UniqueId) -> Self {
+        let gate = self.launch_gate().cloned().or_else(|| {
+            let group = self.local_group().filter(|group| group.size() > 1 && crate::placement::launches_in_step())?;
+            Some(group.gate_for(&id.bytes))
+        });
+        self.with_launch_gate(gate)
     }
 
     /// The ranks-per-GPU count initialisation will record, checked against what the loaded NCCL allows.
@@ -264,14 +274,15 @@ impl<M: Mode> Communicator<Uninit, M> {
             refuse_in_group("a blocking init", "initialise outside the group, or use a non-blocking communicator")?;
         }
         let ranks_on_gpu = self.settle_ranks_on_gpu()?;
-        let mut raw_config = config.to_raw(self.library().version(), M::BLOCKING)?;
-        self.context().bind_to_thread()?;
+        let this = self.gated(id);
+        let mut raw_config = config.to_raw(this.library().version(), M::BLOCKING)?;
+        this.context().bind_to_thread()?;
         // SAFETY: the device's context is current; the config is laid out for the loaded version and outlives
         // the handle (`finish_init` hands it to the communicator: NCCL keeps a pointer to its commName).
         let (raw, progress) = unsafe {
-            result::comm_init_rank_config(self.library(), nranks_c, &id.to_raw(), rank as i32, raw_config.as_mut_ptr())
+            result::comm_init_rank_config(this.library(), nranks_c, &id.to_raw(), rank as i32, raw_config.as_mut_ptr())
         }?;
-        self.finish_init(raw, progress, ranks_on_gpu, raw_config)
+        this.finish_init(raw, progress, ranks_on_gpu, raw_config)
     }
 
     /// Initialises this rank from several unique ids (`ncclCommInitRankScalable`), spreading the bootstrap
@@ -294,20 +305,21 @@ impl<M: Mode> Communicator<Uninit, M> {
             )?;
         }
         let ranks_on_gpu = self.settle_ranks_on_gpu()?;
+        let this = self.gated(&ids[0]);
         let mut raw_ids: Vec<_> = ids.iter().map(|id| id.to_raw()).collect();
-        let mut raw_config = config.to_raw(self.library().version(), M::BLOCKING)?;
-        self.context().bind_to_thread()?;
+        let mut raw_config = config.to_raw(this.library().version(), M::BLOCKING)?;
+        this.context().bind_to_thread()?;
         // SAFETY: as in `init`; `raw_ids` outlives the call.
         let (raw, progress) = unsafe {
             result::comm_init_rank_scalable(
-                self.library(),
+                this.library(),
                 nranks_c,
                 rank as i32,
                 &mut raw_ids,
                 raw_config.as_mut_ptr(),
             )
         }?;
-        self.finish_init(raw, progress, ranks_on_gpu, raw_config)
+        this.finish_init(raw, progress, ranks_on_gpu, raw_config)
     }
 
     fn finish_init(

@@ -40,6 +40,7 @@ impl<M: Mode> Communicator<Active, M> {
     /// Every resource borrowing the communicator (windows, registrations, device communicators) must be
     /// gone first: the borrow checker enforces it.
     pub fn finalize(self) -> Transition<Active, Finalized, M> {
+        self.leave_launch_gate("finalized its communicator");
         // SAFETY: `raw` is our live, active communicator; finalize is allowed in this state.
         self.transition(|library, raw| unsafe { result::comm_finalize(library, raw) })
     }
@@ -47,6 +48,7 @@ impl<M: Mode> Communicator<Active, M> {
     /// Stops outstanding operations without waiting (`ncclCommRevoke`). A revoked communicator can only be
     /// shrunk, destroyed or aborted.
     pub fn revoke(self) -> Transition<Active, Revoked, M> {
+        self.leave_launch_gate("revoked its communicator");
         // SAFETY: as in `finalize`.
         self.transition(|library, raw| unsafe { result::comm_revoke(library, raw, sys::NCCL_REVOKE_DEFAULT as i32) })
     }

@@ -290,11 +290,20 @@ impl<S: State, M: Mode> Communicator<S, M> {
         self.launch_gate.as_ref()
     }
 
+    /// Leaves the launch gate for good (`how`: "aborted its communicator"): an aborted, revoked or finalized
+    /// communicator launches nothing more, so its peers' launches must not wait for it
+    /// ([`LocalGroup::leave`](crate::placement::LocalGroup::leave)).
+    pub(crate) fn leave_launch_gate(&self, how: &'static str) {
+        if let (Some(gate), Some(identity)) = (&self.launch_gate, self.identity) {
+            gate.leave(identity.rank as usize, how);
+        }
+    }
+
     /// Before an NCCL call that launches work (a collective, a point-to-point or one-sided operation): where NCCL
     /// launches this process's ranks in lock step (`NCCL_LAUNCH_MODE=GROUP`), waits until every rank of the gate has
     /// come to its own launch. NCCL's launch waits for them too, but without a timeout and deaf to aborts, so a rank
     /// that never comes (its body failed, it skipped the operation) would keep its peers inside NCCL for good; here
-    /// that is [`Error::PeerFailed`] as soon as an [`spmd`](crate::spmd()) peer failed, else [`Error::Stalled`] after
+    /// that is [`Error::PeerFailed`] as soon as an [`spmd`](crate::spmd()) peer failed or a rank left the gate, else [`Error::Stalled`] after
     /// [`LINE_UP_TIMEOUT`](crate::placement::LINE_UP_TIMEOUT). Nothing to do without a gate or inside an NCCL group
     /// (the call only queues; the group's end launches, and is not gated: docs/multi-rank.md, "Launch mode").
     pub(crate) fn line_up_launch(&self, operation: &'static str) -> Result<(), Error> {
@@ -410,6 +419,7 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
     /// [`abort`](Self::abort), waiting at most `deadline` for NCCL's abort ([`Error::Stalled`] past it, the abort
     /// going on on a thread of its own).
     pub fn abort_within(mut self, deadline: std::time::Duration) -> Result<(), Error> {
+        self.leave_launch_gate("aborted its communicator");
         let (library, config) = (self.library, self.config.take());
         let raw = self.into_raw();
         // SAFETY: `raw` is a live communicator owned by us until now; abort is allowed in every initialised
@@ -427,8 +437,10 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
 
 /// How long a communicator's abort ([`Communicator::abort`], or a drop of a live communicator) waits for
 /// `ncclCommAbort` before leaving it to a thread of its own. NCCL's abort synchronizes the communicator's internal
-/// stream, so it waits for its last kernels; NCCL 2.30's symmetric kernels never read the abort flag, so a stuck one
-/// holds the abort for good (docs/multi-rank.md, "What NCCL 2.30's multi-rank mode could not do").
+/// stream, so it waits for its last kernels, and NCCL 2.30's symmetric kernels never read the abort flag: by NCCL's
+/// source a stuck one would hold the abort for good. Run on an H100 (2026-12-06), the abort behind a stuck symmetric
+/// all-reduce returned in 0.51 s, but a bound costs nothing where NCCL does end it (docs/multi-rank.md, "What NCCL
+/// 2.30's multi-rank mode could not do").
 pub const ABORT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Runs `ncclCommAbort(raw)` on a thread of its own and waits for it at most `deadline`: its outcome, or `None` if it
@@ -490,6 +502,7 @@ impl<S: State, M: Mode> Drop for Communicator<S, M> {
             // SAFETY: a finalized communicator owned by us; destroy after finalize is local.
             ("destroyed", Some(unsafe { result::comm_destroy(self.library, self.raw) }.map(|_| ())))
         } else {
+            self.leave_launch_gate("dropped its live communicator");
             // SAFETY: a live communicator owned by us, never used again (its handle is cleared below); abort never
             // waits for other ranks, but it waits for the communicator's kernels, so within a deadline.
             ("aborted", unsafe { abort_on_own_thread(self.library, self.raw, self.config.take(), ABORT_DEADLINE) })
