@@ -23,8 +23,9 @@ use crate::placement::{shared_gpu_config, Placement};
 /// Under `NCCL_LAUNCH_MODE=GROUP` (what ranks sharing a GPU need: docs/multi-rank.md, "Launch mode") NCCL launches
 /// every rank of the process in lock step and waits for all of them inside each launch, without a timeout; so the
 /// ranks also meet before each launch of a collective, point-to-point or one-sided operation outside an NCCL group,
-/// and a rank that never comes ends the others' launches with [`Error::PeerFailed`] (its body failed) or
-/// [`Error::Stalled`] (after [`LINE_UP_TIMEOUT`](crate::placement::LINE_UP_TIMEOUT)).
+/// and a rank that never comes ends the others' launches with [`Error::PeerFailed`] (its body failed, or its
+/// communicator was aborted, revoked or finalized) or [`Error::Stalled`] (after
+/// [`LINE_UP_TIMEOUT`](crate::placement::LINE_UP_TIMEOUT)).
 ///
 /// The communicator is finalized and destroyed after `body` returns (aborted if `body` failed, so a rank
 /// that errors never leaves the others waiting in finalize forever). A panic in one rank's body is turned
