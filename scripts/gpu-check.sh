@@ -15,10 +15,11 @@
 # Parts (each on the NCCL release it names):
 #   suite     NCCL 2.28.9 (the image's), 1 rank: every test binary with --include-ignored, every example
 #   suite30   NCCL 2.30.7, 1 rank: the same
-#   ranks     NCCL 2.30.7, WEFT_RANKS=2,4,8 (all on the one GPU): every multi-rank test (named `…every_rank…`), the
-#             fault tests, examples 01-06 (each checks f32 and bf16 against its f64 host reference)
+#   ranks     NCCL 2.30.7, WEFT_RANKS=2,4,8 (all on the one GPU), NCCL_LAUNCH_MODE=GROUP (WEFT_GPU_CHECK_LAUNCH_MODE
+#             sets another): every multi-rank test (named `…every_rank…`), the fault tests, examples 01-06, 08, 09
+#             (each checks f32 and bf16 against its f64 host reference)
 #   bench     the benchmarks: 1 rank on 2.28.9, 1/2/4/8 ranks on 2.30.7, several ranks with NCCL_LAUNCH_MODE=GROUP
-#             (docs/multi-rank.md, "Launch mode"; the block GEMM against cuBLAS at 1 rank;
+#             (as `ranks`; the block GEMM against cuBLAS at 1 rank;
 #             WEFT_GPU_CHECK_QUICK=1: quick mode;
 #             WEFT_GPU_CHECK_BENCH_RANKS="4 8": only those rank counts, on 2.30.7)
 #   smoke     (not in the default) NCCL 2.30.7: the wait probes, then at 2, 4 and 8 ranks the multi-rank tests (with
@@ -83,6 +84,9 @@ export NCCL_DEBUG=WARN WEFT_CACHE_DIR=/tmp/weft-cache WEFT_STACKS=1
 # the environment when it sets a context up; weft refuses fewer (docs/multi-rank.md, "Hardware queues").
 export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
 [ "${WEFT_GPU_CHECK_QUICK:-0}" = 1 ] && export WEFT_BENCH_QUICK=1
+# NCCL's launch mode for the parts `ranks` and `bench` at several ranks: GROUP (what ranks sharing a GPU need,
+# docs/multi-rank.md, "Launch mode"), or WEFT_GPU_CHECK_LAUNCH_MODE=PARALLEL for NCCL's default.
+launch_mode=${WEFT_GPU_CHECK_LAUNCH_MODE:-GROUP}
 # The multi-rank tests and the fault tests; everything else is one rank (or several on several GPUs).
 multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_graphs "every_rank" test-gpu_lamport "every_rank" test-gpu_multimem "" test-gpu_faults "" test-gpu_mma "every_rank")
 
@@ -153,6 +157,8 @@ suite() { # tag
 }
 
 ranks() {
+  # NCCL launches the rank threads in lock step, as ranks sharing a GPU need (docs/multi-rank.md, "Launch mode").
+  export NCCL_LAUNCH_MODE=$launch_mode
   for n in ${WEFT_GPU_CHECK_RANKS:-2 4 8}; do
     export WEFT_RANKS=$n
     local i
@@ -164,7 +170,7 @@ ranks() {
       [ -x ".gpu/bin/example-$e" ] && run "2.30.7 x$n example-$e" 300 ".gpu/bin/example-$e"
     done
   done
-  unset WEFT_RANKS
+  unset WEFT_RANKS NCCL_LAUNCH_MODE
 }
 
 smoke() {
@@ -408,7 +414,7 @@ bench() { # release, rank counts...
   for n in "$@"; do
     export WEFT_RANKS=$n WEFT_BENCH_OUT="$out/bench-$release-x$n"
     # Ranks sharing the GPU launch in NCCL's lock step (docs/multi-rank.md, "Launch mode"); one rank needs nothing.
-    if [ "$n" -gt 1 ]; then export NCCL_LAUNCH_MODE=GROUP; else unset NCCL_LAUNCH_MODE; fi
+    if [ "$n" -gt 1 ]; then export NCCL_LAUNCH_MODE=$launch_mode; else unset NCCL_LAUNCH_MODE; fi
     if [ "$n" -ge 4 ]; then
       # At 4 and 8 ranks the whole fused suite can outlast one call: one run per case (each resumable with
       # WEFT_GPU_CHECK_STATE).
