@@ -478,17 +478,23 @@ unsafe fn abort_on_own_thread(
     if crate::group::current().is_some() {
         return Some(owned.abort(library));
     }
+    // The handle waits in a slot that the aborting thread empties; where no thread starts, it is still there, with
+    // its config, to abort here.
+    let slot = Arc::new(std::sync::Mutex::new(Some(owned)));
+    let take =
+        |slot: &std::sync::Mutex<Option<Owned>>| slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
     let (sender, receiver) = std::sync::mpsc::channel();
-    // The closure takes `owned` whole (a method call), so what crosses threads is `Owned`, which is `Send`.
+    let theirs = slot.clone();
     let spawned = std::thread::Builder::new().name("weft-abort".to_owned()).spawn(move || {
-        // The receiver may be gone (the deadline passed): nobody waits for the outcome then.
-        let _ = sender.send(owned.abort(library));
+        if let Some(owned) = take(&theirs) {
+            // The receiver may be gone (the deadline passed): nobody waits for the outcome then.
+            let _ = sender.send(owned.abort(library));
+        }
     });
     match spawned {
         // A disconnected channel would mean the thread ended without an outcome, which `Owned::abort` cannot.
         Ok(_) => receiver.recv_timeout(deadline).ok(),
-        // SAFETY: the caller's contract; the thread never started, so the handle is still only ours.
-        Err(_) => Some(unsafe { result::comm_abort(library, raw) }.map(|_| ())),
+        Err(_) => take(&slot).map(|owned| owned.abort(library)),
     }
 }
 
