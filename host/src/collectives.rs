@@ -12,7 +12,8 @@ use crate::error::Error;
 use crate::result::{self, Progress};
 use crate::sys::{cudaStream_t, ncclDataType_t, ncclRedOp_t};
 
-/// What [`Communicator::line_up_launch`] names when the ranks did not all come to a launch.
+/// What [`Communicator::line_up_launch`] names when the ranks did not all come to a launch (also
+/// `Window::put_signal`'s).
 macro_rules! launch {
     ($call:literal) => {
         concat!(
@@ -22,6 +23,7 @@ macro_rules! launch {
         )
     };
 }
+pub(crate) use launch;
 
 fn expect_len(argument: &'static str, got: usize, want: usize, rule: &str) -> Result<(), Error> {
     if got == want {

@@ -179,9 +179,22 @@ impl Placement {
     /// Whether the loaded NCCL runs this placement: several ranks on one GPU need NCCL ≥ 2.30 and
     /// `NCCL_MULTI_RANK_GPU_ENABLE=1`. Checked before NCCL is asked, whose own refusal does not say why.
     pub fn check_supported(&self, found: Version) -> Result<(), Error> {
-        match (0..self.nranks()).max_by_key(|&rank| self.ranks_on_gpu(rank)) {
-            Some(rank) => check_sharing(self.ranks_on_gpu(rank), self.devices[rank], found),
+        match self.busiest_gpu() {
+            Some((ranks, device)) => check_sharing(ranks, device, found),
             None => Ok(()),
+        }
+    }
+
+    /// The GPU holding the most ranks: (its rank count, its device); `None` without ranks.
+    fn busiest_gpu(&self) -> Option<(usize, usize)> {
+        let rank = (0..self.nranks()).max_by_key(|&rank| self.ranks_on_gpu(rank))?;
+        Some((self.ranks_on_gpu(rank), self.devices[rank]))
+    }
+
+    /// [`note_launch_mode`] for the placement's busiest GPU (ranks that are threads of this process).
+    pub(crate) fn note_launch_mode(&self) {
+        if let Some((ranks, device)) = self.busiest_gpu() {
+            note_launch_mode(ranks, device);
         }
     }
 

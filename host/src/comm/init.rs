@@ -169,9 +169,7 @@ impl Communicator<Uninit, Blocking> {
         }
         placement.check_supported(library.version())?;
         placement.check_queues()?;
-        if let Some(rank) = (0..devices.len()).max_by_key(|&rank| placement.ranks_on_gpu(rank)) {
-            crate::placement::note_launch_mode(placement.ranks_on_gpu(rank), devices[rank]);
-        }
+        placement.note_launch_mode();
         // SAFETY: every ordinal was checked against the device count; repeats were allowed by the check above.
         let raws = unsafe { result::comm_init_all(library, &ordinals) }?;
         // Wrap every handle first so that a failure below aborts them all (Drop).

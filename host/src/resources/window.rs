@@ -354,9 +354,7 @@ impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
         let signal = i32::try_from(signal_index).map_err(|_| Error::invalid("signal_index", "exceeds i32::MAX"))?;
         let size = std::mem::size_of::<T>();
         let local = source.buffer().device_address() + (source_offset * size) as u64;
-        self.comm.line_up_launch(
-            "the meeting of this process's ranks before ncclPutSignal (NCCL_LAUNCH_MODE=GROUP launches them together)",
-        )?;
+        self.comm.line_up_launch(crate::collectives::launch!("ncclPutSignal"))?;
         let (_read, _write) = (source.buffer().use_guard(stream), self.buffer().use_guard(stream));
         // SAFETY: our live communicator and windows, a stream of its device, `count` Ts inside this rank's part of
         // the source window and a destination range inside the peer's (same-sized) part of this window.
