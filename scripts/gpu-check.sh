@@ -48,6 +48,10 @@
 #             its zero_adam case at 8 five more times, and the collective and kernel tests and the quickstart at 8
 #   stages    (not in the default) NCCL 2.28.9, 1 rank: the tensor-core tests with gemm_tiles on 3 and on 2 stages
 #             (WEFT_GEMM_TILES_STAGES: an A100's and a 99-KB GPU's pipelines, run on Hopper), both mainloops
+#   children  (not in the default) NCCL 2.30.7: communicators split and shrunk from one whose ranks weft knows
+#             (docs/multi-rank.md, "Launch mode"): the split test at 2, 4 and 8 ranks under NCCL_LAUNCH_MODE=GROUP and
+#             under NCCL's default, the fault tests (with the split child's gate) and example 02 at 2, 4 and 8 under
+#             GROUP; at 1 rank on 2.28.9 the host GPU tests and example 02
 #   queues    (not in the default) NCCL 2.30.7: the two runs that still stopped on 2026-12-05 (the graph timing test
 #             at 8 ranks, the benchmark's zero_adam case at 4) with 32 hardware queues, several times each, and weft's
 #             refusal of 8 queues at 2 ranks
@@ -283,6 +287,26 @@ fresh() { # release: see the header
   fi
 }
 
+children() { # release: see the header
+  if [ "$1" = 2.28.9 ]; then
+    run "2.28.9 test-gpu" 300 .gpu/bin/test-gpu --include-ignored --test-threads=1
+    run "2.28.9 example-lifecycle" 120 .gpu/bin/example-lifecycle
+    return
+  fi
+  local n mode
+  for mode in GROUP PARALLEL; do
+    for n in 2 4 8; do
+      NCCL_LAUNCH_MODE=$mode WEFT_RANKS=$n run "2.30.7 x$n $mode test-gpu split" 120 .gpu/bin/test-gpu \
+        --include-ignored --test-threads=1 --nocapture split_communicators
+    done
+  done
+  for n in 2 4 8; do
+    NCCL_LAUNCH_MODE=GROUP WEFT_RANKS=$n run "2.30.7 x$n GROUP test-gpu_faults" 180 .gpu/bin/test-gpu_faults \
+      --include-ignored --test-threads=1 --nocapture
+    NCCL_LAUNCH_MODE=GROUP WEFT_RANKS=$n run "2.30.7 x$n GROUP example-lifecycle" 120 .gpu/bin/example-lifecycle
+  done
+}
+
 launch() { # see the header
   export NCCL_LAUNCH_MODE=GROUP
   local n i
@@ -464,6 +488,7 @@ case $parts in *,queues,*) with_nccl 2.30.7 queues ;; esac
 case $parts in *,stall,*) with_nccl 2.30.7 stall ;; esac
 case $parts in *,stages,*) with_nccl 2.28.9 stages ;; esac
 case $parts in *,launch,*) with_nccl 2.30.7 launch ;; esac
+case $parts in *,children,*) with_nccl 2.30.7 children 2.30.7; with_nccl 2.28.9 children 2.28.9 ;; esac
 case $parts in *,gemm,*) with_nccl 2.28.9 gemm 2.28.9; with_nccl 2.30.7 gemm 2.30.7 ;; esac
 case $parts in *,launchers,*) with_nccl 2.28.9 launchers 2.28.9 1; with_nccl 2.30.7 launchers 2.30.7 1 2 4 ;; esac
 case $parts in *,graphs,*) with_nccl 2.28.9 graphs 2.28.9 1; with_nccl 2.30.7 graphs 2.30.7 1 2 4 8 ;; esac

@@ -291,6 +291,63 @@ fn a_rank_that_fails_in_spmd_before_any_collective_ends_the_launches_of_the_othe
     the_last_rank_fails_in_spmd(&placement, false);
 }
 
+/// Under `NCCL_LAUNCH_MODE=GROUP` a communicator split from a gated one is gated too. Every rank (threads of our
+/// own, through `sharing_gpu_in`) splits into one child; the last rank then drops its child before any collective
+/// on it, and the others' first all-reduce on theirs must end in `Error::PeerFailed` naming it, at the child's launch
+/// gate, instead of waiting inside NCCL for good. The parent still all-reduces on every rank afterwards, the memory
+/// comes back, and a new communicator works. Skips, saying so, under NCCL's default launch mode.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_rank_that_drops_its_split_child_ends_the_child_launches_of_the_others_in_group_launch_mode() {
+    let Some(placement) = placement() else { return };
+    if !weft::host::placement::launches_in_step() {
+        println!(
+            "skipped: only NCCL_LAUNCH_MODE=GROUP launches the ranks together (docs/multi-rank.md, \"Launch mode\")"
+        );
+        return;
+    }
+    let before = warm_up(&placement);
+    let n = placement.nranks();
+    let id = UniqueId::new().unwrap();
+    let groups = placement.local_groups();
+    let started = Instant::now();
+    let outcomes = on_threads(n, |rank| -> Result<(Option<Error>, f32), Error> {
+        let comm = init(&placement, &groups, rank, &id)?;
+        let config = shared_gpu_config(&Config::new().comm_name("weft-faults-child"), groups[rank].size());
+        let child = comm.split(Some(0), rank as i32, Some(&config))?.expect("every rank gave color 0");
+        let s = comm.context().new_stream()?;
+        let send = s.clone_htod(&vec![(rank + 1) as f32; 4096])?;
+        let mut recv = s.alloc_zeros::<f32>(4096)?;
+        let error = if rank == n - 1 {
+            // Aborts the child, and leaves its gate.
+            drop(child);
+            None
+        } else {
+            let outcome = child.all_reduce(&send, &mut recv, ReduceOp::Sum, &s);
+            drop(child);
+            Some(outcome.expect_err("the last rank never launches on its child"))
+        };
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
+        comm.wait(&s, Duration::from_secs(30))?;
+        let sum = weft::host::cuda::download(&s, &recv)?[0];
+        comm.finalize().map_err(Error::from)?.destroy().map_err(Error::from)?;
+        Ok((error, sum))
+    });
+    let elapsed = started.elapsed();
+    let want = (n * (n + 1) / 2) as f32;
+    for (rank, outcome) in outcomes.into_iter().enumerate() {
+        let (error, sum) = outcome.unwrap_or_else(|error| panic!("rank {rank}: {error}"));
+        println!("rank {rank}: {error:?}, then the parent's all-reduce gave {sum}");
+        if rank < n - 1 {
+            assert!(matches!(&error, Some(Error::PeerFailed { rank, .. }) if *rank == n - 1), "{error:?}");
+        }
+        assert_eq!(sum, want, "rank {rank}: the parent's all-reduce");
+    }
+    assert!(elapsed < Duration::from_secs(60), "the ranks took {elapsed:?}");
+    assert_released(&before, &free_memory(&placement));
+    a_new_communicator_works(&placement);
+}
+
 /// In `spmd`, after one all-reduce together where `after_a_collective`, the last rank's body fails; the others then
 /// enqueue an all-reduce and wait for it. Their launch (under `NCCL_LAUNCH_MODE=GROUP`, where the ranks meet before
 /// it) or their wait must end in `Error::PeerFailed` naming the failed rank, `spmd` must return that rank's own

@@ -417,14 +417,140 @@ mod tests {
 #[derive(Debug)]
 pub struct LocalGroup {
     size: usize,
-    /// (round, ranks arrived in this round).
-    state: std::sync::Mutex<(u64, usize)>,
+    /// The round, the ranks arrived in it, and what they brought to it ([`exchange`](Self::exchange)).
+    state: std::sync::Mutex<Round>,
     turn: std::sync::Condvar,
     /// The first rank that left the group for good (its communicator aborted, revoked or finalized): no round can
     /// complete after that, so a meeting fails at once instead of waiting out its timeout.
     left: std::sync::OnceLock<(usize, &'static str)>,
-    /// The launch gates of the communicators initialised in this group, by unique id ([`gate_for`](Self::gate_for)).
-    gates: std::sync::Mutex<Vec<(Vec<u8>, std::sync::Weak<LocalGroup>)>>,
+    /// The rosters of the communicators initialised in this group, by unique id ([`roster_for`](Self::roster_for)).
+    rosters: Keyed<Roster>,
+}
+
+/// One round of a [`LocalGroup`]'s meetings.
+#[derive(Debug, Default)]
+struct Round {
+    number: u64,
+    arrived: usize,
+    /// The values brought to this round by [`LocalGroup::exchange`].
+    brought: Vec<u64>,
+    /// The values of the last round that completed: its ranks read them before any of them can complete another.
+    last: Vec<u64>,
+}
+
+/// Shared objects by key, held by their users: the first to ask for a key makes it, the others get the same one
+/// while anybody holds it.
+#[derive(Debug)]
+struct Keyed<T>(std::sync::Mutex<Vec<(Vec<u8>, std::sync::Weak<T>)>>);
+
+impl<T> Default for Keyed<T> {
+    fn default() -> Self {
+        Keyed(std::sync::Mutex::new(Vec::new()))
+    }
+}
+
+impl<T> Keyed<T> {
+    fn get_or(&self, key: &[u8], make: impl FnOnce() -> T) -> std::sync::Arc<T> {
+        let mut entries = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries.retain(|(_, entry)| entry.strong_count() > 0);
+        if let Some(entry) = entries.iter().find(|(k, _)| k == key).and_then(|(_, entry)| entry.upgrade()) {
+            return entry;
+        }
+        let entry = std::sync::Arc::new(make());
+        entries.push((key.to_vec(), std::sync::Arc::downgrade(&entry)));
+        entry
+    }
+}
+
+/// The ranks of one communicator that are threads of this process and took part in its creation together: the
+/// ranks of an [`spmd`](crate::spmd()) job, or those that initialised it through one [`LocalGroup`]
+/// ([`Communicator::sharing_gpu_in`](crate::Communicator::sharing_gpu_in)). It knows each one's rank and GPU, holds
+/// the launch gate they meet at under `NCCL_LAUNCH_MODE=GROUP` (docs/multi-rank.md, "Launch mode"), and derives
+/// the rosters of the communicators split or shrunk from it: their line-up groups (one per GPU) and their gates.
+#[derive(Debug)]
+pub(crate) struct Roster {
+    /// The GPU of each member, in no particular order.
+    census: Vec<usize>,
+    /// (rank, GPU) of each member that has enrolled, at most the census.
+    members: std::sync::Mutex<Vec<(usize, usize)>>,
+    /// All the members: the launch gate, and where a split's members tell each other their colors.
+    gate: std::sync::Arc<LocalGroup>,
+    /// The rosters of the communicators made from this one, by how ([`split`](Self::split), [`shrink`](Self::shrink)).
+    children: Keyed<Roster>,
+    /// The members on each GPU, lined up after setup calls ([`group_on`](Self::group_on)).
+    groups: Keyed<LocalGroup>,
+}
+
+impl Roster {
+    /// The roster of members on the GPUs of `census` (one entry per member), none enrolled yet.
+    pub(crate) fn new(census: Vec<usize>) -> Roster {
+        Roster {
+            members: std::sync::Mutex::new(Vec::with_capacity(census.len())),
+            gate: LocalGroup::new(census.len()),
+            census,
+            children: Keyed::default(),
+            groups: Keyed::default(),
+        }
+    }
+
+    /// Records that `rank` runs on GPU `device` (again: no change).
+    pub(crate) fn enrol(&self, rank: usize, device: usize) {
+        let mut members = self.members.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !members.iter().any(|&(r, _)| r == rank) {
+            members.push((rank, device));
+        }
+    }
+
+    /// The gate of every member (the launch gate under `NCCL_LAUNCH_MODE=GROUP`).
+    pub(crate) fn gate(&self) -> &std::sync::Arc<LocalGroup> {
+        &self.gate
+    }
+
+    /// The members on GPU `device`, as a group that lines up after collective setup calls; `None` where only one
+    /// is there (nothing to line up with).
+    pub(crate) fn group_on(&self, device: usize) -> Option<std::sync::Arc<LocalGroup>> {
+        let here = self.census.iter().filter(|&&d| d == device).count();
+        (here > 1).then(|| self.groups.get_or(&device.to_le_bytes(), || LocalGroup::new_inner(here)))
+    }
+
+    /// The roster of the communicator that `ncclCommSplit` number `seq` (counted on the parent communicator) gives
+    /// this member with `color` (`None`: it opts out and gets none) on GPU `device`. Every member calls it, as every
+    /// rank calls the split: they tell each other their colors over the gate, which ends in [`Error::PeerFailed`]
+    /// or [`Error::Stalled`] as a launch there would. The members of the child enrol once NCCL told them their ranks.
+    pub(crate) fn split(
+        &self,
+        seq: u64,
+        color: Option<u32>,
+        device: usize,
+        timeout: std::time::Duration,
+    ) -> Result<Option<std::sync::Arc<Roster>>, Error> {
+        // u32::MAX marks "no color" (a color is at most i32::MAX), the device the low half.
+        let mine = |c: Option<u32>| (u64::from(c.unwrap_or(u32::MAX)) << 32) | (device as u64 & 0xffff_ffff);
+        let colors = self.gate.exchange(mine(color), "a communicator split", timeout)?;
+        let Some(color) = color else { return Ok(None) };
+        let census = colors.iter().filter(|&&v| (v >> 32) as u32 == color).map(|&v| (v & 0xffff_ffff) as usize);
+        let key = [b"split".as_slice(), &seq.to_le_bytes(), &color.to_le_bytes()].concat();
+        Ok(Some(self.children.get_or(&key, || Roster::new(census.collect()))))
+    }
+
+    /// The roster of the communicator that `ncclCommShrink` number `seq` (counted on the parent communicator) leaves
+    /// without the ranks in `exclude`: every enrolled member not excluded (its gate, its line-up groups). `None` where
+    /// the members are not all enrolled.
+    pub(crate) fn shrink(&self, seq: u64, exclude: &[usize]) -> Option<std::sync::Arc<Roster>> {
+        let members = self.members.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if members.len() != self.census.len() {
+            return None;
+        }
+        let stay = members.iter().filter(|&&(rank, _)| !exclude.contains(&rank)).map(|&(_, device)| device);
+        let mut gone: Vec<_> = exclude.to_vec();
+        gone.sort_unstable();
+        let key: Vec<u8> = [b"shrink".as_slice(), &seq.to_le_bytes()]
+            .into_iter()
+            .flat_map(|part| part.iter().copied())
+            .chain(gone.iter().flat_map(|rank| (*rank as u64).to_le_bytes()))
+            .collect();
+        Some(self.children.get_or(&key, || Roster::new(stay.collect())))
+    }
 }
 
 /// How long a rank waits for the others of its [`LocalGroup`] after a setup call before giving up with
@@ -434,27 +560,24 @@ pub const LINE_UP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 impl LocalGroup {
     /// A group of `size` ranks (threads of this process on one GPU).
     pub fn new(size: usize) -> std::sync::Arc<LocalGroup> {
-        std::sync::Arc::new(LocalGroup {
-            size: size.max(1),
-            state: std::sync::Mutex::new((0, 0)),
-            turn: std::sync::Condvar::new(),
-            left: std::sync::OnceLock::new(),
-            gates: std::sync::Mutex::new(Vec::new()),
-        })
+        std::sync::Arc::new(LocalGroup::new_inner(size))
     }
 
-    /// The launch gate of the communicator that this group's ranks initialise with unique id `key`: one group of the
-    /// same size per communicator, shared by its ranks while any of them holds it, so that a rank leaving one
-    /// communicator's gate ([`leave`](Self::leave)) leaves no other's.
-    pub(crate) fn gate_for(&self, key: &[u8]) -> std::sync::Arc<LocalGroup> {
-        let mut gates = self.gates.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        gates.retain(|(_, gate)| gate.strong_count() > 0);
-        if let Some(gate) = gates.iter().find(|(id, _)| id == key).and_then(|(_, gate)| gate.upgrade()) {
-            return gate;
+    fn new_inner(size: usize) -> LocalGroup {
+        LocalGroup {
+            size: size.max(1),
+            state: std::sync::Mutex::new(Round::default()),
+            turn: std::sync::Condvar::new(),
+            left: std::sync::OnceLock::new(),
+            rosters: Keyed::default(),
         }
-        let gate = LocalGroup::new(self.size);
-        gates.push((key.to_vec(), std::sync::Arc::downgrade(&gate)));
-        gate
+    }
+
+    /// The roster of the communicator that this group's ranks, on GPU `device`, initialise with unique id `key`: one
+    /// per communicator, shared by its ranks while any of them holds it, so that a rank leaving one communicator's
+    /// gate ([`leave`](Self::leave)) leaves no other's.
+    pub(crate) fn roster_for(&self, key: &[u8], device: usize) -> std::sync::Arc<Roster> {
+        self.rosters.get_or(key, || Roster::new(vec![device; self.size]))
     }
 
     /// Records that `rank` left the group for good (`how`: "aborted its communicator"), and wakes the ranks waiting
@@ -494,35 +617,70 @@ impl LocalGroup {
     /// [`line_up`](Self::line_up) without noting that this thread lined up with its peers after its work (the
     /// launch gate, which meets before the work: `Communicator::line_up_launch`).
     pub(crate) fn meet(&self, after: &'static str, timeout: std::time::Duration) -> Result<(), Error> {
+        self.meet_with(None, after, timeout).map(drop)
+    }
+
+    /// [`meet`](Self::meet), each rank bringing `value`: every rank gets all the values brought to the round (in no
+    /// particular order). A group of one gets its own.
+    pub(crate) fn exchange(
+        &self,
+        value: u64,
+        what: &'static str,
+        timeout: std::time::Duration,
+    ) -> Result<Vec<u64>, Error> {
+        if self.size <= 1 {
+            return Ok(vec![value]);
+        }
+        self.meet_with(Some(value), what, timeout).map(Option::unwrap_or_default)
+    }
+
+    fn meet_with(
+        &self,
+        value: Option<u64>,
+        after: &'static str,
+        timeout: std::time::Duration,
+    ) -> Result<Option<Vec<u64>>, Error> {
         use std::sync::PoisonError;
         if self.size <= 1 {
-            return Ok(());
+            return Ok(None);
         }
         let deadline = std::time::Instant::now() + timeout;
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         self.check_left()?;
-        let round = state.0;
-        state.1 += 1;
-        if state.1 == self.size {
-            *state = (round + 1, 0);
+        let round = state.number;
+        state.arrived += 1;
+        state.brought.extend(value);
+        // What this rank takes away from a completed round.
+        let take = |state: &Round| value.map(|_| state.last.clone());
+        if state.arrived == self.size {
+            state.number = round + 1;
+            state.arrived = 0;
+            state.last = std::mem::take(&mut state.brought);
             self.turn.notify_all();
-            return Ok(());
+            return Ok(take(&state));
         }
+        // Withdraws this rank from the round it gives up on.
+        let withdraw = |state: &mut Round| {
+            state.arrived -= 1;
+            if let Some(at) = value.and_then(|v| state.brought.iter().position(|&b| b == v)) {
+                state.brought.swap_remove(at);
+            }
+        };
         // Woken by the last arrival, or every few milliseconds to look for a failed peer.
         const LOOK: std::time::Duration = std::time::Duration::from_millis(20);
         loop {
             let now = std::time::Instant::now();
             if now >= deadline {
-                state.1 -= 1;
+                withdraw(&mut state);
                 return Err(Error::Stalled { operation: after, after: timeout });
             }
             if let Err(failed) = crate::spmd::peer_failure().and_then(|()| self.check_left()) {
-                state.1 -= 1;
+                withdraw(&mut state);
                 return Err(failed);
             }
             state = self.turn.wait_timeout(state, (deadline - now).min(LOOK)).unwrap_or_else(PoisonError::into_inner).0;
-            if state.0 != round {
-                return Ok(());
+            if state.number != round {
+                return Ok(take(&state));
             }
         }
     }
@@ -563,15 +721,127 @@ mod group_tests {
     }
 
     #[test]
-    fn each_communicator_gets_its_own_gate_shared_by_its_ranks() {
+    fn each_communicator_gets_its_own_roster_and_gate_shared_by_its_ranks() {
         let group = LocalGroup::new(2);
-        let (a, a_again, b) = (group.gate_for(&[1; 4]), group.gate_for(&[1; 4]), group.gate_for(&[2; 4]));
+        let (a, a_again, b) =
+            (group.roster_for(&[1; 4], 0), group.roster_for(&[1; 4], 0), group.roster_for(&[2; 4], 0));
         assert!(std::sync::Arc::ptr_eq(&a, &a_again) && !std::sync::Arc::ptr_eq(&a, &b));
-        assert_eq!(b.size(), 2);
-        a.leave(0, "finalized its communicator");
-        assert!(b.check_left().is_ok() && group.check_left().is_ok(), "leaving one gate leaves no other");
+        assert_eq!(b.gate().size(), 2);
+        a.gate().leave(0, "finalized its communicator");
+        assert!(b.gate().check_left().is_ok() && group.check_left().is_ok(), "leaving one gate leaves no other");
         drop((a, a_again));
-        assert_eq!(group.gate_for(&[1; 4]).check_left().map_err(|e| e.to_string()), Ok(()), "a new one once unused");
+        let fresh = group.roster_for(&[1; 4], 0);
+        assert_eq!(fresh.gate().check_left().map_err(|e| e.to_string()), Ok(()), "a new one once unused");
+    }
+
+    /// Runs `body(rank)` on `n` threads at once; the results in rank order.
+    fn on_threads<R: Send>(n: usize, body: impl Fn(usize) -> R + Sync) -> Vec<R> {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..n)
+                .map(|rank| {
+                    scope.spawn({
+                        let body = &body;
+                        move || body(rank)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn an_exchange_gives_every_rank_every_value_round_after_round() {
+        let group = LocalGroup::new(4);
+        let rounds = on_threads(4, |rank| {
+            (0..20u64)
+                .map(|round| {
+                    let mut got = group.exchange(round * 10 + rank as u64, "test", Duration::from_secs(10)).unwrap();
+                    got.sort_unstable();
+                    got
+                })
+                .collect::<Vec<_>>()
+        });
+        for got in rounds {
+            for (round, values) in (0..20u64).zip(got) {
+                assert_eq!(values, (0..4).map(|rank| round * 10 + rank).collect::<Vec<_>>());
+            }
+        }
+        // A rank that gives up takes its value back: the round completes later without it.
+        let group = LocalGroup::new(2);
+        assert!(matches!(group.exchange(7, "test", Duration::from_millis(20)), Err(Error::Stalled { .. })));
+        let got = on_threads(2, |rank| group.exchange(rank as u64, "test", Duration::from_secs(10)).unwrap());
+        for mut values in got {
+            values.sort_unstable();
+            assert_eq!(values, [0, 1]);
+        }
+        assert_eq!(LocalGroup::new(1).exchange(5, "alone", Duration::ZERO).unwrap(), [5]);
+    }
+
+    /// A roster of four ranks on GPUs 0, 0, 1, 1, all enrolled.
+    fn four_on_two_gpus() -> Roster {
+        let roster = Roster::new(vec![0, 0, 1, 1]);
+        for rank in 0..4 {
+            roster.enrol(rank, rank / 2);
+        }
+        roster
+    }
+
+    #[test]
+    fn a_split_gives_the_ranks_of_each_color_one_roster_with_their_gpus() {
+        let roster = four_on_two_gpus();
+        // Colors 0 1 0 1: each child has one rank on each GPU, so nothing to line up per GPU.
+        let children = on_threads(4, |rank| {
+            roster.split(0, Some(rank as u32 % 2), rank / 2, Duration::from_secs(10)).unwrap().unwrap()
+        });
+        assert!(
+            std::sync::Arc::ptr_eq(&children[0], &children[2]) && std::sync::Arc::ptr_eq(&children[1], &children[3])
+        );
+        assert!(!std::sync::Arc::ptr_eq(&children[0], &children[1]));
+        assert_eq!(children[0].gate().size(), 2);
+        assert!(children[0].group_on(0).is_none() && children[0].group_on(1).is_none());
+        // Colors 0 0 1 -: one child of the two ranks on GPU 0, one of one rank, and rank 3 out.
+        let children = on_threads(4, |rank| {
+            let color = [Some(0), Some(0), Some(1), None][rank];
+            roster.split(1, color, rank / 2, Duration::from_secs(10)).unwrap()
+        });
+        let (pair, alone) = (children[0].clone().unwrap(), children[2].clone().unwrap());
+        assert!(std::sync::Arc::ptr_eq(&pair, children[1].as_ref().unwrap()) && children[3].is_none());
+        assert_eq!((pair.gate().size(), alone.gate().size()), (2, 1));
+        assert_eq!(pair.group_on(0).map(|group| group.size()), Some(2));
+        let (a, b) = (pair.group_on(0).unwrap(), pair.group_on(0).unwrap());
+        assert!(std::sync::Arc::ptr_eq(&a, &b), "the ranks on one GPU share its group");
+        // The same colors in a later split make other rosters.
+        let later = on_threads(4, |rank| roster.split(2, Some(0), rank / 2, Duration::from_secs(10)).unwrap().unwrap());
+        assert!(!std::sync::Arc::ptr_eq(&later[0], &pair) && later[0].gate().size() == 4);
+        assert_eq!(later[0].group_on(1).map(|group| group.size()), Some(2));
+    }
+
+    #[test]
+    fn a_rank_that_never_splits_is_an_error_for_the_others_not_a_hang() {
+        let roster = four_on_two_gpus();
+        let started = Instant::now();
+        let outcomes = on_threads(3, |rank| roster.split(0, Some(0), rank / 2, Duration::from_millis(200)).map(drop));
+        assert!(outcomes.iter().all(|o| matches!(o, Err(Error::Stalled { operation: "a communicator split", .. }))));
+        roster.gate().leave(3, "aborted its communicator");
+        let outcome = roster.split(1, Some(0), 0, Duration::from_secs(60)).map(drop);
+        assert!(matches!(outcome, Err(Error::PeerFailed { rank: 3, .. })), "{outcome:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_shrink_keeps_the_enrolled_ranks_not_excluded() {
+        let roster = four_on_two_gpus();
+        let (child, again) = (roster.shrink(0, &[3]).unwrap(), roster.shrink(0, &[3]).unwrap());
+        assert!(std::sync::Arc::ptr_eq(&child, &again), "the survivors share one roster");
+        assert_eq!(child.gate().size(), 3);
+        assert_eq!(child.group_on(0).map(|group| group.size()), Some(2));
+        assert!(child.group_on(1).is_none(), "one survivor on GPU 1");
+        assert!(!std::sync::Arc::ptr_eq(&child, &roster.shrink(1, &[3]).unwrap()), "a later shrink is another");
+        assert_eq!(roster.shrink(2, &[2, 0]).unwrap().gate().size(), 2);
+        // Where not every rank enrolled, their ranks are not known: no roster.
+        let partial = Roster::new(vec![0, 0]);
+        partial.enrol(0, 0);
+        assert!(partial.shrink(0, &[1]).is_none());
     }
 
     #[test]

@@ -46,9 +46,10 @@ pub fn spmd<R: Send>(
     }
     let id = UniqueId::new()?;
     let nranks = devices.len();
-    // Where NCCL launches the ranks of this process in lock step (NCCL_LAUNCH_MODE=GROUP, read once NCCL has read its
-    // nccl.conf files), all of them meet before each launch (`Communicator::line_up_launch`).
-    let gate = (nranks > 1 && crate::placement::launches_in_step()).then(|| crate::placement::LocalGroup::new(nranks));
+    // Who the ranks are: where NCCL launches the ranks of this process in lock step (NCCL_LAUNCH_MODE=GROUP, read once
+    // NCCL has read its nccl.conf files), all of them meet before each launch (`Communicator::line_up_launch`), and
+    // the communicators split or shrunk from this one get their own groups and gates from it.
+    let roster = (nranks > 1).then(|| Arc::new(crate::placement::Roster::new(devices.to_vec())));
     // The ranks (threads) sharing a GPU line up after each collective setup call.
     let groups = placement.local_groups();
     let job = Arc::new(Job { in_body: Mutex::new(nranks), ..Job::default() });
@@ -57,7 +58,7 @@ pub fn spmd<R: Send>(
             .iter()
             .enumerate()
             .map(|(rank, &device)| {
-                let (body, placement, group, gate) = (&body, &placement, &groups[rank], &gate);
+                let (body, placement, group, roster) = (&body, &placement, &groups[rank], &roster);
                 let job = &job;
                 scope.spawn(move || -> Result<R, Error> {
                     let _member = Member::join(job, rank);
@@ -66,7 +67,7 @@ pub fn spmd<R: Send>(
                         let config = shared_gpu_config(config, placement.ranks_on_gpu(rank));
                         let comm = Communicator::uninit(device)?
                             .sharing_gpu_in(group)?
-                            .with_launch_gate(gate.clone())
+                            .with_roster(roster.clone())
                             .init(nranks, rank, &id, &config)?;
                         match body(&comm) {
                             Ok(value) => {

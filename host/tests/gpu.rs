@@ -517,6 +517,58 @@ fn spmd_runs_one_communicator_on_every_rank() {
     assert!(sums.iter().all(|&v| v == n * (n + 1.0) / 2.0), "{sums:?}");
 }
 
+/// Communicators split from one whose ranks weft knows (here `spmd`'s) know their own ranks in the process: on every
+/// rank a split into even and odd ranks makes a child on which the ranks register a symmetric window and create a
+/// device communicator (setup calls after which a child's ranks sharing a GPU line up: without their group a fast
+/// rank could go on while a peer is still inside the call, docs/multi-rank.md) and all-reduce, under
+/// `NCCL_LAUNCH_MODE=GROUP` through the child's own launch gate; the sums must be those of each half. A rank that
+/// opts out of a second split gets no communicator, and the others' child works without it.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn split_communicators_line_up_and_all_reduce_on_every_rank() {
+    let placement = placement();
+    let devices = placement.devices();
+    let n = devices.len();
+    let sums = spmd(devices, &Config::new(), |comm| {
+        let rank = comm.rank();
+        let config = weft_host::placement::shared_gpu_config(&Config::new(), comm.ranks_on_gpu());
+        let half = comm.split(Some((rank % 2) as u32), rank as i32, Some(&config))?.expect("a color was given");
+        let s = half.context().new_stream()?;
+        let window = half.alloc_window::<f32>(&s, 1 << 16, WindowFlags::COLL_SYMMETRIC)?;
+        let dev: DevComm<'_, Lsa> = half.dev_comm(&Requirements::new().lsa_barriers(4))?;
+        let send = s.clone_htod(&vec![(rank + 1) as f32; 4096])?;
+        let mut recv = s.alloc_zeros::<f32>(4096)?;
+        half.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
+        let half_sum = half.download(&s, &recv)?;
+        drop((dev, window));
+        half.finalize().map_err(Error::from)?.destroy().map_err(Error::from)?;
+        // Rank 0 opts out; the others form one child.
+        let rest = comm.split((rank != 0).then_some(7), rank as i32, Some(&config))?;
+        let rest_sum = match rest {
+            Some(rest) => {
+                rest.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
+                let sum = rest.download(&s, &recv)?;
+                rest.finalize().map_err(Error::from)?.destroy().map_err(Error::from)?;
+                Some(sum)
+            }
+            None => None,
+        };
+        Ok((half_sum, rest_sum))
+    })
+    .unwrap();
+    for (rank, (half_sum, rest_sum)) in sums.into_iter().enumerate() {
+        // Ranks of one parity: rank + 1 summed over them.
+        let half: f32 = (0..n).filter(|r| r % 2 == rank % 2).map(|r| (r + 1) as f32).sum();
+        assert!(half_sum.iter().all(|&v| v == half), "rank {rank}: split sum {} instead of {half}", half_sum[0]);
+        let rest = (2..=n).map(|r| r as f32).sum::<f32>();
+        match rest_sum {
+            Some(sum) => assert!(sum.iter().all(|&v| v == rest), "rank {rank}: {} instead of {rest}", sum[0]),
+            None => assert_eq!(rank, 0, "only rank 0 opted out"),
+        }
+    }
+    println!("{n} rank(s): both splits all-reduced their halves");
+}
+
 /// Free memory on CUDA device `device`, in bytes.
 fn free_memory(device: usize) -> usize {
     weft_host::cuda::context(device).unwrap().bind_to_thread().unwrap();

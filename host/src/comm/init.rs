@@ -237,14 +237,23 @@ impl<M: Mode> Communicator<Uninit, M> {
         Ok(self.sharing_gpu(group.size())?.with_local_group(Some(group.clone())))
     }
 
-    /// The launch gate of the communicator about to be initialised with unique id `id`: the one given (`spmd`'s), else
-    /// under `NCCL_LAUNCH_MODE=GROUP` its local group's gate for `id`, else none.
-    fn gated(self, id: &UniqueId) -> Self {
-        let gate = self.launch_gate().cloned().or_else(|| {
-            let group = self.local_group().filter(|group| group.size() > 1 && crate::placement::launches_in_step())?;
-            Some(group.gate_for(&id.bytes))
+    /// The roster of the communicator about to be initialised with unique id `id`, `rank` enrolled in it: the one
+    /// given (`spmd`'s), else its local group's roster for `id`, else none; under `NCCL_LAUNCH_MODE=GROUP` the
+    /// roster's gate is its launch gate.
+    fn gated(self, id: &UniqueId, rank: usize) -> Self {
+        let device = self.context().ordinal();
+        let roster = self.roster().cloned().or_else(|| {
+            let group = self.local_group().filter(|group| group.size() > 1)?;
+            Some(group.roster_for(&id.bytes, device))
         });
-        self.with_launch_gate(gate)
+        if let Some(roster) = &roster {
+            roster.enrol(rank, device);
+        }
+        let gate = roster
+            .as_ref()
+            .filter(|roster| roster.gate().size() > 1 && crate::placement::launches_in_step())
+            .map(|roster| roster.gate().clone());
+        self.with_roster(roster).with_launch_gate(gate)
     }
 
     /// The ranks-per-GPU count initialisation will record, checked against what the loaded NCCL allows.
@@ -272,7 +281,7 @@ impl<M: Mode> Communicator<Uninit, M> {
             refuse_in_group("a blocking init", "initialise outside the group, or use a non-blocking communicator")?;
         }
         let ranks_on_gpu = self.settle_ranks_on_gpu()?;
-        let this = self.gated(id);
+        let this = self.gated(id, rank);
         let mut raw_config = config.to_raw(this.library().version(), M::BLOCKING)?;
         this.context().bind_to_thread()?;
         // SAFETY: the device's context is current; the config is laid out for the loaded version and outlives
@@ -303,7 +312,7 @@ impl<M: Mode> Communicator<Uninit, M> {
             )?;
         }
         let ranks_on_gpu = self.settle_ranks_on_gpu()?;
-        let this = self.gated(&ids[0]);
+        let this = self.gated(&ids[0], rank);
         let mut raw_ids: Vec<_> = ids.iter().map(|id| id.to_raw()).collect();
         let mut raw_config = config.to_raw(this.library().version(), M::BLOCKING)?;
         this.context().bind_to_thread()?;
@@ -331,6 +340,7 @@ impl<M: Mode> Communicator<Uninit, M> {
             .with_ranks_on_gpu_unchecked(ranks_on_gpu)
             .with_local_group(self.local_group().cloned())
             .with_launch_gate(self.launch_gate().cloned())
+            .with_roster(self.roster().cloned())
             .with_init_group()
             .with_config(Some(config));
         let comm = if M::BLOCKING { comm.finish()? } else { comm };
@@ -362,6 +372,9 @@ impl<S: super::State, M: Mode> Resolve for Communicator<S, M> {
         if !self.has_identity() && !self.raw().is_null() {
             let identity = read_identity(self.library(), self.raw())?;
             self.set_identity(identity);
+            if let Some(roster) = self.roster() {
+                roster.enrol(identity.rank as usize, self.context().ordinal());
+            }
         }
         Ok(self)
     }

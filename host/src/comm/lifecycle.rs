@@ -64,6 +64,12 @@ impl<M: Mode> Communicator<Active, M> {
     /// Splits the communicator by `color` (`ncclCommSplit`); collective over all ranks. Ranks passing the
     /// same color form a new communicator, ordered by `key` (then by old rank). `color: None` opts out and
     /// yields no communicator.
+    ///
+    /// Where weft knows this communicator's ranks in this process ([`spmd`](crate::spmd()),
+    /// [`sharing_gpu_in`](Communicator::sharing_gpu_in)), a blocking child knows its own: its ranks sharing a GPU
+    /// line up after its setup calls, and under `NCCL_LAUNCH_MODE=GROUP` before its launches, as the parent's do
+    /// (docs/multi-rank.md, "Launch mode"). They learn each other's colors first, so a rank of this process that
+    /// never calls the split is [`Error::PeerFailed`] or [`Error::Stalled`] for the others, not a wait in NCCL.
     pub fn split(
         &self,
         color: Option<u32>,
@@ -76,6 +82,18 @@ impl<M: Mode> Communicator<Active, M> {
         };
         let mut raw_config = config.map(|c| c.to_raw(self.library().version(), M::BLOCKING)).transpose()?;
         let config_ptr = raw_config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
+        let seq = self.next_child();
+        let roster = match self.roster() {
+            // Not inside a group (`create_child` refuses it), nor for a non-blocking one, which one thread may split
+            // for several ranks in turn: meeting the others there would wait for itself.
+            Some(roster) if M::BLOCKING && !crate::group::in_group() => roster.split(
+                seq,
+                u32::try_from(color).ok(),
+                self.context().ordinal(),
+                crate::placement::LINE_UP_TIMEOUT,
+            )?,
+            _ => None,
+        };
         self.context().bind_to_thread()?;
         // SAFETY: our live, active communicator; the config (or null: inherit) outlives the call.
         let raw = self.create_child("ncclCommSplit", &mut raw_config, |out| unsafe {
@@ -83,7 +101,7 @@ impl<M: Mode> Communicator<Active, M> {
             // the heap slot `create_child` keeps valid until the parent reports completion.
             result::comm_split(self.library(), self.raw(), color, key, config_ptr, out)
         })?;
-        self.child(raw, raw_config)
+        self.child(raw, raw_config, roster)
     }
 
     /// A new communicator without the ranks in `exclude` (`ncclCommShrink`); called by every remaining
@@ -131,20 +149,33 @@ impl<M: Mode> Communicator<Active, M> {
             // outlive the call, and the slot `create_child` keeps valid until completion.
             result::comm_grow(self.library(), self.raw(), nranks, raw_id.as_ref(), -1, config_ptr, out)
         })?;
-        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow", self.ranks_on_gpu(), raw_config)
+        new_communicator::<M>(
+            self.library(),
+            self.context(),
+            raw,
+            "ncclCommGrow",
+            self.ranks_on_gpu(),
+            raw_config,
+            None,
+        )
     }
 
     fn child(
         &self,
         raw: sys::ncclComm_t,
         config: Option<crate::config::RawConfig>,
+        roster: Option<std::sync::Arc<crate::placement::Roster>>,
     ) -> Result<M::Wrap<Option<Communicator<Active, M>>>, Error> {
         let child = (!raw.is_null()).then(|| {
             Communicator::from_parts(raw, self.library(), self.context().clone(), None)
                 .with_ranks_on_gpu_unchecked(self.ranks_on_gpu())
                 .with_config(config)
+                .in_roster(roster)
         });
         let child = if M::BLOCKING { pending_finish(child)? } else { child };
+        if let Some(child) = &child {
+            child.line_up_roster("a communicator split")?;
+        }
         Ok(M::wrap(child, Progress::Done))
     }
 }
@@ -201,7 +232,7 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
     }
 }
 
-/// Wraps a handle NCCL just created (shrink, grow, join), which must not be null.
+/// Wraps a handle NCCL just created (shrink, grow, join), which must not be null, in `roster` (a shrunk child's).
 fn new_communicator<M: Mode>(
     library: &'static sys::Library,
     context: &std::sync::Arc<cudarc::driver::CudaContext>,
@@ -209,6 +240,7 @@ fn new_communicator<M: Mode>(
     call: &'static str,
     ranks_on_gpu: usize,
     config: Option<crate::config::RawConfig>,
+    roster: Option<std::sync::Arc<crate::placement::Roster>>,
 ) -> Result<M::Wrap<Communicator<Active, M>>, Error> {
     if raw.is_null() {
         return Err(Error::Nccl {
@@ -220,8 +252,10 @@ fn new_communicator<M: Mode>(
     }
     let comm: Communicator<Active, M> = Communicator::from_parts(raw, library, context.clone(), None)
         .with_ranks_on_gpu_unchecked(ranks_on_gpu)
-        .with_config(config);
+        .with_config(config)
+        .in_roster(roster);
     let comm = if M::BLOCKING { pending_finish(comm)? } else { comm };
+    comm.line_up_roster(call)?;
     Ok(M::wrap(comm, Progress::Done))
 }
 
@@ -249,6 +283,8 @@ fn shrink<S: Initialized, M: Mode>(
         return Err(Error::invalid("exclude", "an excluded rank does not call shrink; only the remaining ranks do"));
     }
     let flags = if abort_outstanding { sys::NCCL_SHRINK_ABORT } else { sys::NCCL_SHRINK_DEFAULT } as i32;
+    let seq = comm.next_child();
+    let roster = comm.roster().filter(|_| M::BLOCKING).and_then(|roster| roster.shrink(seq, exclude));
     let mut raw_config = config.map(|c| c.to_raw(comm.library().version(), M::BLOCKING)).transpose()?;
     let config_ptr = raw_config.as_mut().map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
     comm.context().bind_to_thread()?;
@@ -257,7 +293,15 @@ fn shrink<S: Initialized, M: Mode>(
         // was validated, the config outlives the call, and `out` stays valid until completion.
         result::comm_shrink(comm.library(), comm.raw(), &list, config_ptr, flags, out)
     })?;
-    new_communicator::<M>(comm.library(), comm.context(), raw, "ncclCommShrink", comm.ranks_on_gpu(), raw_config)
+    new_communicator::<M>(
+        comm.library(),
+        comm.context(),
+        raw,
+        "ncclCommShrink",
+        comm.ranks_on_gpu(),
+        raw_config,
+        roster,
+    )
 }
 
 impl<M: Mode> Communicator<Suspended, M> {
@@ -340,6 +384,6 @@ impl<M: Mode> Communicator<Uninit, M> {
             drop(unsafe { Box::from_raw(slot) });
         }
         let _progress = outcome?; // the new communicator's own Pending polls it
-        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow", ranks_on_gpu, Some(raw_config))
+        new_communicator::<M>(self.library(), self.context(), raw, "ncclCommGrow", ranks_on_gpu, Some(raw_config), None)
     }
 }

@@ -157,6 +157,11 @@ pub struct Communicator<S: State = Active, M: Mode = Blocking> {
     /// The ranks of this communicator in this process that NCCL launches in lock step (`NCCL_LAUNCH_MODE=GROUP`):
     /// they line up before each launch, so that one that never comes is an error, not a hang inside NCCL.
     launch_gate: Option<Arc<crate::placement::LocalGroup>>,
+    /// Its ranks in this process, where weft knows them (`spmd`, `sharing_gpu_in`, and the communicators split or
+    /// shrunk from such a one): the ground of its children's line-up groups and launch gates.
+    roster: Option<Arc<crate::placement::Roster>>,
+    /// How many communicators were split or shrunk from this one: the rosters of the children tell them apart by it.
+    children_made: std::cell::Cell<u64>,
     resources: crate::resources::RegistryCell,
     /// The NCCL group a non-blocking initialisation was queued in: NCCL starts it only when that group ends.
     init_group: Option<Arc<crate::group::GroupOutcome>>,
@@ -186,6 +191,8 @@ impl<S: State, M: Mode> Communicator<S, M> {
             ranks_on_gpu: 0,
             local_group: None,
             launch_gate: None,
+            roster: None,
+            children_made: std::cell::Cell::new(0),
             resources: Default::default(),
             init_group: None,
             config: None,
@@ -210,6 +217,8 @@ impl<S: State, M: Mode> Communicator<S, M> {
             ranks_on_gpu: self.ranks_on_gpu,
             local_group: self.local_group.take(),
             launch_gate: self.launch_gate.take(),
+            roster: self.roster.take(),
+            children_made: self.children_made.clone(),
             resources: std::mem::take(&mut self.resources),
             init_group: self.init_group.take(),
             config: self.config.take(),
@@ -290,12 +299,44 @@ impl<S: State, M: Mode> Communicator<S, M> {
         self.launch_gate.as_ref()
     }
 
-    /// Leaves the launch gate for good (`how`: "aborted its communicator"): an aborted, revoked or finalized
-    /// communicator launches nothing more, so its peers' launches must not wait for it
-    /// ([`LocalGroup::leave`](crate::placement::LocalGroup::leave)).
+    /// The same communicator, its ranks in this process being `roster`'s (see the field).
+    pub(crate) fn with_roster(mut self, roster: Option<Arc<crate::placement::Roster>>) -> Self {
+        self.roster = roster;
+        self
+    }
+
+    pub(crate) fn roster(&self) -> Option<&Arc<crate::placement::Roster>> {
+        self.roster.as_ref()
+    }
+
+    /// The same communicator (a child just split or shrunk from a parent with a roster) in `roster`, derived from
+    /// its parent's: the line-up group of its ranks on this GPU and, under `NCCL_LAUNCH_MODE=GROUP`, its launch gate.
+    pub(crate) fn in_roster(self, roster: Option<Arc<crate::placement::Roster>>) -> Self {
+        let group = roster.as_ref().and_then(|roster| roster.group_on(self.context.ordinal()));
+        let gate = roster
+            .as_ref()
+            .filter(|roster| roster.gate().size() > 1 && crate::placement::launches_in_step())
+            .map(|roster| roster.gate().clone());
+        self.with_roster(roster).with_local_group(group).with_launch_gate(gate)
+    }
+
+    /// The number of the next communicator split or shrunk from this one (every rank counts the same: both calls are
+    /// collective).
+    pub(crate) fn next_child(&self) -> u64 {
+        let seq = self.children_made.get();
+        self.children_made.set(seq + 1);
+        seq
+    }
+
+    /// Leaves the launch gate, and the gate of its roster, for good (`how`: "aborted its communicator"): an
+    /// aborted, revoked or finalized communicator launches nothing more and makes no child, so its peers must not
+    /// wait for it there ([`LocalGroup::leave`](crate::placement::LocalGroup::leave)).
     pub(crate) fn leave_launch_gate(&self, how: &'static str) {
-        if let (Some(gate), Some(identity)) = (&self.launch_gate, self.identity) {
-            gate.leave(identity.rank as usize, how);
+        if let Some(identity) = self.identity {
+            let roster_gate = self.roster.as_ref().map(|roster| roster.gate());
+            for gate in self.launch_gate.iter().chain(roster_gate) {
+                gate.leave(identity.rank as usize, how);
+            }
         }
     }
 
@@ -336,6 +377,18 @@ impl<S: State, M: Mode> Communicator<S, M> {
         match &self.local_group {
             Some(group) if M::BLOCKING && !crate::group::in_group() => {
                 group.line_up(after, crate::placement::LINE_UP_TIMEOUT)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// After the collective call that made this communicator (a split or shrink, `after`): waits until every rank of
+    /// its roster has it, so that all of them have enrolled and none goes on before its peers got through the call
+    /// (as [`line_up`](Self::line_up) does for a GPU's ranks after setup calls).
+    pub(crate) fn line_up_roster(&self, after: &'static str) -> Result<(), Error> {
+        match &self.roster {
+            Some(roster) if M::BLOCKING && !crate::group::in_group() => {
+                roster.gate().line_up(after, crate::placement::LINE_UP_TIMEOUT)
             }
             _ => Ok(()),
         }
