@@ -24,6 +24,19 @@ fn placement() -> Option<Placement> {
     Some(placement)
 }
 
+/// The placement where it has two or more ranks that NCCL launches in lock step (`NCCL_LAUNCH_MODE=GROUP`), or `None`
+/// (the test then skips, saying why).
+fn placement_in_group_launch_mode() -> Option<Placement> {
+    let placement = placement()?;
+    if !weft::host::placement::launches_in_step() {
+        println!(
+            "skipped: only NCCL_LAUNCH_MODE=GROUP launches the ranks together (docs/multi-rank.md, \"Launch mode\")"
+        );
+        return None;
+    }
+    Some(placement)
+}
+
 /// Rank `rank`'s blocking communicator of `id`, in the group of the ranks sharing its GPU (`groups[rank]`, from
 /// `placement.local_groups()`).
 fn init(placement: &Placement, groups: &[Arc<LocalGroup>], rank: usize, id: &UniqueId) -> Result<Communicator, Error> {
@@ -281,13 +294,7 @@ fn a_rank_that_fails_in_spmd_ends_the_waits_of_the_others() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_rank_that_fails_in_spmd_before_any_collective_ends_the_launches_of_the_others_in_group_launch_mode() {
-    let Some(placement) = placement() else { return };
-    if !weft::host::placement::launches_in_step() {
-        println!(
-            "skipped: only NCCL_LAUNCH_MODE=GROUP launches the ranks together (docs/multi-rank.md, \"Launch mode\")"
-        );
-        return;
-    }
+    let Some(placement) = placement_in_group_launch_mode() else { return };
     the_last_rank_fails_in_spmd(&placement, false);
 }
 
@@ -299,13 +306,7 @@ fn a_rank_that_fails_in_spmd_before_any_collective_ends_the_launches_of_the_othe
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_rank_that_drops_its_split_child_ends_the_child_launches_of_the_others_in_group_launch_mode() {
-    let Some(placement) = placement() else { return };
-    if !weft::host::placement::launches_in_step() {
-        println!(
-            "skipped: only NCCL_LAUNCH_MODE=GROUP launches the ranks together (docs/multi-rank.md, \"Launch mode\")"
-        );
-        return;
-    }
+    let Some(placement) = placement_in_group_launch_mode() else { return };
     let before = warm_up(&placement);
     let n = placement.nranks();
     let id = UniqueId::new().unwrap();

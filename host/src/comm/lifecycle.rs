@@ -106,7 +106,8 @@ impl<M: Mode> Communicator<Active, M> {
 
     /// A new communicator without the ranks in `exclude` (`ncclCommShrink`); called by every remaining
     /// rank with the same list. With `abort_outstanding`, operations still running on this communicator are
-    /// aborted first (`NCCL_SHRINK_ABORT`), for shrinking away failed ranks.
+    /// aborted first (`NCCL_SHRINK_ABORT`), for shrinking away failed ranks. A blocking child knows its ranks in
+    /// this process as [`split`](Communicator::split)'s children do: every rank of the parent's not excluded.
     pub fn shrink(
         &self,
         exclude: &[usize],
