@@ -474,7 +474,7 @@ pub(crate) struct Roster {
     /// (rank, GPU) of each member that has enrolled, at most the census.
     members: std::sync::Mutex<Vec<(usize, usize)>>,
     /// All the members: the launch gate, and where a split's members tell each other their colors.
-    gate: std::sync::Arc<LocalGroup>,
+    gate: LocalGroup,
     /// The rosters of the communicators made from this one, by how ([`split`](Self::split), [`shrink`](Self::shrink)).
     children: Keyed<Roster>,
     /// The members on each GPU, lined up after setup calls ([`group_on`](Self::group_on)).
@@ -486,7 +486,7 @@ impl Roster {
     pub(crate) fn new(census: Vec<usize>) -> Roster {
         Roster {
             members: std::sync::Mutex::new(Vec::with_capacity(census.len())),
-            gate: LocalGroup::new(census.len()),
+            gate: LocalGroup::new_inner(census.len()),
             census,
             children: Keyed::default(),
             groups: Keyed::default(),
@@ -502,8 +502,14 @@ impl Roster {
     }
 
     /// The gate of every member (the launch gate under `NCCL_LAUNCH_MODE=GROUP`).
-    pub(crate) fn gate(&self) -> &std::sync::Arc<LocalGroup> {
+    pub(crate) fn gate(&self) -> &LocalGroup {
         &self.gate
+    }
+
+    /// Whether its members must meet at the gate before each launch: there are several, and NCCL launches them in
+    /// lock step ([`launches_in_step`]).
+    pub(crate) fn gates_launches(&self) -> bool {
+        self.gate.size() > 1 && launches_in_step()
     }
 
     /// The members on GPU `device`, as a group that lines up after collective setup calls; `None` where only one
@@ -525,8 +531,8 @@ impl Roster {
         timeout: std::time::Duration,
     ) -> Result<Option<std::sync::Arc<Roster>>, Error> {
         // u32::MAX marks "no color" (a color is at most i32::MAX), the device the low half.
-        let mine = |c: Option<u32>| (u64::from(c.unwrap_or(u32::MAX)) << 32) | (device as u64 & 0xffff_ffff);
-        let colors = self.gate.exchange(mine(color), "a communicator split", timeout)?;
+        let mine = (u64::from(color.unwrap_or(u32::MAX)) << 32) | (device as u64 & 0xffff_ffff);
+        let colors = self.gate.exchange(mine, "a communicator split", timeout)?;
         let Some(color) = color else { return Ok(None) };
         let census = colors.iter().filter(|&&v| (v >> 32) as u32 == color).map(|&v| (v & 0xffff_ffff) as usize);
         let key = [b"split".as_slice(), &seq.to_le_bytes(), &color.to_le_bytes()].concat();
@@ -544,11 +550,8 @@ impl Roster {
         let stay = members.iter().filter(|&&(rank, _)| !exclude.contains(&rank)).map(|&(_, device)| device);
         let mut gone: Vec<_> = exclude.to_vec();
         gone.sort_unstable();
-        let key: Vec<u8> = [b"shrink".as_slice(), &seq.to_le_bytes()]
-            .into_iter()
-            .flat_map(|part| part.iter().copied())
-            .chain(gone.iter().flat_map(|rank| (*rank as u64).to_le_bytes()))
-            .collect();
+        let mut key = [b"shrink".as_slice(), &seq.to_le_bytes()].concat();
+        key.extend(gone.iter().flat_map(|&rank| (rank as u64).to_le_bytes()));
         Some(self.children.get_or(&key, || Roster::new(stay.collect())))
     }
 }

@@ -240,7 +240,7 @@ impl<M: Mode> Communicator<Uninit, M> {
     /// The roster of the communicator about to be initialised with unique id `id`, `rank` enrolled in it: the one
     /// given (`spmd`'s), else its local group's roster for `id`, else none; under `NCCL_LAUNCH_MODE=GROUP` the
     /// roster's gate is its launch gate.
-    fn gated(self, id: &UniqueId, rank: usize) -> Self {
+    fn with_roster_for(self, id: &UniqueId, rank: usize) -> Self {
         let device = self.context().ordinal();
         let roster = self.roster().cloned().or_else(|| {
             let group = self.local_group().filter(|group| group.size() > 1)?;
@@ -249,11 +249,7 @@ impl<M: Mode> Communicator<Uninit, M> {
         if let Some(roster) = &roster {
             roster.enrol(rank, device);
         }
-        let gate = roster
-            .as_ref()
-            .filter(|roster| roster.gate().size() > 1 && crate::placement::launches_in_step())
-            .map(|roster| roster.gate().clone());
-        self.with_roster(roster).with_launch_gate(gate)
+        self.with_roster(roster)
     }
 
     /// The ranks-per-GPU count initialisation will record, checked against what the loaded NCCL allows.
@@ -281,7 +277,7 @@ impl<M: Mode> Communicator<Uninit, M> {
             refuse_in_group("a blocking init", "initialise outside the group, or use a non-blocking communicator")?;
         }
         let ranks_on_gpu = self.settle_ranks_on_gpu()?;
-        let this = self.gated(id, rank);
+        let this = self.with_roster_for(id, rank);
         let mut raw_config = config.to_raw(this.library().version(), M::BLOCKING)?;
         this.context().bind_to_thread()?;
         // SAFETY: the device's context is current; the config is laid out for the loaded version and outlives
@@ -312,7 +308,7 @@ impl<M: Mode> Communicator<Uninit, M> {
             )?;
         }
         let ranks_on_gpu = self.settle_ranks_on_gpu()?;
-        let this = self.gated(&ids[0], rank);
+        let this = self.with_roster_for(&ids[0], rank);
         let mut raw_ids: Vec<_> = ids.iter().map(|id| id.to_raw()).collect();
         let mut raw_config = config.to_raw(this.library().version(), M::BLOCKING)?;
         this.context().bind_to_thread()?;
@@ -339,7 +335,6 @@ impl<M: Mode> Communicator<Uninit, M> {
         let comm: Communicator<Active, M> = Communicator::from_parts(raw, self.library(), self.context().clone(), None)
             .with_ranks_on_gpu_unchecked(ranks_on_gpu)
             .with_local_group(self.local_group().cloned())
-            .with_launch_gate(self.launch_gate().cloned())
             .with_roster(self.roster().cloned())
             .with_init_group()
             .with_config(Some(config));

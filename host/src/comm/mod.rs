@@ -154,12 +154,13 @@ pub struct Communicator<S: State = Active, M: Mode = Blocking> {
     ranks_on_gpu: usize,
     /// The ranks of this communicator that share its GPU in this process, lined up after setup calls.
     local_group: Option<Arc<crate::placement::LocalGroup>>,
-    /// The ranks of this communicator in this process that NCCL launches in lock step (`NCCL_LAUNCH_MODE=GROUP`):
-    /// they line up before each launch, so that one that never comes is an error, not a hang inside NCCL.
-    launch_gate: Option<Arc<crate::placement::LocalGroup>>,
     /// Its ranks in this process, where weft knows them (`spmd`, `sharing_gpu_in`, and the communicators split or
     /// shrunk from such a one): the ground of its children's line-up groups and launch gates.
     roster: Option<Arc<crate::placement::Roster>>,
+    /// Whether the roster's ranks line up before each launch: NCCL launches them in lock step
+    /// (`NCCL_LAUNCH_MODE=GROUP`, [`Roster::gates_launches`](crate::placement::Roster::gates_launches)), so that one
+    /// that never comes is an error, not a hang inside NCCL.
+    gates_launches: bool,
     /// How many communicators were split or shrunk from this one: the rosters of the children tell them apart by it.
     children_made: std::cell::Cell<u64>,
     resources: crate::resources::RegistryCell,
@@ -190,8 +191,8 @@ impl<S: State, M: Mode> Communicator<S, M> {
             identity,
             ranks_on_gpu: 0,
             local_group: None,
-            launch_gate: None,
             roster: None,
+            gates_launches: false,
             children_made: std::cell::Cell::new(0),
             resources: Default::default(),
             init_group: None,
@@ -216,8 +217,8 @@ impl<S: State, M: Mode> Communicator<S, M> {
             identity: self.identity,
             ranks_on_gpu: self.ranks_on_gpu,
             local_group: self.local_group.take(),
-            launch_gate: self.launch_gate.take(),
             roster: self.roster.take(),
+            gates_launches: self.gates_launches,
             children_made: self.children_made.clone(),
             resources: std::mem::take(&mut self.resources),
             init_group: self.init_group.take(),
@@ -289,18 +290,10 @@ impl<S: State, M: Mode> Communicator<S, M> {
         self.local_group.as_ref()
     }
 
-    /// The same communicator, its launches gated by `gate` (see the field; `None`: not gated).
-    pub(crate) fn with_launch_gate(mut self, gate: Option<Arc<crate::placement::LocalGroup>>) -> Self {
-        self.launch_gate = gate;
-        self
-    }
-
-    pub(crate) fn launch_gate(&self) -> Option<&Arc<crate::placement::LocalGroup>> {
-        self.launch_gate.as_ref()
-    }
-
-    /// The same communicator, its ranks in this process being `roster`'s (see the field).
+    /// The same communicator, its ranks in this process being `roster`'s (see the field), their gate its launch gate
+    /// where NCCL launches them in lock step.
     pub(crate) fn with_roster(mut self, roster: Option<Arc<crate::placement::Roster>>) -> Self {
+        self.gates_launches = roster.as_ref().is_some_and(|roster| roster.gates_launches());
         self.roster = roster;
         self
     }
@@ -313,11 +306,7 @@ impl<S: State, M: Mode> Communicator<S, M> {
     /// its parent's: the line-up group of its ranks on this GPU and, under `NCCL_LAUNCH_MODE=GROUP`, its launch gate.
     pub(crate) fn in_roster(self, roster: Option<Arc<crate::placement::Roster>>) -> Self {
         let group = roster.as_ref().and_then(|roster| roster.group_on(self.context.ordinal()));
-        let gate = roster
-            .as_ref()
-            .filter(|roster| roster.gate().size() > 1 && crate::placement::launches_in_step())
-            .map(|roster| roster.gate().clone());
-        self.with_roster(roster).with_local_group(group).with_launch_gate(gate)
+        self.with_roster(roster).with_local_group(group)
     }
 
     /// The number of the next communicator split or shrunk from this one (every rank counts the same: both calls are
@@ -328,15 +317,12 @@ impl<S: State, M: Mode> Communicator<S, M> {
         seq
     }
 
-    /// Leaves the launch gate, and the gate of its roster, for good (`how`: "aborted its communicator"): an
-    /// aborted, revoked or finalized communicator launches nothing more and makes no child, so its peers must not
-    /// wait for it there ([`LocalGroup::leave`](crate::placement::LocalGroup::leave)).
+    /// Leaves its roster's gate (the launch gate) for good (`how`: "aborted its communicator"): an aborted, revoked
+    /// or finalized communicator launches nothing more and makes no child, so its peers must not wait for it there
+    /// ([`LocalGroup::leave`](crate::placement::LocalGroup::leave)).
     pub(crate) fn leave_launch_gate(&self, how: &'static str) {
-        if let Some(identity) = self.identity {
-            let roster_gate = self.roster.as_ref().map(|roster| roster.gate());
-            for gate in self.launch_gate.iter().chain(roster_gate) {
-                gate.leave(identity.rank as usize, how);
-            }
+        if let (Some(roster), Some(identity)) = (&self.roster, self.identity) {
+            roster.gate().leave(identity.rank as usize, how);
         }
     }
 
@@ -348,8 +334,10 @@ impl<S: State, M: Mode> Communicator<S, M> {
     /// [`LINE_UP_TIMEOUT`](crate::placement::LINE_UP_TIMEOUT). Nothing to do without a gate or inside an NCCL group
     /// (the call only queues; the group's end launches, and is not gated: docs/multi-rank.md, "Launch mode").
     pub(crate) fn line_up_launch(&self, operation: &'static str) -> Result<(), Error> {
-        match &self.launch_gate {
-            Some(gate) if !crate::group::in_group() => gate.meet(operation, crate::placement::LINE_UP_TIMEOUT),
+        match &self.roster {
+            Some(roster) if self.gates_launches && !crate::group::in_group() => {
+                roster.gate().meet(operation, crate::placement::LINE_UP_TIMEOUT)
+            }
             _ => Ok(()),
         }
     }
