@@ -18,6 +18,8 @@
 #   ranks     NCCL 2.30.7, WEFT_RANKS=2,4,8 (all on the one GPU), NCCL_LAUNCH_MODE=GROUP (WEFT_GPU_CHECK_LAUNCH_MODE
 #             sets another): every multi-rank test (named `…every_rank…`), the fault tests, examples 01-06, 08, 09
 #             (each checks f32 and bf16 against its f64 host reference)
+#   suite32   NCCL 2.32.3 (the pip wheel cut to sm_90), 1 rank: the same as suite
+#   ranks32   NCCL 2.32.3: the same as ranks
 #   bench     the benchmarks: 1 rank on 2.28.9, 1/2/4/8 ranks on 2.30.7, several ranks with NCCL_LAUNCH_MODE=GROUP
 #             (as `ranks`; the block GEMM against cuBLAS at 1 rank;
 #             WEFT_GPU_CHECK_QUICK=1: quick mode;
@@ -117,12 +119,15 @@ run() { # name, timeout (s), command...
 }
 
 # One NCCL release's environment, in a subshell per part.
-with_nccl() { # release (2.28.9 | 2.30.7), command...
+with_nccl() { # release (2.28.9 | 2.30.7 | 2.32.3), command...
   local release=$1; shift
   (
     local home
     if [ "$release" = 2.30.7 ]; then
       home=${WEFT_NCCL_2_30_HOME:-}
+      export NCCL_MULTI_RANK_GPU_ENABLE=1
+    elif [ "$release" = 2.32.3 ]; then
+      home=${WEFT_NCCL_2_32_HOME:-}
       export NCCL_MULTI_RANK_GPU_ENABLE=1
     else
       home=${WEFT_NCCL_2_28_HOME:-}
@@ -131,7 +136,7 @@ with_nccl() { # release (2.28.9 | 2.30.7), command...
       export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} NCCL_HOME="$home" NCCL_NVLS_ENABLE=0
       export PATH="$CUDA_HOME/bin:$PATH" LD_LIBRARY_PATH="$home/lib:$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}"
     elif [ -f "$root/.gpu/env.sh" ]; then
-      if [ "$release" = 2.30.7 ]; then export WEFT_GPU_NCCL=2.30.7; else unset WEFT_GPU_NCCL; fi
+      if [ "$release" = 2.28.9 ]; then unset WEFT_GPU_NCCL; else export WEFT_GPU_NCCL=$release; fi
       source "$root/.gpu/env.sh"
     else
       echo "gpu-check: no NCCL $release: set WEFT_NCCL_2_28_HOME / WEFT_NCCL_2_30_HOME to its directory" >&2
@@ -160,7 +165,8 @@ suite() { # tag
   for e in .gpu/bin/example-*; do run "$tag $(basename "$e")" 300 "$e"; done
 }
 
-ranks() {
+ranks() { # release
+  local release=$1
   # NCCL launches the rank threads in lock step, as ranks sharing a GPU need (docs/multi-rank.md, "Launch mode").
   export NCCL_LAUNCH_MODE=$launch_mode
   for n in ${WEFT_GPU_CHECK_RANKS:-2 4 8}; do
@@ -168,10 +174,10 @@ ranks() {
     local i
     for ((i = 0; i < ${#multi_rank_tests[@]}; i += 2)); do
       local t=${multi_rank_tests[i]} filter=${multi_rank_tests[i + 1]}
-      [ -x ".gpu/bin/$t" ] && run "2.30.7 x$n $t" 300 ".gpu/bin/$t" --include-ignored --test-threads=1 $filter
+      [ -x ".gpu/bin/$t" ] && run "$release x$n $t" 300 ".gpu/bin/$t" --include-ignored --test-threads=1 $filter
     done
     for e in quickstart lifecycle allreduce_bias_residual rmsnorm zero_optimizer moe_dispatch allgather_gemm gemm_reduce_scatter; do
-      [ -x ".gpu/bin/example-$e" ] && run "2.30.7 x$n example-$e" 300 ".gpu/bin/example-$e"
+      [ -x ".gpu/bin/example-$e" ] && run "$release x$n example-$e" 300 ".gpu/bin/example-$e"
     done
   done
   unset WEFT_RANKS NCCL_LAUNCH_MODE
@@ -495,7 +501,9 @@ case $parts in *,graphs,*) with_nccl 2.28.9 graphs 2.28.9 1; with_nccl 2.30.7 gr
 case $parts in *,variants,*) with_nccl 2.30.7 variants ;; esac
 case $parts in *,suite,*) with_nccl 2.28.9 suite 2.28.9 ;; esac
 case $parts in *,suite30,*) with_nccl 2.30.7 suite 2.30.7 ;; esac
-case $parts in *,ranks,*) with_nccl 2.30.7 ranks ;; esac
+case $parts in *,ranks,*) with_nccl 2.30.7 ranks 2.30.7 ;; esac
+case $parts in *,suite32,*) with_nccl 2.32.3 suite 2.32.3 ;; esac
+case $parts in *,ranks32,*) with_nccl 2.32.3 ranks 2.32.3 ;; esac
 case $parts in
   *,bench,*)
     # WEFT_GPU_CHECK_BENCH_RANKS="4 8": only those rank counts, on 2.30.7 (to finish a bench run cut short).
