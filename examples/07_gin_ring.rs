@@ -77,7 +77,8 @@ fn run() -> Result<()> {
     if outcomes.iter().all(|o| matches!(o, Outcome::NoGin(_))) {
         println!(
             "\nThis machine has no GIN: the kernel compiled (its launcher takes only a DevComm whose capabilities \
-             include GIN), the capability check refused at run time, nothing was launched."
+             include GIN), the capability check refused at run time, nothing was launched. On one machine, weft's \
+             loopback backend gives GIN to ranks sharing a GPU (docs/gin.md)."
         );
         return Ok(());
     }

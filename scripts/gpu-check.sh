@@ -20,6 +20,9 @@
 #             (each checks f32 and bf16 against its f64 host reference)
 #   suite32   NCCL 2.32.3 (the pip wheel cut to sm_90), 1 rank: the same as suite
 #   ranks32   NCCL 2.32.3: the same as ranks
+#   gin       NCCL 2.30.7 and 2.32.3, weft's loopback GIN backend (docs/gin.md; NCCL_RMA_PLUGIN=.gpu/lib/...): its
+#             CUDA engine's GPU test, then at 2, 4 and 8 ranks (WEFT_GPU_CHECK_GIN_RANKS) example 07 (which must gather
+#             correctly: no "no GIN" way out) and the GIN tests
 #   bench     the benchmarks: 1 rank on 2.28.9, 1/2/4/8 ranks on 2.30.7, several ranks with NCCL_LAUNCH_MODE=GROUP
 #             (as `ranks`; the block GEMM against cuBLAS at 1 rank;
 #             WEFT_GPU_CHECK_QUICK=1: quick mode;
@@ -181,6 +184,23 @@ ranks() { # release
     done
   done
   unset WEFT_RANKS NCCL_LAUNCH_MODE
+}
+
+gin() { # release: the loopback GIN backend (docs/gin.md)
+  local release=$1 n
+  local plugin="$root/.gpu/lib/libweft_gin_loopback.so"
+  [ -f "$plugin" ] || plugin="$root/target/release/libweft_gin_loopback.so"
+  export NCCL_RMA_PLUGIN=$plugin NCCL_LAUNCH_MODE=$launch_mode
+  [ -x .gpu/bin/test-weft_gin_loopback ] && run "$release test-weft_gin_loopback" 120 \
+    .gpu/bin/test-weft_gin_loopback --include-ignored --test-threads=1
+  for n in ${WEFT_GPU_CHECK_GIN_RANKS:-2 4 8}; do
+    # Each rank its own LSA team, so that GIN's rail team spans the ranks sharing the GPU.
+    NCCL_LSA_TEAM_SIZE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET WEFT_RANKS=$n run "$release x$n gin example-gin_ring" 180 \
+      bash -c '"$0" | tee /dev/stderr | grep -q "check: every rank holds every rail peer"' .gpu/bin/example-gin_ring
+    [ -x .gpu/bin/test-gpu_gin ] && WEFT_RANKS=$n WEFT_TEST_REQUIRE_GIN=1 run "$release x$n test-gpu_gin" 300 \
+      .gpu/bin/test-gpu_gin --include-ignored --test-threads=1 --nocapture
+  done
+  unset NCCL_RMA_PLUGIN NCCL_LAUNCH_MODE
 }
 
 smoke() {
@@ -502,6 +522,8 @@ case $parts in *,variants,*) with_nccl 2.30.7 variants ;; esac
 case $parts in *,suite,*) with_nccl 2.28.9 suite 2.28.9 ;; esac
 case $parts in *,suite30,*) with_nccl 2.30.7 suite 2.30.7 ;; esac
 case $parts in *,ranks,*) with_nccl 2.30.7 ranks 2.30.7 ;; esac
+case $parts in *,gin,*) with_nccl 2.30.7 gin 2.30.7; with_nccl 2.32.3 gin 2.32.3 ;; esac
+case $parts in *,gin30,*) with_nccl 2.30.7 gin 2.30.7 ;; esac
 case $parts in *,suite32,*) with_nccl 2.32.3 suite 2.32.3 ;; esac
 case $parts in *,ranks32,*) with_nccl 2.32.3 ranks 2.32.3 ;; esac
 case $parts in

@@ -426,9 +426,14 @@ fn a_gin_kernel_compiles_and_its_dev_comm_request_fails_cleanly() {
     assert!(kernels::gin_ring_put::SOURCE.contains("gin"));
     const { assert!(kernels::gin_ring_put::CAPABILITIES.gin) };
     let request = comm.dev_comm::<LsaGin>(&kernels::gin_ring_put::requirements(&LaunchConfig::linear(1, 32)));
-    let err = request.expect_err("no GIN on an NVLink-only machine");
-    println!("GIN DevComm request: {err}");
-    assert!(matches!(err, Error::MissingCapability { capability: "GIN", .. }), "{err}");
+    match request {
+        // A GIN backend here (weft's loopback, docs/gin.md): there is no refusal to see; tests/gpu_gin.rs runs GIN.
+        Ok(_) => println!("skipped the refusal: this communicator has GIN ({})", comm.properties().unwrap()),
+        Err(err) => {
+            println!("GIN DevComm request: {err}");
+            assert!(matches!(err, Error::MissingCapability { capability: "GIN", .. }), "{err}");
+        }
+    }
 }
 
 /// A real peer that never arrives at a device barrier: rank 0 launches nothing, every other rank's bounded wait must

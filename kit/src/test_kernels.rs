@@ -3,6 +3,8 @@
 
 use weft::prelude::*;
 
+pub mod gin;
+
 /// Copies the window of the next LSA peer (itself, with one rank) into `out`.
 #[weft::kernel(types(f32, bf16))]
 pub fn copy_from_next_peer<T: Float>(dev: &DevComm<Lsa>, src: &Window<T>, out: &mut [T], n: usize) {
@@ -290,4 +292,8 @@ pub const ALL: &[(&str, &str)] = &[
     (mma_gemm::NAME, mma_gemm::SOURCE),
     (mma_gemm_shared::NAME, mma_gemm_shared::SOURCE),
     (gemm_tiles::NAME, gemm_tiles::SOURCE),
+    (gin::gin_put_everywhere::NAME, gin::gin_put_everywhere::SOURCE),
+    (gin::gin_put_value_ring::NAME, gin::gin_put_value_ring::SOURCE),
+    (gin::gin_barrier_rounds::NAME, gin::gin_barrier_rounds::SOURCE),
+    (gin::hybrid_allreduce::NAME, gin::hybrid_allreduce::SOURCE),
 ];

@@ -89,7 +89,7 @@ impl<M: Mode> Communicator<Active, M> {
         let abi = Abi::for_release(self.library().version())?;
         let layout = abi.requirements()?;
         let props = self.properties()?;
-        check_capabilities(C::CAPABILITIES, &props)?;
+        check_capabilities(C::CAPABILITIES, &props).map_err(|error| self.explain_missing_gin(error))?;
         requirements.check_version(&abi)?;
         let dev_comm_size = abi.dev_comm_size(props.dev_comm_runtime_version_size)?;
         let mut requirements = requirements.clone();
@@ -149,6 +149,33 @@ impl<C: CapabilitySet, M: Mode> Resolve for DevComm<'_, C, M> {
             self.comm.line_up("device communicator creation")?;
         }
         Ok(self)
+    }
+}
+
+impl<S: crate::comm::Initialized, M: Mode> Communicator<S, M> {
+    /// Adds to a missing-GIN error what this process can see of the cause: a GIN proxy backend asked for through
+    /// `NCCL_RMA_PLUGIN` (weft's loopback, docs/gin.md) that NCCL did not enable because this GPU reads 0 for
+    /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED`, which NCCL requires of every rank for GIN.
+    fn explain_missing_gin(&self, error: Error) -> Error {
+        let Error::MissingCapability { capability: "GIN", reason } = error else { return error };
+        let Some(plugin) = std::env::var_os("NCCL_RMA_PLUGIN").filter(|p| !p.is_empty()) else {
+            return Error::MissingCapability { capability: "GIN", reason };
+        };
+        let attribute = cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED;
+        let cause = match self.context().attribute(attribute) {
+            Ok(0) => format!(
+                "NCCL_RMA_PLUGIN={} asks for a GIN proxy backend, but this GPU reads 0 for \
+                 CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, and NCCL enables GIN only where every \
+                 rank's GPU reads 1",
+                plugin.to_string_lossy()
+            ),
+            _ => format!(
+                "NCCL_RMA_PLUGIN={} asks for a GIN proxy backend, which NCCL did not enable: check that the path is \
+                 the loopback library (docs/gin.md) and, with NCCL_DEBUG=INFO, NCCL's \"RMA/Plugin\" lines",
+                plugin.to_string_lossy()
+            ),
+        };
+        Error::MissingCapability { capability: "GIN", reason: format!("{reason}; {cause}") }
     }
 }
 
