@@ -161,7 +161,8 @@ impl<S: crate::comm::Initialized, M: Mode> Communicator<S, M> {
         let Some(plugin) = std::env::var_os("NCCL_RMA_PLUGIN").filter(|p| !p.is_empty()) else {
             return Error::MissingCapability { capability: "GIN", reason };
         };
-        let attribute = cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED;
+        let attribute =
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED;
         let cause = match self.context().attribute(attribute) {
             Ok(0) => format!(
                 "NCCL_RMA_PLUGIN={} asks for a GIN proxy backend, but this GPU reads 0 for \
