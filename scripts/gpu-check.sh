@@ -197,8 +197,11 @@ gin() { # release: the loopback GIN backend (docs/gin.md)
     # Each rank its own LSA team, so that GIN's rail team spans the ranks sharing the GPU.
     NCCL_LSA_TEAM_SIZE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET WEFT_RANKS=$n run "$release x$n gin example-gin_ring" 180 \
       bash -c '"$0" | tee /dev/stderr | grep -q "check: every rank holds every rail peer"' .gpu/bin/example-gin_ring
-    [ -x .gpu/bin/test-gpu_gin ] && WEFT_RANKS=$n WEFT_TEST_REQUIRE_GIN=1 run "$release x$n test-gpu_gin" 300 \
-      .gpu/bin/test-gpu_gin --include-ignored --test-threads=1 --nocapture
+    [ -x .gpu/bin/test-gpu_gin ] && NCCL_LSA_TEAM_SIZE=1 WEFT_RANKS=$n WEFT_TEST_REQUIRE_GIN=1 \
+      run "$release x$n test-gpu_gin" 300 .gpu/bin/test-gpu_gin --include-ignored --test-threads=1 --nocapture
+    # LSA teams of 2 and rails across them: the hybrid kernel's two levels both span ranks.
+    [ "$n" -ge 4 ] && [ -x .gpu/bin/test-gpu_gin ] && NCCL_LSA_TEAM_SIZE=2 WEFT_RANKS=$n WEFT_TEST_REQUIRE_GIN=1 \
+      run "$release x$n lsa2 test-gpu_gin" 300 .gpu/bin/test-gpu_gin --include-ignored --test-threads=1 --nocapture
   done
   unset NCCL_RMA_PLUGIN NCCL_LAUNCH_MODE
 }
