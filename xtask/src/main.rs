@@ -2,6 +2,7 @@
 //! runs the suites against it. See docs/toolchain.md for what lands where and why.
 
 mod doctor;
+mod layers;
 mod probe;
 mod provision;
 mod toolchain;
@@ -30,6 +31,9 @@ commands:
                                  with a fix for each problem; exits 1 if anything is missing
   provision                      only provision the toolchain (target/weft-toolchain, or
                                  WEFT_TOOLCHAIN_DIR)
+  layers [--check]               which top-level module of each crate imports which, the
+                                 import cycles, and (where a crate has a LAYERS file) the
+                                 arrows that point up its ladder; --check exits 1 on any
   help                           this text
 
 Arguments after `--` go to cargo; test-binary arguments need a second `--`:
@@ -50,6 +54,7 @@ enum Task {
     Bench(Vec<OsString>),
     Doctor,
     Provision,
+    Layers { check: bool },
     Help,
 }
 
@@ -97,6 +102,11 @@ fn parse(arguments: &[OsString]) -> Result<Task, UsageError> {
         Some("bench") => Ok(Task::Bench(forwarded(rest)?)),
         Some("doctor") => no_arguments(Task::Doctor),
         Some("provision") => no_arguments(Task::Provision),
+        Some("layers") => match rest {
+            [] => Ok(Task::Layers { check: false }),
+            [flag] if flag == "--check" => Ok(Task::Layers { check: true }),
+            _ => Err(UsageError(format!("layers takes only --check, got {rest:?}"))),
+        },
         Some("help" | "--help" | "-h") => Ok(Task::Help),
         _ => Err(UsageError(format!("unknown command {command:?}"))),
     }
@@ -117,9 +127,44 @@ fn run(task: Task) -> Result<ExitCode> {
             describe(&toolchain)?;
             Ok(ExitCode::SUCCESS)
         }
+        Task::Layers { check } => layers_of_every_crate(check),
         Task::Test(cargo_args) => run_cargo_suite("test", &cargo_args),
         Task::Bench(cargo_args) => run_cargo_suite("bench", &bench_arguments(cargo_args)),
     }
+}
+
+/// The crates whose module graphs `cargo xtask layers` reads: (name, source directory, ladder file).
+const CRATES: &[(&str, &str)] = &[
+    ("weft", "src"),
+    ("weft-host", "host"),
+    ("weft-device", "device"),
+    ("weft-macros", "macros"),
+    ("weft-kit", "kit"),
+    ("weft-gin-loopback", "gin-loopback"),
+    ("xtask", "xtask"),
+];
+
+/// Prints every crate's module graph; with `check`, fails on a cycle or an arrow up a crate's `LAYERS` ladder.
+fn layers_of_every_crate(check: bool) -> Result<ExitCode> {
+    let root = workspace_root();
+    let mut clean = true;
+    for (name, dir) in CRATES {
+        let crate_dir = if *name == "weft" { root.clone() } else { root.join(dir) };
+        let graph = layers::graph_of(&crate_dir.join("src"))?;
+        let ladder_file = crate_dir.join("LAYERS");
+        let ladder = match std::fs::read_to_string(&ladder_file) {
+            Ok(text) => Some(layers::Ladder::parse(&text).with_context(|| format!("{}", ladder_file.display()))?),
+            Err(_) => None,
+        };
+        let (text, ok) = layers::report(name, &graph, ladder.as_ref());
+        print!("{text}");
+        clean &= ok;
+    }
+    if check && !clean {
+        say("layers: FAILED (an import cycle, or an arrow up a LAYERS ladder, above)");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `cargo test|bench --workspace <args>` with the toolchain's environment; cargo's output
