@@ -8,7 +8,8 @@
 //! GIN is a failure (scripts/gpu-check.sh sets it where it provides the backend).
 
 use weft::host::caps::{Gin, LsaGin};
-use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, Placement, WindowFlags};
+use weft::host::cudarc::driver::CudaStream;
+use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, Placement, ReduceOp, WindowFlags};
 
 fn placement() -> Placement {
     let placement = Placement::from_env().expect("WEFT_RANKS");
@@ -44,6 +45,16 @@ where
 
 use weft_kit::test_kernels::gin::{gin_barrier_rounds, gin_put_everywhere, gin_put_value_ring, hybrid_allreduce};
 
+/// Returns once every rank has got here with its earlier work on `s` done (a settled one-element all-reduce):
+/// no rank's puts may land in a peer's window before the peer has written its initial values there.
+fn all_ranks_ready(comm: &Communicator, s: &CudaStream) -> Result<(), Error> {
+    weft::host::cuda::settle(s)?;
+    let one = s.clone_htod(&[1.0f32])?;
+    let mut sum = s.alloc_zeros::<f32>(1)?;
+    comm.all_reduce(&one, &mut sum, ReduceOp::Sum, s)?;
+    weft::host::cuda::settle(s)
+}
+
 fn values(rank: usize, len: usize) -> Vec<f32> {
     (0..len).map(|i| (rank * 10_000 + i) as f32).collect()
 }
@@ -63,6 +74,7 @@ fn gin_puts_with_signals_and_counters_land_on_every_rank() {
         inbox.buffer_mut().copy_from_host(&vec![-1.0; n * CHUNK])?;
         src.buffer_mut().copy_from_host(&values(comm.rank(), CHUNK))?;
         let mut seen = s.alloc_zeros::<u64>(2)?;
+        all_ranks_ready(comm, &s)?;
         gin_put_everywhere::launch(&s, cfg, &dev, &inbox, &src, CHUNK, &mut seen)?;
         let seen = comm.download(&s, &seen)?;
         let got = inbox.buffer().copy_to_host()?;
@@ -97,6 +109,7 @@ fn gin_put_value_with_signal_add_reaches_the_next_rank() {
         let mut cell = comm.alloc_window::<u64>(&s, 1, WindowFlags::COLL_SYMMETRIC)?;
         cell.buffer_mut().copy_from_host(&[0])?;
         let mut seen = s.alloc_zeros::<u64>(1)?;
+        all_ranks_ready(comm, &s)?;
         gin_put_value_ring::launch(&s, cfg, &dev, &cell, &mut seen)?;
         let seen = comm.download(&s, &seen)?;
         let from = (rail.rank + rail.nranks - 1) % rail.nranks;
@@ -146,6 +159,7 @@ fn a_hybrid_lsa_and_gin_allreduce_matches_the_host_sum() {
         x.buffer_mut().copy_from_host(&values(comm.rank(), N))?;
         parts.buffer_mut().copy_from_host(&vec![0.0; rails * N])?;
         let mut out = s.alloc_zeros::<f32>(N)?;
+        all_ranks_ready(comm, &s)?;
         hybrid_allreduce::launch(&s, cfg, &dev, &x, &parts, &mut out, N)?;
         let lsa = comm.team_lsa()?.nranks;
         Ok(Some((comm.rank(), lsa, rails, comm.download(&s, &out)?)))

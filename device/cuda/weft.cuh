@@ -1682,10 +1682,11 @@ struct GinBarrier {
 
   WEFT_FN void sync(Co coop, Order order) { s.sync(coop.nccl(), detail::to_cuda(order), detail::gin_barrier_fence()); }
 
-  // 2.32: NCCL's own bounded sync (clock cycles, converted from ns). 2.28: NCCL's sync (gin_barrier__funcs.h) with
-  // its final waitSignal replaced by weft's poll. Either way, after TimedOut end the session: the signals were sent.
+  // 2.30.3 and later: NCCL's own bounded sync (clock cycles, converted from ns). 2.28: NCCL's sync
+  // (gin_barrier__funcs.h) with its final waitSignal replaced by weft's poll (2.30's session has no epoch to read).
+  // Either way, after TimedOut end the session: the signals were sent.
   WEFT_FN BarrierResult sync_timeout(Co coop, Order order, uint64_t timeout_ns) {
-#if WEFT_NCCL_2_32
+#if NCCL_VERSION_CODE >= 23003
     ncclResult_t r =
         s.sync(coop.nccl(), detail::to_cuda(order), detail::gin_barrier_fence(), detail::ns_to_cycles(timeout_ns));
     return detail::coop_result(coop, r != ncclSuccess, false);
