@@ -7,7 +7,9 @@
 //! ranks). Without a GIN backend each test skips, saying why — unless `WEFT_TEST_REQUIRE_GIN=1`, where a missing
 //! GIN is a failure (scripts/gpu-check.sh sets it where it provides the backend).
 
+use std::sync::Arc;
 use weft::host::caps::{Gin, LsaGin};
+
 use weft::host::cudarc::driver::CudaStream;
 use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, Placement, ReduceOp, WindowFlags};
 
@@ -47,7 +49,7 @@ use weft_kit::test_kernels::gin::{gin_barrier_rounds, gin_put_everywhere, gin_pu
 
 /// Returns once every rank has got here with its earlier work on `s` done (a settled one-element all-reduce):
 /// no rank's puts may land in a peer's window before the peer has written its initial values there.
-fn all_ranks_ready(comm: &Communicator, s: &CudaStream) -> Result<(), Error> {
+fn all_ranks_ready(comm: &Communicator, s: &Arc<CudaStream>) -> Result<(), Error> {
     weft::host::cuda::settle(s)?;
     let one = s.clone_htod(&[1.0f32])?;
     let mut sum = s.alloc_zeros::<f32>(1)?;
