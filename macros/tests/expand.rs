@@ -6,8 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The facade the generated code expects (`::weft::host::…`, `::weft::device::…`).
+/// The facade the generated code expects (`::weft::host::…`, `::weft::device::…`, and the real facade's
+/// `__private`, included from its file).
 const FACADE_LIB: &str = r#"
+#[doc(hidden)]
+#[path = "@PRIVATE@"]
+pub mod __private;
 pub use weft_device as device;
 pub use weft_macros::{device_fn, kernel};
 pub mod prelude {
@@ -238,7 +242,7 @@ weft-macros = {{ path = "{}" }}
             path("macros")
         ),
     );
-    write(&dir.join("weft/src/lib.rs"), FACADE_LIB);
+    write(&dir.join("weft/src/lib.rs"), &FACADE_LIB.replace("@PRIVATE@", &path("src/private.rs")));
     write(
         &dir.join("check/Cargo.toml"),
         r#"[package]

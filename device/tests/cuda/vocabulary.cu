@@ -375,6 +375,8 @@ __device__ void ll_a2a_body(weft::DevComm const& dev, Co coop, weft::LlA2aHandle
   a2a.send(0, 1, uint64_t(3));
   a2a.broadcast(2, __float2bfloat16_rn(1.0f));
   out[0] = a2a.template recv<float>(weft::thread_idx_x()) + float(a2a.template recv<uint64_t>(1));
+  out[1] = float(h.slots() + h.buffer() + a2a.team_size());
+  out[2] = float(weft::detail::resource_at(weft::thread_idx_x(), a2a.team_size(), 7));
   a2a.end_epoch(coop);
   a2a.end();
 }

@@ -169,7 +169,7 @@ pub(crate) fn expand(kind: FnKind, attr: TokenStream, item: TokenStream) -> Expa
             // After an error, the module still exists (launch calls elsewhere keep type-checking) but names no
             // callee: a closure or recursive call the error is about would only add rustc's unresolved-path noise.
             let calls = if cx.error_count() == 0 { &a.lowered.calls[..] } else { &[] };
-            expand::kernel_module(&item_fn, &a.sig, &a.attrs, &header, &kernel, &a.usage, &a.lowered.bounds, calls)
+            expand::kernel_module(&item_fn, &a.sig, &a.attrs, &header, &kernel, &a.usage, &a.lowered, calls)
         }
         FnKind::DeviceFn => {
             let source = cuda::device_fn(&a.sig, &item_fn, &a.lowered, &cx);

@@ -125,7 +125,7 @@ pub fn packs_shared_all_to_all<T: Float>(
     a2a.end_epoch(Warp);
     a2a.end();
     y.store_pack(1, Pack::<T>::splat(got));
-    let handle = h.slots + h.buffer;
+    let handle = h.slots() + h.buffer();
     if !tile.is_empty() {
         y[0] = T::from_f32(sum + (shared as u32 + handle) as f32) + got + Pack::splat(got).lane(0);
     }

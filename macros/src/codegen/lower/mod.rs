@@ -47,6 +47,21 @@ pub(crate) struct LoweredBody {
     pub(crate) calls: Vec<syn::Path>,
     /// The body's memory accesses and how each is kept in bounds.
     pub(crate) bounds: Bounds,
+    /// Resource indices checked on the device against their declared count.
+    pub(crate) resource_checks: Vec<ResourceCheck>,
+}
+
+/// A resource index the macro cannot follow (`dev.lsa_barrier(Cta, i)` with `#[kernel(lsa_barriers = 8)]`): checked
+/// on the device against the declared count, in the form `launch` runs.
+#[derive(Debug, Clone)]
+pub(crate) struct ResourceCheck {
+    /// What it indexes ("LSA barriers").
+    pub(crate) what: &'static str,
+    /// The index as written.
+    pub(crate) access: String,
+    pub(crate) line: u32,
+    /// The index's tokens, for errors spanned on it.
+    pub(crate) tokens: proc_macro2::TokenStream,
 }
 
 /// Options of the C++ writer.
@@ -121,6 +136,7 @@ pub(crate) struct Lowerer<'a> {
     overrides: Vec<(usize, bounds::Shape)>,
     /// `w.lsa(peer)` sites in a function without a `DevComm` parameter, and where they are written.
     lsa_without_dev: Vec<(super::bounds::SiteId, Span)>,
+    resource_checks: Vec<ResourceCheck>,
 }
 
 /// Lowers `body` of a function with signature `sig`.
@@ -161,6 +177,7 @@ pub(crate) fn lower_body(
         guards: Vec::new(),
         overrides: Vec::new(),
         lsa_without_dev: Vec::new(),
+        resource_checks: Vec::new(),
     };
     let mut param_names = Vec::new();
     for p in &sig.params {
@@ -186,7 +203,14 @@ pub(crate) fn lower_body(
     l.check_let_vars();
     l.finish_bounds();
     let text = l.render();
-    LoweredBody { text, param_names, usage: l.usage, calls: l.calls, bounds: l.bounds }
+    LoweredBody {
+        text,
+        param_names,
+        usage: l.usage,
+        calls: l.calls,
+        bounds: l.bounds,
+        resource_checks: l.resource_checks,
+    }
 }
 
 impl<'a> Lowerer<'a> {
@@ -354,6 +378,17 @@ impl<'a> Lowerer<'a> {
         self.usage.device_checks |= !on_device.is_empty();
         self.check_peer_sites(&on_device);
         if self.attrs.no_device_checks && self.sig.kind == FnKind::Kernel {
+            for check in &self.resource_checks {
+                self.cx.error_spanned_by(
+                    &check.tokens,
+                    format!(
+                        "`{}` would be checked on the device against the number of {}, which \
+                         #[kernel(no_device_checks)] forbids: use a constant or `block_idx_x()` (whose count \
+                         `requirements(&cfg)` sizes), or drop `no_device_checks` (docs/macro.md, \"Bounds\")",
+                        check.access, check.what
+                    ),
+                );
+            }
             for &i in &on_device {
                 let site = &self.bounds.sites[i];
                 self.cx.error_spanned_by(

@@ -10,6 +10,7 @@ mod infer;
 mod module;
 mod reject;
 mod resolve;
+mod resources;
 mod usage;
 mod vocabulary;
 

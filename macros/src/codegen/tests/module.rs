@@ -162,14 +162,19 @@ fn kernel_source_joins_the_device_fns_it_calls() {
     );
     assert_has(
         &out,
-        r#"helper_must_be_a_weft_device_fn::__WEFT_SOURCE, other_must_be_a_weft_device_fn::__WEFT_SOURCE, outer_must_be_a_weft_device_fn::__WEFT_SOURCE, far_must_be_a_weft_device_fn::__WEFT_SOURCE, helper_must_be_a_weft_device_fn_4::__WEFT_SOURCE,"#,
+        r#"helper_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.source(), other_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.source(), outer_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.source(), far_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.source(), helper_must_be_a_weft_device_fn_4::__WEFT_DEVICE_FN.source(),"#,
     );
     for vocabulary in ["sqrt::", "max::", "sync_threads::"] {
         assert!(!out.contains(vocabulary), "{vocabulary} referenced: {out}");
     }
     assert_has(
         &out,
-        r#", helper_must_be_a_weft_device_fn::__WEFT_USAGE, other_must_be_a_weft_device_fn::__WEFT_USAGE"#,
+        r#", helper_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.usage(), other_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.usage()"#,
+    );
+    // Each token belongs to a function of the callee's name (a token copied from another device fn is refused).
+    assert_has(
+        &out,
+        r#"const _: () = ::core::assert!(::weft::__private::str_eq(helper_must_be_a_weft_device_fn_4::__WEFT_DEVICE_FN.name(), "helper"),"#,
     );
 }
 
@@ -184,9 +189,18 @@ fn device_fn_companion_module() {
     assert_has(&out, r#"#[allow(dead_code)] pub fn helper(x: f32) -> f32"#);
     assert_has(&out, r#"pub mod helper { use super::*;"#);
     assert_has(&out, r#"use other as other_must_be_a_weft_device_fn;"#);
-    assert_has(&out, r#"const __WEFT_PARTS: &[&str] = &[other_must_be_a_weft_device_fn::__WEFT_SOURCE, __WEFT_OWN];"#);
-    assert_has(&out, r#"pub const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[&["#);
-    assert_has(&out, r#", other_must_be_a_weft_device_fn::__WEFT_USAGE]);"#);
+    assert_has(
+        &out,
+        r#"const __WEFT_PARTS: &[&str] = &[other_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.source(), __WEFT_OWN];"#,
+    );
+    assert_has(&out, r#"const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[&["#);
+    assert_has(&out, r#", other_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.usage()]);"#);
+    // The companion's only public item is its token, made in the expansion's own `unsafe` block.
+    assert!(!out.contains("pub const __WEFT_SOURCE") && !out.contains("pub const __WEFT_USAGE"), "{out}");
+    assert_has(
+        &out,
+        r#"pub const __WEFT_DEVICE_FN: ::weft::__private::DeviceFn = unsafe { ::weft::__private::DeviceFn::new("helper", __WEFT_SOURCE, __WEFT_USAGE) };"#,
+    );
 }
 
 #[test]

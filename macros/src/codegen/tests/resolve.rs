@@ -67,7 +67,7 @@ fn methods_resolve_on_every_vocabulary_type() {
             let n = lanes.size() + lanes.mask() + Cta.thread_rank();
             let a2a = dev.ll_a2a(Warp, h, 0, 4);
             let v = a2a.recv::<f32>(1);
-            let slots = h.slots + h.buffer + team.nranks;
+            let slots = h.slots() + h.buffer() + team.nranks;
         }
     });
     assert_lines(
@@ -80,8 +80,8 @@ fn methods_resolve_on_every_vocabulary_type() {
             "auto s = wide.lane_sum() + x.template load_wide<float>(size_t(0)).lane(size_t(1));",
             "auto n = (lanes.size() + lanes.mask()) + weft::Cta{}.thread_rank();",
             "auto v = a2a.template recv<float>(1u);",
-            // NCCL's field names: `ncclLLA2AHandle { bufHandle, nSlots }`.
-            "auto slots = (h.nSlots + h.bufHandle) + team.nranks;",
+            // The handle's fields are private in Rust: its accessors, which weft::LlA2aHandle has too.
+            "auto slots = (h.slots() + h.buffer()) + team.nranks;",
         ],
     );
 }
