@@ -934,10 +934,14 @@ struct Team {
   WEFT_FN uint32_t rank_from(Team other, uint32_t r) const {
     return uint32_t(ncclTeamRankToTeam(nccl(), other.nccl(), int(r)));
   }
+  // NCCL's factorizations need `inner_size` to divide the team's size; any other is the empty team (every peer
+  // check against it fails), never a team whose members lie outside the communicator.
   WEFT_FN Team inner_factor(uint32_t inner_size) const {
+    if (inner_size == 0 || nranks % inner_size != 0) return Team{0, 0, stride};
     return from_nccl(ncclTeamInnerFactor(nccl(), int(inner_size)));
   }
   WEFT_FN Team outer_factor(uint32_t inner_size) const {
+    if (inner_size == 0 || nranks % inner_size != 0) return Team{0, 0, stride};
     return from_nccl(ncclTeamOuterFactor(nccl(), int(inner_size)));
   }
 };
@@ -2104,9 +2108,13 @@ WEFT_FN View<T> lsa_at(Window<T> const& w, uint32_t peer, unsigned line, DevComm
   check_below(peer, dev.lsa_size(), line);
   return w.lsa(peer);
 }
+// `w.peer(team, p)` reads the peer's memory through the LSA team's mapping (ncclGetPeerPointer), so the peer must be
+// in the team and in this rank's LSA team: its LSA index, computed as NCCL does, below the LSA team's size.
 template <class T>
-WEFT_FN View<T> peer_at(Window<T> const& w, Team team, uint32_t peer, unsigned line) {
+WEFT_FN View<T> peer_at(Window<T> const& w, Team team, uint32_t peer, unsigned line, DevComm const& dev) {
   check_below(peer, team.nranks, line);
+  long long lsa = (long long)(w.win->lsaRank) + ((long long)(peer) - (long long)(team.rank)) * (long long)(team.stride);
+  check_below(size_t(lsa), dev.lsa_size(), line);
   return w.peer(team, peer);
 }
 

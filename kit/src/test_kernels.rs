@@ -162,8 +162,10 @@ pub fn pdl_fill<T: Float>(out: &mut [T], value: f32, n: usize) {
 /// buffers stops the kernel: the fragment loads and stores check their tiles on the device).
 #[weft::kernel(types(f16, bf16))]
 pub fn mma_gemm<T: MmaElement>(a: &[T], b: &[T], out: &mut [f32], m: usize, n: usize, k: usize) {
-    let warp = index_1d() / 32;
-    let warps = grid_size_1d() / 32;
+    // The warp's own index: `mma` needs every lane of the warp, so the loop over tiles is decided per warp.
+    let per_block = (block_dim_x() * block_dim_y() * block_dim_z() / 32) as usize;
+    let warp = block_idx_x() as usize * per_block + warp_id() as usize;
+    let warps = grid_dim_x() as usize * per_block;
     let tiles_n = n / 8;
     let tiles = (m / 16) * tiles_n;
     let mut t = warp;

@@ -12,7 +12,8 @@ use syn::ItemFn;
 use super::ast::Signature;
 use super::attr::Attributes;
 use super::launcher;
-use super::usage::{Usage, USAGE_WORDS};
+use super::uniform::{DivergentCall, Level};
+use super::usage::{Usage, BLOCK_COLLECTIVE_BIT, USAGE_WORDS, WARP_COLLECTIVE_BIT};
 
 /// The user's function, unchanged but for `#[allow(dead_code)]`: rustc type-checks it against `weft-device`.
 pub(crate) fn user_fn(item: &ItemFn) -> TokenStream {
@@ -62,7 +63,10 @@ struct Callees {
 /// "function `double_must_be_a_weft_device_fn` is not a crate or module", and calling a kernel with "cannot find
 /// value `__WEFT_DEVICE_FN` in module `fill_must_be_a_weft_device_fn`". A token copied from another device fn's
 /// companion fails the name check.
-fn callee_aliases(calls: &[syn::Path]) -> Callees {
+///
+/// A callee called under control flow that not every thread takes (`divergent`, from `uniform`) must have no
+/// collective that needs them: a constant assertion on its usage words, spanned at the call.
+fn callee_aliases(calls: &[syn::Path], divergent: &[DivergentCall]) -> Callees {
     let mut out = Callees { imports: Vec::new(), sources: Vec::new(), usages: Vec::new(), name_checks: Vec::new() };
     let mut seen: Vec<String> = Vec::new();
     for (i, path) in calls.iter().enumerate() {
@@ -88,6 +92,30 @@ fn callee_aliases(calls: &[syn::Path]) -> Callees {
         out.name_checks.push(quote::quote_spanned!(span=>
             const _: () = ::core::assert!(::weft::__private::str_eq(#token.name(), #name), #message);
         ));
+        let key = {
+            let path = path.clone();
+            quote!(#path).to_string()
+        };
+        if let Some(call) = divergent.iter().find(|d| d.key == key) {
+            let span = call.span;
+            let checks: &[(u32, &str)] = match call.level {
+                Level::Block => &[],
+                Level::Warp => &[(BLOCK_COLLECTIVE_BIT, "block")],
+                Level::Thread => &[(BLOCK_COLLECTIVE_BIT, "block"), (WARP_COLLECTIVE_BIT, "warp")],
+            };
+            for (bit, noun) in checks {
+                let message = format!(
+                    "weft: the device fn `{name}` has a {noun}-wide collective (a barrier or a session of a coop, \
+                     `sync_threads()`, a shuffle, …), which needs every thread of the {noun}, but not every thread of \
+                     the {noun} makes this call: {}. Call it where every thread of the {noun} does (docs/macro.md, \
+                     \"Collectives\")",
+                    call.cause
+                );
+                out.name_checks.push(quote::quote_spanned!(span=>
+                    const _: () = ::core::assert!(#token.usage()[1] & #bit == 0, #message);
+                ));
+            }
+        }
     }
     out
 }
@@ -156,11 +184,17 @@ fn usage_tokens(usage: &Usage) -> TokenStream {
 }
 
 /// The module next to a `#[device_fn]`.
-pub(crate) fn device_fn_module(item: &ItemFn, own_source: &str, usage: &Usage, calls: &[syn::Path]) -> TokenStream {
+pub(crate) fn device_fn_module(
+    item: &ItemFn,
+    own_source: &str,
+    usage: &Usage,
+    calls: &[syn::Path],
+    divergent: &[DivergentCall],
+) -> TokenStream {
     let vis = &item.vis;
     let name = &item.sig.ident;
     let Callees { imports: callee_imports, sources: callee_sources, usages: callee_usages, name_checks } =
-        callee_aliases(calls);
+        callee_aliases(calls, divergent);
     let own_usage = usage_tokens(usage);
     let helpers = const_helpers();
     let doc = format!(" The C++ of the device fn [`{name}`](fn@{name}) for the kernels that call it (generated).");
@@ -306,12 +340,13 @@ pub(crate) fn kernel_module(
     usage: &Usage,
     lowered: &super::lower::LoweredBody,
     calls: &[syn::Path],
+    divergent: &[DivergentCall],
 ) -> TokenStream {
     let vis = &item.vis;
     let name = &item.sig.ident;
     let name_str = name.to_string();
     let Callees { imports: callee_imports, sources: callee_sources, usages: callee_usages, name_checks } =
-        callee_aliases(calls);
+        callee_aliases(calls, divergent);
     let own_usage = usage_tokens(usage);
     let helpers = const_helpers();
     let instantiations = sig.instantiations();

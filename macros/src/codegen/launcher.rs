@@ -9,7 +9,7 @@ use syn::{Ident, Lifetime};
 use super::ast::{ParamKind, Signature};
 use super::attr::Attributes;
 use super::bounds::{Bounds, Site};
-use super::usage::{Resource, BLOCK_OF_256_BIT, DEVICE_CHECKS_BIT, GEMM_TILES_BIT};
+use super::usage::{Resource, BLOCK_OF_256_BIT, DEVICE_CHECKS_BIT, GEMM_TILES_BIT, WARP_COLLECTIVE_BIT};
 
 /// Host paths, in one place.
 pub(crate) mod host {
@@ -273,6 +273,28 @@ pub(crate) fn launch(
     let (stream_ty, config, error) = (host::stream(), host::launch_config(), host::error());
     let (kernel_args, kernel_spec, bounds_checks) = (host::kernel_args(), host::kernel_spec(), host::bounds_checks());
     let device_checks = quote!(__WEFT_USAGE[1] & #DEVICE_CHECKS_BIT != 0);
+    // A warp-wide collective (a shuffle, `mma`, a `Warp` session, …) with lanes that do not exist is as undefined as
+    // one some lanes skip: blocks of whole warps only.
+    let whole_warps = {
+        let message = format!(
+            "`{}` has warp-wide collectives (shuffles, warp reductions, `mma`, a `Warp` coop's session, …), which \
+             need every lane of the warp, but this launch has blocks of {{:?}} threads, which end in a partial warp: \
+             launch it with a multiple of 32 threads per block",
+            sig.ident
+        );
+        quote! {
+            if __WEFT_USAGE[1] & #WARP_COLLECTIVE_BIT != 0 {
+                let __weft_threads = u64::from(#cfg.block_dim.0) * u64::from(#cfg.block_dim.1)
+                    * u64::from(#cfg.block_dim.2);
+                if __weft_threads % 32 != 0 {
+                    return ::core::result::Result::Err(#error::InvalidArgument {
+                        argument: "cfg",
+                        problem: ::std::format!(#message, #cfg.block_dim),
+                    });
+                }
+            }
+        }
+    };
     let body = |checked: bool, recording: bool| {
         let proven = if checked { proven.clone() } else { TokenStream::new() };
         let form = if checked { quote!(__WEFT_CHECKED_FORM) } else { quote!(#bounds_checks::Off) };
@@ -286,6 +308,7 @@ pub(crate) fn launch(
             if __WEFT_USAGE[1] & #BLOCK_OF_256_BIT != 0 {
                 ::weft::host::launch::check_block_of_256(NAME, &#cfg)?;
             }
+            #whole_warps
             #(#checks)*
             let mut __weft_args = #start;
             if __WEFT_USAGE[1] & #GEMM_TILES_BIT != 0 {

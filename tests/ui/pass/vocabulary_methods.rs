@@ -152,7 +152,7 @@ fn main() {
     // What the kernels imply, checked where rustc runs them.
     assert!(gin_session::CAPABILITIES.gin);
     assert!(multimem::CAPABILITIES.multimem);
-    assert_eq!(packs_shared_all_to_all::ENTRY_POINTS, ["packs_shared_all_to_all__f32", "packs_shared_all_to_all__bf16"]);
+    assert_eq!(packs_shared_all_to_all::ENTRY_POINTS, ["rs_packs_shared_all_to_all__f32", "rs_packs_shared_all_to_all__bf16"]);
 }
 
 // A `TmaMatrix` is lent to device fns by reference (it stays the kernel's parameter, where TMA reads its map).

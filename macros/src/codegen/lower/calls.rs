@@ -117,7 +117,9 @@ impl Lowerer<'_> {
             None => String::new(),
         };
         let arg_codes: Vec<Code> = args.iter().map(|a| a.code.clone()).collect();
-        let mut code = Code::text(format!("weft::{}{generics}(", super::cpp_ident(last)));
+        // A device fn's C++ name is its mangled one (names.rs); the vocabulary's are weft.cuh's.
+        let cpp_name = if known::is_vocabulary_function(last) { last.to_string() } else { super::cpp_ident(last) };
+        let mut code = Code::text(format!("weft::{cpp_name}{generics}("));
         code.push(Code::join(args.into_iter().map(|a| a.code).collect(), ", ")).push_str(")");
         if let Some(call) = self.function_sites(c, last) {
             let mut parts = arg_codes;
@@ -140,7 +142,7 @@ impl Lowerer<'_> {
     ) -> Val {
         let (cpp, self_ty) = match scalar {
             Some(s) => (s.cpp().to_string(), Ty::Scalar(s)),
-            None => (prev.to_string(), Ty::Param(prev.to_string())),
+            None => (super::cpp_ident(prev), Ty::Param(prev.to_string())),
         };
         match (name, args.len()) {
             ("zero" | "one", 0) => Val::new(Code::text(format!("weft::{name}<{cpp}>()")), self_ty),
@@ -417,7 +419,7 @@ impl Lowerer<'_> {
 pub(crate) fn spell(ty: &Ty) -> String {
     match ty {
         Ty::Scalar(s) => s.cpp().to_string(),
-        Ty::Param(p) => p.clone(),
+        Ty::Param(p) => super::cpp_ident(p),
         _ => "auto".to_string(),
     }
 }

@@ -29,11 +29,8 @@ use super::usage::{IndexValue, Usage};
 pub(crate) use code::{Code, Resolver};
 pub(crate) use expr::{is_screaming, VOCABULARY_CONSTANTS};
 use infer::{Origin, Vars};
-#[cfg(test)]
 pub(crate) use known::is_vocabulary_function;
 pub(crate) use names::cpp_ident;
-#[cfg(test)]
-pub(crate) use names::is_reserved;
 
 /// What lowering a body produced.
 pub(crate) struct LoweredBody {
@@ -149,11 +146,15 @@ pub(crate) fn lower_body(
 ) -> LoweredBody {
     let mut idents = IdentCollector::default();
     idents.visit_block(&item.block);
-    let mut used_names: HashSet<String> = idents.0;
-    used_names.insert(sig.ident.to_string());
-    used_names.insert("weft".into());
+    // The C++ names of every identifier in the body, so a binding renamed for shadowing (`rs_n_1`) never takes a
+    // name the body uses; the function's and its type parameters' names are never a local's.
+    let mut used_names: HashSet<String> = idents.0.iter().map(|i| cpp_ident(i)).collect();
+    used_names.insert(sig.cpp_name());
     for e in &sig.elements {
-        used_names.insert(e.ident.to_string());
+        used_names.insert(cpp_ident(&e.ident.to_string()));
+    }
+    for c in &sig.generic_names.coops {
+        used_names.insert(cpp_ident(c));
     }
     let mut l = Lowerer {
         cx,
@@ -187,7 +188,7 @@ pub(crate) fn lower_body(
         if let ParamKind::DevComm { .. } = p.kind {
             if sig.kind == FnKind::Kernel {
                 // R1: the entry point takes NCCL's struct; the body wraps it.
-                let raw = format!("{cpp}__raw");
+                let raw = l.temp_name(&format!("{}_raw", rust.trim_start_matches("r#")));
                 param_names.push(raw.clone());
                 l.emit(Code::text(format!("weft::DevComm {cpp}{{{raw}}};")), 0);
                 l.declare_named(&rust, cpp, Ty::DevComm, IndexValue::Unknown);
@@ -247,7 +248,9 @@ impl<'a> Lowerer<'a> {
             l.scopes.iter().any(|(_, ids)| ids.iter().any(|id| l.locals[*id].cpp == name))
         };
         let reserved = |name: &str, l: &Lowerer<'_>| {
-            l.sig.ident == name || l.sig.elements.iter().any(|e| e.ident == name) || name == "weft"
+            l.sig.cpp_name() == name
+                || l.sig.elements.iter().any(|e| cpp_ident(&e.ident.to_string()) == name)
+                || l.sig.generic_names.coops.iter().any(|c| cpp_ident(c) == name)
         };
         if !visible(&base, self) && !reserved(&base, self) {
             self.used_names.insert(base.clone());
@@ -264,11 +267,12 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    /// A fresh name for a temporary the translation introduces.
+    /// A fresh name for a temporary the translation introduces: `w_<hint>` (names::TEMP), never a user's.
     fn temp_name(&mut self, hint: &str) -> String {
+        let hint = format!("{}{hint}", names::TEMP);
         let mut n = 0;
         loop {
-            let candidate = if n == 0 { hint.to_string() } else { format!("{hint}_{n}") };
+            let candidate = if n == 0 { hint.clone() } else { format!("{hint}_{n}") };
             if !self.used_names.contains(&candidate) {
                 self.used_names.insert(candidate.clone());
                 return candidate;
@@ -427,7 +431,7 @@ impl<'a> Lowerer<'a> {
     }
 }
 
-/// Every identifier in the body, so translation temporaries never collide with a user's name.
+/// Every identifier in the body.
 #[derive(Default)]
 struct IdentCollector(HashSet<String>);
 

@@ -11,6 +11,7 @@ mod module;
 mod reject;
 mod resolve;
 mod resources;
+mod uniform;
 mod usage;
 mod vocabulary;
 

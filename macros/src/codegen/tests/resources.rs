@@ -50,7 +50,9 @@ fn a_computed_barrier_index_is_checked_against_the_declared_count() {
     );
     let text = lines_of_checks(&a.lowered.text);
     assert!(
-        text.contains("auto bar = dev.lsa_barrier(weft::Cta{}, weft::detail::resource_at(which + 1u, 8u, L));"),
+        text.contains(
+            "auto rs_bar = rs_dev.lsa_barrier(weft::Cta{}, weft::detail::resource_at(rs_which + 1u, 8u, L));"
+        ),
         "{text}"
     );
     // `launch` runs the form in which `resource_at` checks (and `launch_unchecked` the one where it does not).
@@ -98,13 +100,13 @@ fn every_resource_kind_and_grid_counts() {
     .text;
     let text = lines_of_checks(&text);
     for expected in [
-        "dev.gin(weft::detail::resource_at(s, 2u, L))",
-        "weft::SignalInc(weft::detail::resource_at(s, 4u, L))",
-        "weft::CounterInc(weft::detail::resource_at(s, weft::grid_dim_x(), L))",
-        "gin.read_signal(weft::detail::resource_at(s, 4u, L)) + gin.read_counter(weft::detail::resource_at(s, weft::grid_dim_x(), L))",
-        "gin.rail_barrier(weft::Cta{}, weft::detail::resource_at(s, 3u, L))",
-        "a2a.broadcast(weft::detail::resource_at(s, 16u, L), 1.0f)",
-        "a2a.template recv<float>(weft::detail::resource_at(s, 16u, L))",
+        "rs_dev.gin(weft::detail::resource_at(rs_s, 2u, L))",
+        "weft::SignalInc(weft::detail::resource_at(rs_s, 4u, L))",
+        "weft::CounterInc(weft::detail::resource_at(rs_s, weft::grid_dim_x(), L))",
+        "rs_gin.read_signal(weft::detail::resource_at(rs_s, 4u, L)) + rs_gin.read_counter(weft::detail::resource_at(rs_s, weft::grid_dim_x(), L))",
+        "rs_gin.rail_barrier(weft::Cta{}, weft::detail::resource_at(rs_s, 3u, L))",
+        "rs_a2a.broadcast(weft::detail::resource_at(rs_s, 16u, L), 1.0f)",
+        "rs_a2a.template recv<float>(weft::detail::resource_at(rs_s, 16u, L))",
     ] {
         assert!(text.contains(expected), "`{expected}` not in:\n{text}");
     }
@@ -123,7 +125,7 @@ fn an_ll_all_to_all_peer_is_checked_against_the_team() {
     );
     assert!(
         lines_of_checks(&a.lowered.text)
-            .contains("a2a.send(weft::detail::resource_at(peer, a2a.team_size(), L), 0u, 1.0f);"),
+            .contains("rs_a2a.send(weft::detail::resource_at(rs_peer, rs_a2a.team_size(), L), 0u, 1.0f);"),
         "{}",
         a.lowered.text
     );
@@ -143,7 +145,7 @@ fn device_fns_check_their_computed_indices_against_their_own_declared_count() {
         .unwrap();
         crate::codegen::generate_device_fn_cuda(quote!(lsa_barriers = grid), &item, super::OPTIONS).unwrap()
     };
-    assert!(lines_of_checks(&lines).contains("weft::detail::resource_at(i, weft::grid_dim_x(), L)"), "{lines}");
+    assert!(lines_of_checks(&lines).contains("weft::detail::resource_at(rs_i, weft::grid_dim_x(), L)"), "{lines}");
 }
 
 #[test]
@@ -206,4 +208,42 @@ fn a_device_fn_cannot_take_a_vocabulary_functions_name() {
         )
     )
     .is_empty());
+}
+
+#[test]
+fn a_peer_of_another_team_than_the_lsa_team_is_checked_on_the_device_against_both() {
+    // `w.peer(team, p)` is a pointer into the LSA team's mapping: a world or factored team's peer may be outside it.
+    let a = kernel_analysis(
+        quote!(),
+        quote! {
+            fn k(dev: &DevComm<Lsa>, w: &Window<f32>, out: &mut [f32]) {
+                let world = dev.world();
+                let lsa = dev.lsa();
+                for p in 0..dev.lsa_size() {
+                    out[0] += w.peer(lsa, p)[0];
+                }
+                out[1] = w.peer(world, 0)[0];
+                out[2] = w.peer(world.inner_factor(2), 1)[0];
+            }
+        },
+    );
+    let text = a.lowered.text;
+    assert!(text.contains("rs_w.peer(rs_lsa, rs_p)[size_t(0)]"), "{text}");
+    for expected in
+        ["weft::detail::peer_at(rs_w, rs_world, 0u, ", "weft::detail::peer_at(rs_w, rs_world.inner_factor(2u), 1u, "]
+    {
+        let at = text.find(expected).unwrap_or_else(|| panic!("`{expected}` not in {text}"));
+        // The device communicator comes last: the LSA team's size.
+        assert!(text[at..].split(')').nth(1).is_some() && text[at..].contains(", rs_dev)"), "{text}");
+    }
+    // Without a device communicator there is nothing to check the LSA index against.
+    let errors = device_fn_errors(
+        quote!(),
+        quote!(
+            fn read(w: &Window<f32>, team: Team, p: u32) -> f32 {
+                w.peer(team, p)[0]
+            }
+        ),
+    );
+    assert_one_error(&errors, "this function has no `&DevComm`");
 }
