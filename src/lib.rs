@@ -17,6 +17,10 @@ pub use weft_host as host;
 pub use weft_host::cudarc;
 pub use weft_macros::{device_fn, kernel};
 
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+
 /// The kernel vocabulary, the attributes and the common host items.
 pub mod prelude {
     pub use weft_device::prelude::*;

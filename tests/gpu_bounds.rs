@@ -1,7 +1,8 @@
 //! GPU tests of launch soundness (docs/macro.md, "Bounds"; docs/kernel-abi.md, "Launch checks"): a launch whose
 //! proven bound fails is refused with a typed error before anything runs; an access the macro could not prove is
 //! checked on the device, and a failing one stops the kernel (in a child process: a trap leaves the CUDA context
-//! unusable); a hand-packed argument list that differs from the compiled kernel's parameters is refused.
+//! unusable); so is a computed resource index past its declared count; a hand-packed argument list that differs
+//! from the compiled kernel's parameters is refused.
 
 use weft_kit::test_kernels as kernels;
 
@@ -9,9 +10,10 @@ use std::process::Command;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
+use weft::host::caps::Lsa;
 use weft::host::jit::{BoundsChecks, KernelSpec};
 use weft::host::launch::KernelArgs;
-use weft::host::{Communicator, Config, Error, LaunchConfig, UniqueId};
+use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, UniqueId};
 
 fn one_rank() -> Communicator {
     Communicator::init_rank(0, 1, 0, &UniqueId::new().unwrap(), &Config::new()).unwrap()
@@ -114,6 +116,58 @@ fn a_failed_device_check_stops_the_kernel() {
     // The trap report (host/src/trap.rs): the kernel, the line, the index and the limit, in the error value.
     assert!(text.contains("weft's error: Err(kernel `gather` (block"), "{text}");
     assert!(text.contains("out-of-bounds access: index 1073741824 is not below 256"), "{text}");
+}
+
+/// Set in the child process of [`a_computed_barrier_index_past_its_count_stops_the_kernel`].
+const BARRIER_CHILD: &str = "WEFT_BARRIER_INDEX_TEST_CHILD";
+
+/// The child's half: `barrier_at` (4 LSA barriers declared) first within its count, then with barrier index 4, which
+/// no requirement covers: the device check stops the kernel before NCCL touches the barrier, and weft's error is
+/// `Error::KernelTrapped`.
+#[test]
+#[ignore = "needs a CUDA GPU; run by a_computed_barrier_index_past_its_count_stops_the_kernel in its own process"]
+fn barrier_index_child() {
+    if std::env::var_os(BARRIER_CHILD).is_none() {
+        return;
+    }
+    let comm = one_rank();
+    let s = stream(&comm);
+    let cfg = LaunchConfig::linear(2, 128);
+    let dev: DevComm<'_, Lsa> = comm.dev_comm(&kernels::barrier_at::requirements(&cfg)).unwrap();
+    assert!(dev.lsa_barriers() >= 4, "the declared count is required");
+    let mut done = s.clone_htod(&[0u32; 2]).unwrap();
+    // Barriers 2 and 3: within the count.
+    kernels::barrier_at::launch(&s, cfg, &dev, 2, &mut done).unwrap();
+    assert_eq!(s.clone_dtoh(&done).unwrap(), vec![2, 3]);
+    // Barriers 4 and 5: past it.
+    kernels::barrier_at::launch(&s, cfg, &dev, 4, &mut done).unwrap();
+    let settled = weft::host::cuda::settle(&s);
+    println!("child: weft's error: {settled:?}");
+    match settled {
+        Err(Error::KernelTrapped { report, .. }) => println!("child: trapped: {report}"),
+        other => panic!("expected Error::KernelTrapped, got {other:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_computed_barrier_index_past_its_count_stops_the_kernel() {
+    let exe = std::env::current_exe().unwrap();
+    let output = Command::new(exe)
+        .args(["--exact", "barrier_index_child", "--include-ignored", "--nocapture", "--test-threads=1"])
+        .env(BARRIER_CHILD, "1")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    println!("{text}");
+    assert!(output.status.success(), "the child failed:\n{text}");
+    assert!(text.contains("child: trapped: kernel `barrier_at` (block"), "{text}");
+    // Block 0 asks for barrier 4, block 1 for barrier 5: whichever traps first writes the report.
+    assert!(
+        text.contains("out-of-bounds access: index 4 is not below 4")
+            || text.contains("out-of-bounds access: index 5 is not below 4"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -934,10 +934,14 @@ struct Team {
   WEFT_FN uint32_t rank_from(Team other, uint32_t r) const {
     return uint32_t(ncclTeamRankToTeam(nccl(), other.nccl(), int(r)));
   }
+  // NCCL's factorizations need `inner_size` to divide the team's size; any other is the empty team (every peer
+  // check against it fails), never a team whose members lie outside the communicator.
   WEFT_FN Team inner_factor(uint32_t inner_size) const {
+    if (inner_size == 0 || nranks % inner_size != 0) return Team{0, 0, stride};
     return from_nccl(ncclTeamInnerFactor(nccl(), int(inner_size)));
   }
   WEFT_FN Team outer_factor(uint32_t inner_size) const {
+    if (inner_size == 0 || nranks % inner_size != 0) return Team{0, 0, stride};
     return from_nccl(ncclTeamOuterFactor(nccl(), int(inner_size)));
   }
 };
@@ -952,6 +956,7 @@ template <class Co>
 struct HybridBarrier;
 template <class Co>
 struct LlA2a;
+struct LlA2aHandle;
 struct GinSession;
 
 // `weft::DevComm dev{dev__raw};` (rule R1): a pointer to the kernel's ncclDevComm parameter.
@@ -996,7 +1001,7 @@ struct DevComm {
 
   // LL all-to-all.
   template <class Co>
-  WEFT_FN LlA2a<Co> ll_a2a(Co coop, ncclLLA2AHandle handle, uint32_t block, uint32_t max_elements) const;
+  WEFT_FN LlA2a<Co> ll_a2a(Co coop, LlA2aHandle handle, uint32_t block, uint32_t max_elements) const;
 
   // Multimem.
   template <class T>
@@ -1767,7 +1772,14 @@ WEFT_FN HybridBarrier<Co> DevComm::hybrid_barrier(Co coop, GinSession const& gin
 ////////////////////////////////////////////////////////////////////////////////////////////////////////////////////
 // LL all-to-all (Rust: ll_a2a.rs). The handle is a kernel parameter: NCCL's struct, by value.
 
-using LlA2aHandle = ncclLLA2AHandle;
+// NCCL's handle, by value (the kernel ABI's 8 bytes), behind the accessors of the Rust type (whose fields are private
+// there: only the host makes one, so that a kernel never indexes NCCL's resource buffer with a forged handle).
+struct LlA2aHandle {
+  ncclLLA2AHandle nccl;
+  WEFT_FN uint32_t buffer() const { return uint32_t(nccl.bufHandle); }
+  WEFT_FN uint32_t slots() const { return nccl.nSlots; }
+};
+static_assert(sizeof(LlA2aHandle) == 8 && alignof(LlA2aHandle) == 4, "weft::LlA2aHandle is the kernel ABI's 8 bytes");
 
 template <class Co>
 struct LlA2a {
@@ -1778,7 +1790,7 @@ struct LlA2a {
   bool ended;
 
   WEFT_FN LlA2a(ncclDevComm const& comm, Co coop, LlA2aHandle handle, uint32_t block, uint32_t max_elements)
-      : s(coop.nccl(), comm, ncclTeamLsa(comm), handle, block, int(max_elements)), ended(false) {}
+      : s(coop.nccl(), comm, ncclTeamLsa(comm), handle.nccl, block, int(max_elements)), ended(false) {}
   LlA2a(LlA2a const&) = delete;
   LlA2a& operator=(LlA2a const&) = delete;
   WEFT_FN ~LlA2a() {
@@ -1797,6 +1809,8 @@ struct LlA2a {
     return s.template recv<T>(int(slot));
   }
   WEFT_FN void end_epoch(Co coop) { s.endEpoch(coop.nccl()); }
+  // The peers `send` may name (the LSA team's size): the bound of its device check (detail::resource_at).
+  WEFT_FN uint32_t team_size() const { return uint32_t(s.team.nRanks); }
   WEFT_FN void end() {
     if (!ended) {
       s.~Session();
@@ -2025,6 +2039,15 @@ WEFT_FN void check_below(size_t index, size_t limit, unsigned line) {
 #endif
 }
 
+// A resource index the macro could not follow (a barrier, GIN signal, counter or context, LL all-to-all block or
+// slot) below the count its function declared (`#[kernel(lsa_barriers = 8)]`), or an LL all-to-all peer below the
+// team's size: the index itself, or a trap.
+template <class I>
+WEFT_FN I resource_at(I index, size_t bound, unsigned line) {
+  check_below(size_t(index), bound, line);
+  return index;
+}
+
 // `x[i]` on a slice, view or shared array (a reference, so it can be assigned and passed to atomics).
 template <class C>
 WEFT_FN decltype(auto) at(C&& c, size_t i, unsigned line) {
@@ -2086,9 +2109,13 @@ WEFT_FN View<T> lsa_at(Window<T> const& w, uint32_t peer, unsigned line, DevComm
   check_below(peer, dev.lsa_size(), line);
   return w.lsa(peer);
 }
+// `w.peer(team, p)` reads the peer's memory through the LSA team's mapping (ncclGetPeerPointer), so the peer must be
+// in the team and in this rank's LSA team: its LSA index, computed as NCCL does, below the LSA team's size.
 template <class T>
-WEFT_FN View<T> peer_at(Window<T> const& w, Team team, uint32_t peer, unsigned line) {
+WEFT_FN View<T> peer_at(Window<T> const& w, Team team, uint32_t peer, unsigned line, DevComm const& dev) {
   check_below(peer, team.nranks, line);
+  long long lsa = (long long)(w.win->lsaRank) + ((long long)(peer) - (long long)(team.rank)) * (long long)(team.stride);
+  check_below(size_t(lsa), dev.lsa_size(), line);
   return w.peer(team, peer);
 }
 

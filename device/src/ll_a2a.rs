@@ -10,15 +10,30 @@ use crate::device_only;
 use crate::numeric::Element;
 
 /// The resource handle of an LL all-to-all buffer (`ncclLLA2AHandle`), created on the host with
-/// `ncclLLA2ACreateRequirement` and passed to the kernel as a parameter by value (8 bytes, `#[repr(C)]`; C++
-/// `weft::LlA2aHandle`, NCCL's struct).
+/// `ncclLLA2ACreateRequirement` and passed to the kernel as a parameter by value (8 bytes, `#[repr(C)]`: the buffer
+/// handle, then the slots per block; C++ `weft::LlA2aHandle`, NCCL's struct inside).
+///
+/// Its fields are private and it has no constructor: the buffer handle is an offset into the device communicator's
+/// resource memory, which NCCL's session indexes unchecked, so a handle safe code could write would let a kernel
+/// reach memory it does not own. Only the host runtime, which gets it from NCCL for a device communicator, may make
+/// one (through this layout, in an `unsafe` block of its own).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LlA2aHandle {
+    buffer: u32,
+    slots: u32,
+}
+
+impl LlA2aHandle {
     /// The device resource buffer handle (`bufHandle`).
-    pub buffer: u32,
+    pub fn buffer(&self) -> u32 {
+        self.buffer
+    }
+
     /// Slots per block (`nSlots`).
-    pub slots: u32,
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
 }
 
 /// An LL all-to-all session of one coop (`ncclLLA2ASession`). Open it with [`DevComm::ll_a2a`]. Same lifecycle

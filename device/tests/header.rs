@@ -122,7 +122,7 @@ fn every_vocabulary_item_compiles_against_every_nccl() {
         }
         let bytes = std::fs::read(&cubin).map_err(|e| format!("no cubin for NCCL {version}: {e}"))?;
         // Entry points of the DESIGN.md kernel as the macro names them.
-        for entry in ["allreduce_add__f32", "allreduce_add__bf16", "lsa_barriers", "gin_puts", "ll_a2a"] {
+        for entry in ["rs_allreduce_add__f32", "rs_allreduce_add__bf16", "lsa_barriers", "gin_puts", "ll_a2a"] {
             if !bytes.windows(entry.len()).any(|w| w == entry.as_bytes()) {
                 return Err(format!("cubin for NCCL {version} lacks entry point {entry}"));
             }

@@ -31,6 +31,18 @@ pub fn barrier_round_trips(dev: &DevComm<Lsa>, rounds: u32, done: &mut [u32]) {
     }
 }
 
+/// Syncs on LSA barrier `first + block_idx_x()` under a declared count of 4 and records, per block, that it did: the
+/// index is computed, so no `requirements(&cfg)` covers it, and `launch` checks it against the count on the device
+/// (the GPU bounds tests make it fail on purpose with `first = 4`).
+#[weft::kernel(lsa_barriers = 4)]
+pub fn barrier_at(dev: &DevComm<Lsa>, first: u32, done: &mut [u32]) {
+    let bar = dev.lsa_barrier(Cta, first + block_idx_x());
+    bar.sync(Cta, Order::AcqRel);
+    if thread_idx_x() == 0 {
+        done[block_idx_x() as usize] = first + block_idx_x();
+    }
+}
+
 /// Writes into the local part of a window through its LSA view, scaled: `x[i] = scale * i`.
 #[weft::kernel]
 pub fn fill_window(x: &Window<f32>, scale: f32, n: usize) {
@@ -152,8 +164,10 @@ pub fn pdl_fill<T: Float>(out: &mut [T], value: f32, n: usize) {
 /// buffers stops the kernel: the fragment loads and stores check their tiles on the device).
 #[weft::kernel(types(f16, bf16))]
 pub fn mma_gemm<T: MmaElement>(a: &[T], b: &[T], out: &mut [f32], m: usize, n: usize, k: usize) {
-    let warp = index_1d() / 32;
-    let warps = grid_size_1d() / 32;
+    // The warp's own index: `mma` needs every lane of the warp, so the loop over tiles is decided per warp.
+    let per_block = (block_dim_x() * block_dim_y() * block_dim_z() / 32) as usize;
+    let warp = block_idx_x() as usize * per_block + warp_id() as usize;
+    let warps = grid_dim_x() as usize * per_block;
     let tiles_n = n / 8;
     let tiles = (m / 16) * tiles_n;
     let mut t = warp;
@@ -279,6 +293,7 @@ pub const ALL: &[(&str, &str)] = &[
     (gemm_tma_store::NAME, gemm_tma_store::SOURCE),
     (copy_from_next_peer::NAME, copy_from_next_peer::SOURCE),
     (barrier_round_trips::NAME, barrier_round_trips::SOURCE),
+    (barrier_at::NAME, barrier_at::SOURCE),
     (fill_window::NAME, fill_window::SOURCE),
     (barrier_wait_with_deadline::NAME, barrier_wait_with_deadline::SOURCE),
     (gin_ring_put::NAME, gin_ring_put::SOURCE),

@@ -433,6 +433,97 @@ fn representative_kernels_compile_with_nvcc() {
     compile_all(cases);
 }
 
+/// Every name a user may write reaches C++ mangled (`rs_…`, macros/src/codegen/lower/names.rs): locals, parameters,
+/// loop variables, labels, pattern bindings, type parameters, device fns and kernels named like C++ keywords and
+/// types (`float`, `int`, `auto`, `class`, `new`, `this`), CUDA and libc macros and builtins (`threadIdx`,
+/// `__syncthreads`, `NULL`, `INFINITY`, `EOF`, `assert`, `printf`, `main`), NCCL's and weft's own names (`ncclDevComm`,
+/// `weft`, `detail`, `Slice`, `weft_tuple2`, `weft_not`, `min`, `size_t`, `uint32_t`) and the translation's
+/// (`i_end`, `matched`, `tuple`, `w_i_end`, `rs_x`), and one that is not ASCII (`café`), all compile, and mean what the Rust says (the kernel returns
+/// through `out`, whose values the GPU tests do not need here: nvcc accepting them is the point).
+#[test]
+fn user_names_that_cpp_uses_compile_with_nvcc() {
+    let cases = vec![
+        (
+            "printf",
+            kernel(
+                quote!(),
+                quote! {
+                    fn printf(ncclDevComm: &DevComm<Lsa>, float: &Window<f32>, int: &mut [f32], size_t: usize) {
+                        let auto = ncclDevComm.lsa_barrier(Cta, block_idx_x());
+                        auto.sync(Cta, Order::Relaxed);
+                        let café = 1.0f32;
+                        let weft = café;
+                        let threadIdx = thread_idx_x();
+                        let __syncthreads = 2u32;
+                        let NULL = 0usize;
+                        let INFINITY = 3.0f32;
+                        let EOF = -1i32;
+                        let uint32_t = threadIdx + __syncthreads;
+                        // Declared only: the macro reads no SCREAMING_CASE name (it would be a Rust constant).
+                        let (detail, Slice) = (weft * 2.0, 3.0f32);
+                        let class = detail + Slice;
+                        let mut new = 0u32;
+                        'float: for i_end in 0..ncclDevComm.lsa_size() {
+                            let matched = i_end + uint32_t;
+                            for tuple in 0..4u32 {
+                                if tuple == matched {
+                                    continue 'float;
+                                }
+                                new += tuple;
+                            }
+                            if matched > 100 {
+                                break 'float;
+                            }
+                        }
+                        let w_i_end = match new {
+                            0 => 1u32,
+                            main if main > 5 => main,
+                            _ => 2u32,
+                        };
+                        for rs_x in grid_stride(size_t) {
+                            let this = float.lsa(0)[rs_x];
+                            int[rs_x] = this + class + min(weft, 1.0) + (w_i_end as f32);
+                        }
+                        auto.sync(Cta, Order::Release);
+                    }
+                },
+                &[],
+            ),
+        ),
+        (
+            "main",
+            kernel(
+                quote!(types(f32)),
+                quote! {
+                    fn main<T: Float>(assert: &[T], weft_tuple2: &mut [T], weft_not: usize) {
+                        let T = 1u32;
+                        let float = detail(T, 2);
+                        let template = namespace::<T>(assert[0]);
+                        for operator in grid_stride(weft_not) {
+                            weft_tuple2[operator] = template + T::from_f32(float as f32);
+                        }
+                    }
+                },
+                &[
+                    quote! {
+                        fn detail(int: u32, auto: u32) -> u32 {
+                            let r#char = int * auto;
+                            r#char + 1
+                        }
+                    },
+                    quote! {
+                        fn namespace<T: Float>(class: T) -> T {
+                            let new = class + class;
+                            new
+                        }
+                    },
+                ],
+            ),
+        ),
+    ];
+    compile_all(cases);
+}
+
 /// A `#[kernel]` or `#[device_fn]` of a UI case, as its macro receives it.
 struct UiItem {
     kind: codegen::ast::FnKind,

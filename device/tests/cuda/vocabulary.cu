@@ -139,7 +139,7 @@ extern "C" __global__ void coops(weft::SliceMut<uint32_t> out) {
 
 // The kernel of DESIGN.md, as the macro lowers it (rules R1, R6, R8, R9, R11).
 template <typename T>
-__device__ void allreduce_add__body(weft::DevComm const& dev, weft::Window<T> const& x, weft::SliceMut<T> out,
+__device__ void rs_allreduce_add__body(weft::DevComm const& dev, weft::Window<T> const& x, weft::SliceMut<T> out,
                                     size_t n) {
   auto bar = dev.lsa_barrier(weft::Cta{}, weft::block_idx_x());
   bar.sync(weft::Cta{}, weft::Order::Relaxed);
@@ -152,15 +152,15 @@ __device__ void allreduce_add__body(weft::DevComm const& dev, weft::Window<T> co
   }
   bar.sync(weft::Cta{}, weft::Order::Release);
 }
-extern "C" __global__ void allreduce_add__f32(ncclDevComm dev__raw, weft::Window<float> x, weft::SliceMut<float> out,
+extern "C" __global__ void rs_allreduce_add__f32(ncclDevComm dev__raw, weft::Window<float> x, weft::SliceMut<float> out,
                                               size_t n) {
   weft::DevComm dev{dev__raw};
-  allreduce_add__body<float>(dev, x, out, n);
+  rs_allreduce_add__body<float>(dev, x, out, n);
 }
-extern "C" __global__ void allreduce_add__bf16(ncclDevComm dev__raw, weft::Window<__nv_bfloat16> x,
+extern "C" __global__ void rs_allreduce_add__bf16(ncclDevComm dev__raw, weft::Window<__nv_bfloat16> x,
                                                weft::SliceMut<__nv_bfloat16> out, size_t n) {
   weft::DevComm dev{dev__raw};
-  allreduce_add__body<__nv_bfloat16>(dev, x, out, n);
+  rs_allreduce_add__body<__nv_bfloat16>(dev, x, out, n);
 }
 
 extern "C" __global__ void comm_and_windows(ncclDevComm dev__raw, weft::Window<float> x, weft::SliceMut<uint32_t> out) {
@@ -375,6 +375,8 @@ __device__ void ll_a2a_body(weft::DevComm const& dev, Co coop, weft::LlA2aHandle
   a2a.send(0, 1, uint64_t(3));
   a2a.broadcast(2, __float2bfloat16_rn(1.0f));
   out[0] = a2a.template recv<float>(weft::thread_idx_x()) + float(a2a.template recv<uint64_t>(1));
+  out[1] = float(h.slots() + h.buffer() + a2a.team_size());
+  out[2] = float(weft::detail::resource_at(weft::thread_idx_x(), a2a.team_size(), 7));
   a2a.end_epoch(coop);
   a2a.end();
 }

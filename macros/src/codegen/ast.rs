@@ -175,6 +175,18 @@ pub(crate) fn parse(kind: FnKind, item: &ItemFn, attrs: &Attributes, cx: &Ctxt) 
     if let Some(v) = &sig.variadic {
         cx.error_spanned_by(v, "variadic functions are not supported in kernels");
     }
+    // A kernel body calling `min(a, b)` gets the vocabulary's `weft::min`, whatever rustc resolved the name to: a
+    // device fn of that name would be type-checked as the callee and never run.
+    let name = syn::ext::IdentExt::unraw(&sig.ident).to_string();
+    if kind == FnKind::DeviceFn && super::lower::known::is_vocabulary_function(&name) {
+        cx.error_spanned_by(
+            &sig.ident,
+            format!(
+                "a device fn cannot be named `{name}`: kernels calling `{name}(…)` get the vocabulary's `{name}`; \
+                 rename it"
+            ),
+        );
+    }
 
     // Generic parameters.
     let mut elements = Vec::new();

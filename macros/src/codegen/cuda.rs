@@ -83,7 +83,8 @@ fn template_line(sig: &Signature) -> Option<String> {
     if sig.elements.is_empty() {
         return None;
     }
-    let params: Vec<String> = sig.elements.iter().map(|e| format!("typename {}", e.ident)).collect();
+    let params: Vec<String> =
+        sig.elements.iter().map(|e| format!("typename {}", super::lower::cpp_ident(&e.ident.to_string()))).collect();
     Some(format!("template <{}>", params.join(", ")))
 }
 

@@ -12,7 +12,8 @@ use syn::ItemFn;
 use super::ast::Signature;
 use super::attr::Attributes;
 use super::launcher;
-use super::usage::{Usage, USAGE_WORDS};
+use super::uniform::{DivergentCall, Level};
+use super::usage::{Usage, BLOCK_COLLECTIVE_BIT, USAGE_WORDS, WARP_COLLECTIVE_BIT};
 
 /// The user's function, unchanged but for `#[allow(dead_code)]`: rustc type-checks it against `weft-device`.
 pub(crate) fn user_fn(item: &ItemFn) -> TokenStream {
@@ -44,14 +45,29 @@ fn companion_path(path: &syn::Path) -> TokenStream {
     quote!(#colon #(#segments)::*)
 }
 
-/// Each called free function imported under an alias that says what it must be, and the paths of its companion
-/// module's source and usage through the alias, spanned at the call: calling a plain Rust function from a kernel
-/// then fails at the call with rustc's "function `double_must_be_a_weft_device_fn` is not a crate or module", and
-/// calling a kernel with "cannot find value `__WEFT_SOURCE` in module `fill_must_be_a_weft_device_fn`".
-fn callee_aliases(calls: &[syn::Path]) -> (Vec<TokenStream>, Vec<TokenStream>, Vec<TokenStream>) {
-    let mut imports = Vec::new();
-    let mut sources = Vec::new();
-    let mut usages = Vec::new();
+/// What a generated module says about the free functions its body calls.
+struct Callees {
+    /// `use path as alias;` per callee.
+    imports: Vec<TokenStream>,
+    /// The callee's C++ (`alias::__WEFT_DEVICE_FN.source()`), spanned at the call.
+    sources: Vec<TokenStream>,
+    /// The callee's usage words, spanned at the call.
+    usages: Vec<TokenStream>,
+    /// Per callee, that its companion belongs to a function of its name (a constant assertion, spanned at the call).
+    name_checks: Vec<TokenStream>,
+}
+
+/// Each called free function imported under an alias that says what it must be, and its companion's token
+/// (`::weft::__private::DeviceFn`, which only `#[device_fn]`'s expansion can make: see `src/private.rs`) through
+/// the alias, spanned at the call: calling a plain Rust function from a kernel then fails at the call with rustc's
+/// "function `double_must_be_a_weft_device_fn` is not a crate or module", and calling a kernel with "cannot find
+/// value `__WEFT_DEVICE_FN` in module `fill_must_be_a_weft_device_fn`". A token copied from another device fn's
+/// companion fails the name check.
+///
+/// A callee called under control flow that not every thread takes (`divergent`, from `uniform`) must have no
+/// collective that needs them: a constant assertion on its usage words, spanned at the call.
+fn callee_aliases(calls: &[syn::Path], divergent: &[DivergentCall]) -> Callees {
+    let mut out = Callees { imports: Vec::new(), sources: Vec::new(), usages: Vec::new(), name_checks: Vec::new() };
     let mut seen: Vec<String> = Vec::new();
     for (i, path) in calls.iter().enumerate() {
         let target = companion_path(path);
@@ -65,11 +81,43 @@ fn callee_aliases(calls: &[syn::Path]) -> (Vec<TokenStream>, Vec<TokenStream>, V
         }
         seen.push(alias.clone());
         let alias = syn::Ident::new(&alias, span);
-        imports.push(quote!(use #target as #alias;));
-        sources.push(quote::quote_spanned!(span=> #alias::__WEFT_SOURCE));
-        usages.push(quote::quote_spanned!(span=> #alias::__WEFT_USAGE));
+        let token = quote::quote_spanned!(span=> #alias::__WEFT_DEVICE_FN);
+        out.imports.push(quote!(use #target as #alias;));
+        out.sources.push(quote::quote_spanned!(span=> #token.source()));
+        out.usages.push(quote::quote_spanned!(span=> #token.usage()));
+        let message = format!(
+            "weft: the companion module of `{name}` holds the C++ of another device fn: call the #[weft::device_fn] \
+             itself"
+        );
+        out.name_checks.push(quote::quote_spanned!(span=>
+            const _: () = ::core::assert!(::weft::__private::str_eq(#token.name(), #name), #message);
+        ));
+        let key = {
+            let path = path.clone();
+            quote!(#path).to_string()
+        };
+        if let Some(call) = divergent.iter().find(|d| d.key == key) {
+            let span = call.span;
+            let checks: &[(u32, &str)] = match call.level {
+                Level::Block => &[],
+                Level::Warp => &[(BLOCK_COLLECTIVE_BIT, "block")],
+                Level::Thread => &[(BLOCK_COLLECTIVE_BIT, "block"), (WARP_COLLECTIVE_BIT, "warp")],
+            };
+            for (bit, noun) in checks {
+                let message = format!(
+                    "weft: the device fn `{name}` has a {noun}-wide collective (a barrier or a session of a coop, \
+                     `sync_threads()`, a shuffle, …), which needs every thread of the {noun}, but not every thread of \
+                     the {noun} makes this call: {}. Call it where every thread of the {noun} does (docs/macro.md, \
+                     \"Collectives\")",
+                    call.cause
+                );
+                out.name_checks.push(quote::quote_spanned!(span=>
+                    const _: () = ::core::assert!(#token.usage()[1] & #bit == 0, #message);
+                ));
+            }
+        }
     }
-    (imports, sources, usages)
+    out
 }
 
 fn const_helpers() -> TokenStream {
@@ -136,13 +184,21 @@ fn usage_tokens(usage: &Usage) -> TokenStream {
 }
 
 /// The module next to a `#[device_fn]`.
-pub(crate) fn device_fn_module(item: &ItemFn, own_source: &str, usage: &Usage, calls: &[syn::Path]) -> TokenStream {
+pub(crate) fn device_fn_module(
+    item: &ItemFn,
+    own_source: &str,
+    usage: &Usage,
+    calls: &[syn::Path],
+    divergent: &[DivergentCall],
+) -> TokenStream {
     let vis = &item.vis;
     let name = &item.sig.ident;
-    let (callee_imports, callee_sources, callee_usages) = callee_aliases(calls);
+    let Callees { imports: callee_imports, sources: callee_sources, usages: callee_usages, name_checks } =
+        callee_aliases(calls, divergent);
     let own_usage = usage_tokens(usage);
     let helpers = const_helpers();
     let doc = format!(" The C++ of the device fn [`{name}`](fn@{name}) for the kernels that call it (generated).");
+    let name_str = syn::ext::IdentExt::unraw(name).to_string();
     quote! {
         #[doc = #doc]
         #[doc(hidden)]
@@ -153,13 +209,19 @@ pub(crate) fn device_fn_module(item: &ItemFn, own_source: &str, usage: &Usage, c
             const __WEFT_OWN: &str = #own_source;
             const __WEFT_PARTS: &[&str] = &[#(#callee_sources,)* __WEFT_OWN];
             #helpers
+            #(#name_checks)*
             /// This device fn's C++ definition, after those of the device fns it calls.
-            pub const __WEFT_SOURCE: &str = match ::core::str::from_utf8(&__WEFT_SOURCE_BYTES) {
+            const __WEFT_SOURCE: &str = match ::core::str::from_utf8(&__WEFT_SOURCE_BYTES) {
                 ::core::result::Result::Ok(s) => s,
-                ::core::result::Result::Err(_) => panic!("weft: generated C++ is not UTF-8"),
+                ::core::result::Result::Err(_) => ::core::panic!("weft: generated C++ is not UTF-8"),
             };
-            /// Capabilities and resources the device fn (and its callees) use.
-            pub const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[#own_usage #(, #callee_usages)*]);
+            /// Capabilities, resources and collectives the device fn (and its callees) use.
+            const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[#own_usage #(, #callee_usages)*]);
+            /// What kernels calling the device fn take from here.
+            pub const __WEFT_DEVICE_FN: ::weft::__private::DeviceFn =
+                // SAFETY (the macro's): the source and usage above are what this expansion generated for the
+                // function and the device fns it calls (each taken from that callee's own token).
+                unsafe { ::weft::__private::DeviceFn::new(#name_str, __WEFT_SOURCE, __WEFT_USAGE) };
         }
     }
 }
@@ -276,20 +338,22 @@ pub(crate) fn kernel_module(
     header: &str,
     kernel_source: &str,
     usage: &Usage,
-    bounds: &super::bounds::Bounds,
+    lowered: &super::lower::LoweredBody,
     calls: &[syn::Path],
+    divergent: &[DivergentCall],
 ) -> TokenStream {
     let vis = &item.vis;
     let name = &item.sig.ident;
     let name_str = name.to_string();
-    let (callee_imports, callee_sources, callee_usages) = callee_aliases(calls);
+    let Callees { imports: callee_imports, sources: callee_sources, usages: callee_usages, name_checks } =
+        callee_aliases(calls, divergent);
     let own_usage = usage_tokens(usage);
     let helpers = const_helpers();
     let instantiations = sig.instantiations();
     let entry_points: Vec<String> = instantiations.iter().map(|t| sig.entry_point(t)).collect();
     let entry_lookup = if sig.elements.is_empty() { quote!() } else { instantiated_trait(sig, &name_str) };
     let requirements = launcher::requirements(sig);
-    let launch = launcher::launch(sig, attrs, bounds);
+    let launch = launcher::launch(sig, attrs, &lowered.bounds, &lowered.resource_checks);
     let api = super::module_api::items(sig);
     let doc = format!(
         " The generated side of the kernel [`{name_str}`](fn@{name_str}): its CUDA C++, entry points, capabilities, \
@@ -305,10 +369,11 @@ pub(crate) fn kernel_module(
             pub const NAME: &str = #name_str;
             const __WEFT_PARTS: &[&str] = &[#header, #(#callee_sources,)* #kernel_source];
             #helpers
+            #(#name_checks)*
             /// The complete CUDA C++ translation unit (it includes `weft.cuh`).
             pub const SOURCE: &str = match ::core::str::from_utf8(&__WEFT_SOURCE_BYTES) {
                 ::core::result::Result::Ok(s) => s,
-                ::core::result::Result::Err(_) => panic!("weft: generated C++ is not UTF-8"),
+                ::core::result::Result::Err(_) => ::core::panic!("weft: generated C++ is not UTF-8"),
             };
             /// One address for the source, so the host's module registry sees one kernel.
             static __WEFT_SOURCE_STATIC: &str = SOURCE;

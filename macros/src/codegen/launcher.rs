@@ -9,7 +9,7 @@ use syn::{Ident, Lifetime};
 use super::ast::{ParamKind, Signature};
 use super::attr::Attributes;
 use super::bounds::{Bounds, Site};
-use super::usage::{Resource, BLOCK_OF_256_BIT, DEVICE_CHECKS_BIT, GEMM_TILES_BIT};
+use super::usage::{Resource, BLOCK_OF_256_BIT, DEVICE_CHECKS_BIT, GEMM_TILES_BIT, WARP_COLLECTIVE_BIT};
 
 /// Host paths, in one place.
 pub(crate) mod host {
@@ -149,7 +149,12 @@ pub(crate) fn instantiated(sig: &Signature) -> (TokenStream, TokenStream) {
 
 /// `launch(stream, cfg, <the kernel's parameters>)` and `launch_unchecked(…)`, the same but `unsafe`: no bound
 /// checked before launching nor on the device.
-pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> TokenStream {
+pub(crate) fn launch(
+    sig: &Signature,
+    attrs: &Attributes,
+    bounds: &Bounds,
+    resource_checks: &[super::lower::ResourceCheck],
+) -> TokenStream {
     let used: Vec<String> = sig.params.iter().map(|p| p.ident.to_string()).collect();
     let pick = |preferred: &str, fallback: &str| {
         Ident::new(if used.iter().any(|u| u == preferred) { fallback } else { preferred }, Span::call_site())
@@ -268,6 +273,28 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
     let (stream_ty, config, error) = (host::stream(), host::launch_config(), host::error());
     let (kernel_args, kernel_spec, bounds_checks) = (host::kernel_args(), host::kernel_spec(), host::bounds_checks());
     let device_checks = quote!(__WEFT_USAGE[1] & #DEVICE_CHECKS_BIT != 0);
+    // A warp-wide collective (a shuffle, `mma`, a `Warp` session, …) with lanes that do not exist is as undefined as
+    // one some lanes skip: blocks of whole warps only.
+    let whole_warps = {
+        let message = format!(
+            "`{}` has warp-wide collectives (shuffles, warp reductions, `mma`, a `Warp` coop's session, …), which \
+             need every lane of the warp, but this launch has blocks of {{:?}} threads, which end in a partial warp: \
+             launch it with a multiple of 32 threads per block",
+            sig.ident
+        );
+        quote! {
+            if __WEFT_USAGE[1] & #WARP_COLLECTIVE_BIT != 0 {
+                let __weft_threads = u64::from(#cfg.block_dim.0) * u64::from(#cfg.block_dim.1)
+                    * u64::from(#cfg.block_dim.2);
+                if __weft_threads % 32 != 0 {
+                    return ::core::result::Result::Err(#error::InvalidArgument {
+                        argument: "cfg",
+                        problem: ::std::format!(#message, #cfg.block_dim),
+                    });
+                }
+            }
+        }
+    };
     let body = |checked: bool, recording: bool| {
         let proven = if checked { proven.clone() } else { TokenStream::new() };
         let form = if checked { quote!(__WEFT_CHECKED_FORM) } else { quote!(#bounds_checks::Off) };
@@ -281,6 +308,7 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
             if __WEFT_USAGE[1] & #BLOCK_OF_256_BIT != 0 {
                 ::weft::host::launch::check_block_of_256(NAME, &#cfg)?;
             }
+            #whole_warps
             #(#checks)*
             let mut __weft_args = #start;
             if __WEFT_USAGE[1] & #GEMM_TILES_BIT != 0 {
@@ -303,7 +331,7 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
     let record_generics: Vec<TokenStream> = std::iter::once(quote!(#graph)).chain(generics.iter().cloned()).collect();
     // `no_device_checks` covers the device fns the kernel calls too: their usage is known only to rustc. (The body's
     // own unproven accesses are errors already, each at its access.)
-    let callees_proven = if attrs.no_device_checks && bounds.unproven().next().is_none() {
+    let callees_proven = if attrs.no_device_checks && bounds.unproven().next().is_none() && resource_checks.is_empty() {
         let message = format!(
             "weft: kernel `{}` has #[kernel(no_device_checks)], but a device fn it calls has accesses checked on the \
              device (their lengths are the caller's): index them within the kernel, or drop `no_device_checks`",
@@ -315,7 +343,7 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
     } else {
         TokenStream::new()
     };
-    let (launch_doc, unchecked_doc) = docs(sig, bounds, &stream);
+    let (launch_doc, unchecked_doc) = docs(sig, bounds, resource_checks, &stream);
     let record_doc = " Records this kernel into a CUDA graph being captured (`weft::host::Graph::capture`), with the \
          checks `launch` makes; it runs at each replay. Everything passed is borrowed for the graph's life \
          `'__weft_graph`, so no replay can outlive it; `&[T]` and `&mut [T]` parameters take weft `DeviceBuffer`s, and \
@@ -361,10 +389,18 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
 }
 
 /// `launch`'s and `launch_unchecked`'s docs: what each checks, access by access.
-fn docs(sig: &Signature, bounds: &Bounds, stream: &Ident) -> (String, String) {
+fn docs(
+    sig: &Signature,
+    bounds: &Bounds,
+    resource_checks: &[super::lower::ResourceCheck],
+    stream: &Ident,
+) -> (String, String) {
     let item = |s: &Site| format!("\n - `{}` (line {})", s.access.replace('`', "'"), s.line);
     let at_launch: String = bounds.at_launch().map(item).collect();
-    let on_device: String = bounds.unproven().map(item).collect();
+    let resource = |r: &super::lower::ResourceCheck| {
+        format!("\n - `{}` (line {}), an index below the number of {}", r.access.replace('`', "'"), r.line, r.what)
+    };
+    let on_device: String = bounds.unproven().map(item).chain(resource_checks.iter().map(resource)).collect();
     let name = &sig.ident;
     let mut launch = format!(
         " Compiles `{name}` for the stream's GPU (once per process; cubins are cached on disk), checks what the types \

@@ -21,6 +21,7 @@ pub(crate) mod launcher;
 pub(crate) mod lower;
 pub(crate) mod module_api;
 pub(crate) mod types;
+pub(crate) mod uniform;
 pub(crate) mod usage;
 pub(crate) mod valid;
 pub(crate) mod vocabulary;
@@ -42,6 +43,8 @@ pub(crate) struct Analysis {
     pub(crate) lowered: LoweredBody,
     /// The body's usage plus what the signature and the attribute declare.
     pub(crate) usage: Usage,
+    /// Calls of device fns under control flow not every thread takes (checked against their collectives).
+    pub(crate) divergent_calls: Vec<uniform::DivergentCall>,
 }
 
 pub(crate) fn analyze(kind: FnKind, attr: TokenStream, item: &ItemFn, options: Options, cx: &Ctxt) -> Option<Analysis> {
@@ -56,6 +59,7 @@ pub(crate) fn analyze(kind: FnKind, attr: TokenStream, item: &ItemFn, options: O
     // Lowered even after errors: what only the lowering sees (an unknown method, an untyped index) is reported
     // with the rest, all at once.
     let lowered = lower::lower_body(&sig, item, &attrs, options, cx);
+    let collectives = uniform::check(&sig, item, cx);
     if !complete {
         return None;
     }
@@ -74,13 +78,15 @@ pub(crate) fn analyze(kind: FnKind, attr: TokenStream, item: &ItemFn, options: O
     }
     let mut usage = lowered.usage.clone();
     usage.caps = usage.caps.union(sig.declared_caps());
+    usage.block_collective = collectives.block_collective;
+    usage.warp_collective = collectives.warp_collective;
     for (resource, declared, _) in &attrs.declared {
         match declared {
             Declared::Count(n) => usage.add_count(*resource, *n),
             Declared::Grid => usage.add_grid(*resource),
         }
     }
-    Some(Analysis { sig, attrs, lowered, usage })
+    Some(Analysis { sig, attrs, lowered, usage, divergent_calls: collectives.divergent_calls })
 }
 
 fn check_len_checks(sig: &Signature, attrs: &Attributes, cx: &Ctxt) {
@@ -169,7 +175,17 @@ pub(crate) fn expand(kind: FnKind, attr: TokenStream, item: TokenStream) -> Expa
             // After an error, the module still exists (launch calls elsewhere keep type-checking) but names no
             // callee: a closure or recursive call the error is about would only add rustc's unresolved-path noise.
             let calls = if cx.error_count() == 0 { &a.lowered.calls[..] } else { &[] };
-            expand::kernel_module(&item_fn, &a.sig, &a.attrs, &header, &kernel, &a.usage, &a.lowered.bounds, calls)
+            expand::kernel_module(
+                &item_fn,
+                &a.sig,
+                &a.attrs,
+                &header,
+                &kernel,
+                &a.usage,
+                &a.lowered,
+                calls,
+                &a.divergent_calls,
+            )
         }
         FnKind::DeviceFn => {
             let source = cuda::device_fn(&a.sig, &item_fn, &a.lowered, &cx);
@@ -177,7 +193,7 @@ pub(crate) fn expand(kind: FnKind, attr: TokenStream, item: TokenStream) -> Expa
                 eprintln!("{source}");
             }
             let calls = if cx.error_count() == 0 { &a.lowered.calls[..] } else { &[] };
-            expand::device_fn_module(&item_fn, &source, &a.usage, calls)
+            expand::device_fn_module(&item_fn, &source, &a.usage, calls, &a.divergent_calls)
         }
     });
     let errors = cx.into_errors();

@@ -430,10 +430,10 @@ impl TypeMapper<'_> {
                 return Some((s.cpp().into(), Ty::Scalar(*s)));
             }
             if self.generics.coops.contains(&name) {
-                return Some((name, Ty::Vocab(Vocab::AnyCoop, None)));
+                return Some((super::lower::cpp_ident(&name), Ty::Vocab(Vocab::AnyCoop, None)));
             }
             if self.generics.elements.contains(&name) {
-                return Some((name.clone(), Ty::Param(name)));
+                return Some((super::lower::cpp_ident(&name), Ty::Param(name)));
             }
             if self.generics.capabilities.contains(&name) {
                 self.cx.error_spanned_by(

@@ -169,6 +169,14 @@ pub(crate) struct Usage {
     /// The body (or a device fn it calls) opens `gemm_tiles`, which needs blocks of exactly 384 threads and its
     /// dynamic shared memory: the launcher refuses others (bit 5 of the capability word).
     pub(crate) gemm_tiles: bool,
+    /// The body (or a device fn it calls) has a block-wide collective (`sync_threads()`, a `Cta` session, …): a
+    /// caller must call it where every thread of the block does (bit 6 of the capability word; docs/macro.md,
+    /// "Collectives").
+    pub(crate) block_collective: bool,
+    /// The body (or a device fn it calls) has a warp-wide collective (`sync_warp()`, shuffles, `mma`, a `Warp`
+    /// session, …): a caller must call it where every thread of the warp does, and the launcher refuses blocks of
+    /// partial warps (bit 7 of the capability word).
+    pub(crate) warp_collective: bool,
 }
 
 /// The bit of the capability word that says some access is checked on the device.
@@ -177,6 +185,11 @@ pub(crate) const DEVICE_CHECKS_BIT: u32 = 1 << 3;
 pub(crate) const BLOCK_OF_256_BIT: u32 = 1 << 4;
 /// The bit of the capability word that says the kernel opens `gemm_tiles` (blocks of 384, its shared memory).
 pub(crate) const GEMM_TILES_BIT: u32 = 1 << 5;
+
+/// The bit of the capability word that says the body has a block-wide collective.
+pub(crate) const BLOCK_COLLECTIVE_BIT: u32 = 1 << 6;
+/// The bit of the capability word that says the body has a warp-wide collective.
+pub(crate) const WARP_COLLECTIVE_BIT: u32 = 1 << 7;
 
 /// Version tag of [`Usage::encode`]'s layout, first word of every encoded usage.
 pub(crate) const USAGE_FORMAT: u32 = 1;
@@ -209,7 +222,10 @@ impl Usage {
         let checks = if self.device_checks { DEVICE_CHECKS_BIT } else { 0 };
         let block = if self.block_of_256 { BLOCK_OF_256_BIT } else { 0 };
         let tiles = if self.gemm_tiles { GEMM_TILES_BIT } else { 0 };
-        let mut words = vec![USAGE_FORMAT, self.caps.bits() | checks | block | tiles];
+        let block_collective = if self.block_collective { BLOCK_COLLECTIVE_BIT } else { 0 };
+        let warp_collective = if self.warp_collective { WARP_COLLECTIVE_BIT } else { 0 };
+        let mut words =
+            vec![USAGE_FORMAT, self.caps.bits() | checks | block | tiles | block_collective | warp_collective];
         for r in &self.resources {
             words.push(r.constant);
             words.push(u32::from(r.grid_axes));

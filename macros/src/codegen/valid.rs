@@ -29,6 +29,23 @@ enum Place {
     SubSlice,
 }
 
+fn is_compound_assignment(op: &syn::BinOp) -> bool {
+    use syn::BinOp::*;
+    matches!(
+        op,
+        AddAssign(_)
+            | SubAssign(_)
+            | MulAssign(_)
+            | DivAssign(_)
+            | RemAssign(_)
+            | BitAndAssign(_)
+            | BitOrAssign(_)
+            | BitXorAssign(_)
+            | ShlAssign(_)
+            | ShrAssign(_)
+    )
+}
+
 const ITERATOR_METHODS: &[&str] = &[
     "iter",
     "iter_mut",
@@ -90,6 +107,28 @@ impl Validator<'_> {
         }
     }
 
+    /// A named field is a vocabulary type's (`Team`'s `nranks`, `rank`, `stride`: tuples' fields are numbered), and
+    /// NCCL computes peers' addresses from a team's fields: a team with a field of one's own choosing would let
+    /// `w.peer(team, p)` reach outside the window. Teams come from the vocabulary only.
+    fn read_only_field(&self, place: &Expr) {
+        let mut e = place;
+        while let Expr::Paren(p) = e {
+            e = &p.expr;
+        }
+        if let Expr::Field(f) = e {
+            if let syn::Member::Named(name) = &f.member {
+                self.cx.error_spanned_by(
+                    place,
+                    format!(
+                        "`.{name}` cannot be changed in kernels: a team's fields are what NCCL computes peers' \
+                         addresses from; make the team you need with the vocabulary (`dev.lsa()`, `dev.world()`, \
+                         `team.inner_factor(n)`)"
+                    ),
+                );
+            }
+        }
+    }
+
     fn mac(&self, mac: &syn::Macro) {
         let name = mac.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
         let advice = match name.as_str() {
@@ -114,6 +153,9 @@ impl Validator<'_> {
             Expr::Paren(p) => self.expr(&p.expr, if place == Place::ForIterator { place } else { Place::Value }),
             Expr::Group(g) => self.expr(&g.expr, place),
             Expr::Binary(b) => {
+                if is_compound_assignment(&b.op) {
+                    self.read_only_field(&b.left);
+                }
                 self.expr(&b.left, Place::Value);
                 self.expr(&b.right, Place::Value);
             }
@@ -126,6 +168,7 @@ impl Validator<'_> {
                         "destructuring assignment is not supported in kernels: assign each variable",
                     );
                 }
+                self.read_only_field(&a.left);
                 self.expr(&a.left, Place::Value);
                 self.expr(&a.right, Place::Value);
             }
@@ -260,6 +303,9 @@ impl Validator<'_> {
                 self.expr(&r.expr, Place::SubSlice);
             }
             Expr::Reference(r) => {
+                if r.mutability.is_some() {
+                    self.read_only_field(&r.expr);
+                }
                 if place != Place::Argument {
                     self.cx.error_spanned_by(
                         r,

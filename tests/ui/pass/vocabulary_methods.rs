@@ -125,7 +125,7 @@ pub fn packs_shared_all_to_all<T: Float>(
     a2a.end_epoch(Warp);
     a2a.end();
     y.store_pack(1, Pack::<T>::splat(got));
-    let handle = h.slots + h.buffer;
+    let handle = h.slots() + h.buffer();
     if !tile.is_empty() {
         y[0] = T::from_f32(sum + (shared as u32 + handle) as f32) + got + Pack::splat(got).lane(0);
     }
@@ -152,7 +152,7 @@ fn main() {
     // What the kernels imply, checked where rustc runs them.
     assert!(gin_session::CAPABILITIES.gin);
     assert!(multimem::CAPABILITIES.multimem);
-    assert_eq!(packs_shared_all_to_all::ENTRY_POINTS, ["packs_shared_all_to_all__f32", "packs_shared_all_to_all__bf16"]);
+    assert_eq!(packs_shared_all_to_all::ENTRY_POINTS, ["rs_packs_shared_all_to_all__f32", "rs_packs_shared_all_to_all__bf16"]);
 }
 
 // A `TmaMatrix` is lent to device fns by reference (it stays the kernel's parameter, where TMA reads its map).

@@ -952,13 +952,16 @@ impl Lowerer<'_> {
             }
             (Ty::Window(_), "peer", 2) => {
                 let (_, parameter) = self.buffer_of(&m.receiver);
+                // The view is the peer's memory in this rank's LSA team: a peer below the LSA team's size is one
+                // of its members; one of another team (the world's, the rail's, a factor's) may be outside it, so
+                // it is checked on the device, against both teams.
                 let size = match self.shape(args[0]) {
-                    Shape::Team(team) => Some(self.atom(Atom::TeamSize(team))),
+                    Shape::Team(TeamKind::Lsa) => Some(self.atom(Atom::TeamSize(TeamKind::Lsa))),
                     _ => None,
                 };
                 let peer = self.index_of(args[1]);
                 sites.push(self.site(m, SiteKind::Peer, parameter, peer, None, size));
-                ("peer_at", false)
+                ("peer_at", true)
             }
             (Ty::Vocab(Vocab::Pack | Vocab::WidePack, Some(elem)), "lane", 1) => {
                 let lanes = Self::elem_of_ty(elem).map(|e| self.atom(Atom::Lanes(e)));

@@ -10,6 +10,8 @@ use super::expr::{is_camel, Val};
 use super::known::{self, FreeFn, SCALAR_METHODS};
 use super::methods;
 use super::Lowerer;
+use super::ResourceCheck;
+use crate::codegen::attr::Declared;
 use crate::codegen::types::{Position, Scalar, Ty, Vocab};
 use crate::codegen::usage::{self, IndexValue, Resource, Rule};
 use crate::codegen::valid;
@@ -115,7 +117,9 @@ impl Lowerer<'_> {
             None => String::new(),
         };
         let arg_codes: Vec<Code> = args.iter().map(|a| a.code.clone()).collect();
-        let mut code = Code::text(format!("weft::{}{generics}(", super::cpp_ident(last)));
+        // A device fn's C++ name is its mangled one (names.rs); the vocabulary's are weft.cuh's.
+        let cpp_name = if known::is_vocabulary_function(last) { last.to_string() } else { super::cpp_ident(last) };
+        let mut code = Code::text(format!("weft::{cpp_name}{generics}("));
         code.push(Code::join(args.into_iter().map(|a| a.code).collect(), ", ")).push_str(")");
         if let Some(call) = self.function_sites(c, last) {
             let mut parts = arg_codes;
@@ -138,7 +142,7 @@ impl Lowerer<'_> {
     ) -> Val {
         let (cpp, self_ty) = match scalar {
             Some(s) => (s.cpp().to_string(), Ty::Scalar(s)),
-            None => (prev.to_string(), Ty::Param(prev.to_string())),
+            None => (super::cpp_ident(prev), Ty::Param(prev.to_string())),
         };
         match (name, args.len()) {
             ("zero" | "one", 0) => Val::new(Code::text(format!("weft::{name}<{cpp}>()")), self_ty),
@@ -260,7 +264,7 @@ impl Lowerer<'_> {
     }
 
     /// Tuple-struct constructors (R7): `SignalInc(s)`.
-    fn constructor(&mut self, c: &ExprCall, last: &str, args: Vec<Val>) -> Val {
+    fn constructor(&mut self, c: &ExprCall, last: &str, mut args: Vec<Val>) -> Val {
         let Some(v) = Vocab::from_name(last).filter(|v| v.tuple_fields().is_some()) else {
             self.cx.error_spanned_by(
                 &c.func,
@@ -273,7 +277,7 @@ impl Lowerer<'_> {
         };
         let rule = usage::constructor_rule(last);
         if let Some(rule) = &rule {
-            self.apply_rule(rule, &c.args.iter().collect::<Vec<_>>(), &args);
+            self.apply_rule(rule, &c.args.iter().collect::<Vec<_>>(), &mut args);
         }
         if let Some(first) = args.first() {
             let t = first.ty.clone();
@@ -350,17 +354,45 @@ impl Lowerer<'_> {
     }
 
     /// Records the capabilities and resource index a vocabulary item implies.
-    pub(crate) fn apply_rule(&mut self, rule: &Rule, arg_exprs: &[&Expr], args: &[Val]) {
+    /// The capabilities a vocabulary call implies, and the resource index among its arguments: a constant or block
+    /// index sizes `requirements(&cfg)`; any other index needs a declared count, and is checked against it on the
+    /// device (`args`' code becomes `weft::detail::resource_at(index, count, line)`): the launch checked that the
+    /// communicator has at least the declared count, so an index below it stays inside NCCL's resources.
+    pub(crate) fn apply_rule(&mut self, rule: &Rule, arg_exprs: &[&Expr], args: &mut [Val]) {
         self.usage.caps = self.usage.caps.union(rule.caps);
         let Some((resource, position)) = rule.resource else { return };
-        let Some(arg) = args.get(position) else { return };
+        let Some(arg) = args.get_mut(position) else { return };
+        let node = arg_exprs.get(position).copied();
         match arg.index {
             // An index already reported as an error says nothing more.
             _ if arg.ty == Ty::Error => {}
-            IndexValue::Unknown if self.attrs.declared(resource).is_none() => {
-                let node = arg_exprs.get(position).map(|e| e.span()).unwrap_or_else(proc_macro2::Span::call_site);
-                self.unknown_index(resource, node);
-            }
+            IndexValue::Unknown => match self.attrs.declared(resource) {
+                None => {
+                    let span = node.map(|e| e.span()).unwrap_or_else(proc_macro2::Span::call_site);
+                    self.unknown_index(resource, span);
+                }
+                Some(declared) => {
+                    let bound = match declared {
+                        Declared::Count(n) => format!("{n}u"),
+                        // `= grid`: one per block along x, what `requirements(&cfg)` asks for.
+                        Declared::Grid => "weft::grid_dim_x()".to_string(),
+                    };
+                    let line = node.map(super::line_of).unwrap_or(0);
+                    let mut code = Code::text("weft::detail::resource_at(");
+                    code.push(std::mem::take(&mut arg.code)).push_str(&format!(", {bound}, {line})"));
+                    arg.code = code;
+                    arg.atom = true;
+                    self.usage.device_checks = true;
+                    let access = node.map(|e| quote::quote!(#e).to_string()).unwrap_or_default();
+                    let tokens = node.map(|e| quote::quote!(#e)).unwrap_or_default();
+                    self.resource_checks.push(ResourceCheck {
+                        what: resource.describe(),
+                        access,
+                        line: line as u32,
+                        tokens,
+                    });
+                }
+            },
             index => self.usage.add_index(resource, index),
         }
     }
@@ -387,7 +419,7 @@ impl Lowerer<'_> {
 pub(crate) fn spell(ty: &Ty) -> String {
     match ty {
         Ty::Scalar(s) => s.cpp().to_string(),
-        Ty::Param(p) => p.clone(),
+        Ty::Param(p) => super::cpp_ident(p),
         _ => "auto".to_string(),
     }
 }

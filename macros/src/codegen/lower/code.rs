@@ -137,7 +137,7 @@ impl Resolver<'_> {
     pub(crate) fn ty(&self, ty: &Ty) -> String {
         match ty {
             Ty::Scalar(s) => s.cpp().to_string(),
-            Ty::Param(p) => p.clone(),
+            Ty::Param(p) => super::cpp_ident(p),
             Ty::Tuple(elems) => {
                 format!(
                     "weft_tuple{}<{}>",
@@ -162,8 +162,8 @@ impl Resolver<'_> {
         match self.vars.binding(var) {
             Some(Ty::Scalar(s)) if float => s.float_literal(text),
             Some(Ty::Scalar(s)) => s.int_literal(text),
-            Some(Ty::Param(p)) if float => format!("{p}({})", float_text(text)),
-            Some(Ty::Param(p)) => format!("{p}({text})"),
+            Some(Ty::Param(p)) if float => format!("{}({})", super::cpp_ident(&p), float_text(text)),
+            Some(Ty::Param(p)) => format!("{}({text})", super::cpp_ident(&p)),
             Some(Ty::Local(id)) => format!("decltype({})({text})", self.local_names[id]),
             _ if float => Scalar::F64.float_literal(text),
             _ => text.to_string(),

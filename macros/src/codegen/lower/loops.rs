@@ -227,7 +227,7 @@ impl Lowerer<'_> {
         let stable_end = is_stable(end_expr, &f.body);
         let stable_start = start_expr.is_none_or(|s| is_stable(s, &f.body));
 
-        let hint = super::cpp_ident(var_rust.as_deref().unwrap_or("i"));
+        let hint = var_rust.as_deref().unwrap_or("i").trim_start_matches("r#").to_string();
         let iter_name = match (&var_rust, var_mut) {
             (Some(rust), false) => self.fresh_name(rust),
             _ => self.temp_name(&format!("{hint}_it")),

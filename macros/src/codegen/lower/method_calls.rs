@@ -68,6 +68,15 @@ impl Lowerer<'_> {
             }
         };
         let resolved = found.is_some();
+        let mut args = args;
+        if resolved {
+            if let Some(rule) = usage::method_rule(&name, args.len()) {
+                self.apply_rule(&rule, &arg_exprs, &mut args);
+            }
+            if name == "send" && args.len() == 3 && is_ll_a2a(&recv.ty) {
+                self.ll_a2a_peer(&arg_exprs, &mut args, recv.code.clone());
+            }
+        }
         let recv_ty = recv.ty.clone();
         let arg_tys: Vec<Ty> = args.iter().map(|a| a.ty.clone()).collect();
         let arg_codes: Vec<Code> = args.iter().map(|a| a.code.clone()).collect();
@@ -85,9 +94,6 @@ impl Lowerer<'_> {
                              arguments"
                         ),
                     );
-                }
-                if let Some(rule) = usage::method_rule(&name, args.len()) {
-                    self.apply_rule(&rule, &arg_exprs, &args);
                 }
                 if matches!(found.ret, Ty::Vocab(Vocab::GemmTile, _)) {
                     self.usage.block_of_256 = true;
@@ -148,6 +154,28 @@ impl Lowerer<'_> {
             }
         }
         Val::new(code, ty)
+    }
+
+    /// `a2a.send(peer, slot, v)`: the peer is checked on the device against the session's team (the LSA team), in
+    /// the form `launch` runs: NCCL indexes the peer's lines of the all-to-all buffer with it.
+    fn ll_a2a_peer(&mut self, arg_exprs: &[&Expr], args: &mut [Val], session: Code) {
+        let (Some(node), Some(peer)) = (arg_exprs.first().copied(), args.first_mut()) else { return };
+        if peer.ty == Ty::Error {
+            return;
+        }
+        let line = super::line_of(node);
+        let mut code = Code::text("weft::detail::resource_at(");
+        code.push(std::mem::take(&mut peer.code)).push_str(", ");
+        code.push(session).push_str(&format!(".team_size(), {line})"));
+        peer.code = code;
+        peer.atom = true;
+        self.usage.device_checks = true;
+        self.resource_checks.push(super::ResourceCheck {
+            what: "LL all-to-all peers (the LSA team's size)",
+            access: quote::quote!(#node).to_string(),
+            line: line as u32,
+            tokens: quote::quote!(#node),
+        });
     }
 
     fn not_a_method(&self, m: &ExprMethodCall, name: &str, ty: &Ty) {
@@ -231,6 +259,14 @@ impl Lowerer<'_> {
                 );
             }
         }
+    }
+}
+
+fn is_ll_a2a(ty: &Ty) -> bool {
+    match ty {
+        Ty::Ref(inner) => is_ll_a2a(inner),
+        Ty::Vocab(Vocab::LlA2a, _) => true,
+        _ => false,
     }
 }
 

@@ -174,6 +174,7 @@ fn vocab_method(
         (Vocab::LlA2a, "recv", 1) => turbofish(&[(0, U32)]),
         (Vocab::LlA2a, "end_epoch", 1) => of(unit, &[]),
         (Vocab::LlA2a, "end", 0) => of(unit, &[]),
+        (Vocab::LlA2aHandle, "buffer" | "slots", 0) => of(u32_, &[]),
 
         (Vocab::MultimemView, "len", 0) => of(Ty::Scalar(Usize), &[]),
         (Vocab::MultimemView, "is_empty", 0) => of(Ty::Scalar(Bool), &[]),

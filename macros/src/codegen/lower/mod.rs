@@ -29,11 +29,8 @@ use super::usage::{IndexValue, Usage};
 pub(crate) use code::{Code, Resolver};
 pub(crate) use expr::{is_screaming, VOCABULARY_CONSTANTS};
 use infer::{Origin, Vars};
-#[cfg(test)]
 pub(crate) use known::is_vocabulary_function;
 pub(crate) use names::cpp_ident;
-#[cfg(test)]
-pub(crate) use names::is_reserved;
 
 /// What lowering a body produced.
 pub(crate) struct LoweredBody {
@@ -47,6 +44,21 @@ pub(crate) struct LoweredBody {
     pub(crate) calls: Vec<syn::Path>,
     /// The body's memory accesses and how each is kept in bounds.
     pub(crate) bounds: Bounds,
+    /// Resource indices checked on the device against their declared count.
+    pub(crate) resource_checks: Vec<ResourceCheck>,
+}
+
+/// A resource index the macro cannot follow (`dev.lsa_barrier(Cta, i)` with `#[kernel(lsa_barriers = 8)]`): checked
+/// on the device against the declared count, in the form `launch` runs.
+#[derive(Debug, Clone)]
+pub(crate) struct ResourceCheck {
+    /// What it indexes ("LSA barriers").
+    pub(crate) what: &'static str,
+    /// The index as written.
+    pub(crate) access: String,
+    pub(crate) line: u32,
+    /// The index's tokens, for errors spanned on it.
+    pub(crate) tokens: proc_macro2::TokenStream,
 }
 
 /// Options of the C++ writer.
@@ -121,6 +133,7 @@ pub(crate) struct Lowerer<'a> {
     overrides: Vec<(usize, bounds::Shape)>,
     /// `w.lsa(peer)` sites in a function without a `DevComm` parameter, and where they are written.
     lsa_without_dev: Vec<(super::bounds::SiteId, Span)>,
+    resource_checks: Vec<ResourceCheck>,
 }
 
 /// Lowers `body` of a function with signature `sig`.
@@ -133,11 +146,15 @@ pub(crate) fn lower_body(
 ) -> LoweredBody {
     let mut idents = IdentCollector::default();
     idents.visit_block(&item.block);
-    let mut used_names: HashSet<String> = idents.0;
-    used_names.insert(sig.ident.to_string());
-    used_names.insert("weft".into());
+    // The C++ names of every identifier in the body, so a binding renamed for shadowing (`rs_n_1`) never takes a
+    // name the body uses; the function's and its type parameters' names are never a local's.
+    let mut used_names: HashSet<String> = idents.0.iter().map(|i| cpp_ident(i)).collect();
+    used_names.insert(sig.cpp_name());
     for e in &sig.elements {
-        used_names.insert(e.ident.to_string());
+        used_names.insert(cpp_ident(&e.ident.to_string()));
+    }
+    for c in &sig.generic_names.coops {
+        used_names.insert(cpp_ident(c));
     }
     let mut l = Lowerer {
         cx,
@@ -161,6 +178,7 @@ pub(crate) fn lower_body(
         guards: Vec::new(),
         overrides: Vec::new(),
         lsa_without_dev: Vec::new(),
+        resource_checks: Vec::new(),
     };
     let mut param_names = Vec::new();
     for p in &sig.params {
@@ -170,7 +188,7 @@ pub(crate) fn lower_body(
         if let ParamKind::DevComm { .. } = p.kind {
             if sig.kind == FnKind::Kernel {
                 // R1: the entry point takes NCCL's struct; the body wraps it.
-                let raw = format!("{cpp}__raw");
+                let raw = l.temp_name(&format!("{}_raw", rust.trim_start_matches("r#")));
                 param_names.push(raw.clone());
                 l.emit(Code::text(format!("weft::DevComm {cpp}{{{raw}}};")), 0);
                 l.declare_named(&rust, cpp, Ty::DevComm, IndexValue::Unknown);
@@ -186,7 +204,14 @@ pub(crate) fn lower_body(
     l.check_let_vars();
     l.finish_bounds();
     let text = l.render();
-    LoweredBody { text, param_names, usage: l.usage, calls: l.calls, bounds: l.bounds }
+    LoweredBody {
+        text,
+        param_names,
+        usage: l.usage,
+        calls: l.calls,
+        bounds: l.bounds,
+        resource_checks: l.resource_checks,
+    }
 }
 
 impl<'a> Lowerer<'a> {
@@ -223,7 +248,9 @@ impl<'a> Lowerer<'a> {
             l.scopes.iter().any(|(_, ids)| ids.iter().any(|id| l.locals[*id].cpp == name))
         };
         let reserved = |name: &str, l: &Lowerer<'_>| {
-            l.sig.ident == name || l.sig.elements.iter().any(|e| e.ident == name) || name == "weft"
+            l.sig.cpp_name() == name
+                || l.sig.elements.iter().any(|e| cpp_ident(&e.ident.to_string()) == name)
+                || l.sig.generic_names.coops.iter().any(|c| cpp_ident(c) == name)
         };
         if !visible(&base, self) && !reserved(&base, self) {
             self.used_names.insert(base.clone());
@@ -240,11 +267,12 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    /// A fresh name for a temporary the translation introduces.
+    /// A fresh name for a temporary the translation introduces: `w_<hint>` (names::TEMP), never a user's.
     fn temp_name(&mut self, hint: &str) -> String {
+        let hint = format!("{}{hint}", names::TEMP);
         let mut n = 0;
         loop {
-            let candidate = if n == 0 { hint.to_string() } else { format!("{hint}_{n}") };
+            let candidate = if n == 0 { hint.clone() } else { format!("{hint}_{n}") };
             if !self.used_names.contains(&candidate) {
                 self.used_names.insert(candidate.clone());
                 return candidate;
@@ -354,6 +382,17 @@ impl<'a> Lowerer<'a> {
         self.usage.device_checks |= !on_device.is_empty();
         self.check_peer_sites(&on_device);
         if self.attrs.no_device_checks && self.sig.kind == FnKind::Kernel {
+            for check in &self.resource_checks {
+                self.cx.error_spanned_by(
+                    &check.tokens,
+                    format!(
+                        "`{}` would be checked on the device against the number of {}, which \
+                         #[kernel(no_device_checks)] forbids: use a constant or `block_idx_x()` (whose count \
+                         `requirements(&cfg)` sizes), or drop `no_device_checks` (docs/macro.md, \"Bounds\")",
+                        check.access, check.what
+                    ),
+                );
+            }
             for &i in &on_device {
                 let site = &self.bounds.sites[i];
                 self.cx.error_spanned_by(
@@ -392,7 +431,7 @@ impl<'a> Lowerer<'a> {
     }
 }
 
-/// Every identifier in the body, so translation temporaries never collide with a user's name.
+/// Every identifier in the body.
 #[derive(Default)]
 struct IdentCollector(HashSet<String>);
 

@@ -1,105 +1,19 @@
-//! Rust identifiers that C++ reserves.
+//! The C++ names of what the user named. Every identifier of the user's (locals, parameters, loop variables,
+//! pattern bindings, labels, type parameters, device fns, kernels) reaches C++ as `rs_<name>`, and every name the
+//! translation makes up itself (loop ends, match temporaries, jump labels, a kernel's raw communicator) as
+//! `w_<…>`: so a user's name is never a C++ keyword, type, macro or builtin (`float`, `auto`, `T`, `min`, `size_t`,
+//! `threadIdx`, `__syncthreads`, `ncclDevComm`, `NULL`…), never one of weft.cuh's or the prelude's (`weft`,
+//! `weft_tuple2`), never one of the translation's, and never binds to something else in C++. No header weft includes
+//! defines a macro or name that starts with either prefix (macros/tests/nvcc.rs compiles kernels that use such names).
 
-/// C++ keywords and CUDA built-ins a Rust identifier may spell.
-const RESERVED: &[&str] = &[
-    "alignas",
-    "alignof",
-    "and",
-    "and_eq",
-    "asm",
-    "auto",
-    "bitand",
-    "bitor",
-    "bool",
-    "case",
-    "catch",
-    "char",
-    "char16_t",
-    "char32_t",
-    "char8_t",
-    "class",
-    "compl",
-    "concept",
-    "const_cast",
-    "consteval",
-    "constexpr",
-    "constinit",
-    "co_await",
-    "co_return",
-    "co_yield",
-    "decltype",
-    "default",
-    "delete",
-    "double",
-    "dynamic_cast",
-    "explicit",
-    "export",
-    "float",
-    "friend",
-    "goto",
-    "inline",
-    "int",
-    "long",
-    "mutable",
-    "namespace",
-    "new",
-    "noexcept",
-    "not",
-    "not_eq",
-    "nullptr",
-    "operator",
-    "or",
-    "or_eq",
-    "private",
-    "protected",
-    "public",
-    "register",
-    "reinterpret_cast",
-    "requires",
-    "short",
-    "signed",
-    "sizeof",
-    "static_assert",
-    "static_cast",
-    "switch",
-    "template",
-    "this",
-    "thread_local",
-    "throw",
-    "try",
-    "typedef",
-    "typeid",
-    "typename",
-    "union",
-    "unsigned",
-    "using",
-    "virtual",
-    "void",
-    "volatile",
-    "wchar_t",
-    "xor",
-    "xor_eq",
-    "threadIdx",
-    "blockIdx",
-    "blockDim",
-    "gridDim",
-    "warpSize",
-    "main",
-    "NULL",
-];
+/// The prefix of every user identifier in C++.
+pub(crate) const USER: &str = "rs_";
 
-/// Whether C++ (or CUDA) reserves `name`.
-pub(crate) fn is_reserved(name: &str) -> bool {
-    RESERVED.contains(&name) || name.starts_with("__")
-}
+/// The prefix of every name the translation makes up.
+pub(crate) const TEMP: &str = "w_";
 
-/// The C++ spelling of a Rust identifier: itself, or `name_` when C++ reserves it. Raw identifiers (`r#type`)
-/// lose their prefix.
+/// The C++ spelling of a Rust identifier: `rs_` and the name (a raw identifier without its `r#`).
 pub(crate) fn cpp_ident(rust: &str) -> String {
     let rust = rust.strip_prefix("r#").unwrap_or(rust);
-    if is_reserved(rust) || rust.starts_with("weft_") {
-        format!("{rust}_")
-    } else {
-        rust.to_string()
-    }
+    format!("{USER}{rust}")
 }

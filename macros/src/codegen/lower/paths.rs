@@ -128,9 +128,8 @@ impl Lowerer<'_> {
         }
     }
 
-    /// Fields: tuples' `.0` (`._0` in C++), `Team`'s `nranks`/`rank`/`stride`, `LlA2aHandle`'s `buffer`/`slots`
-    /// (NCCL's `bufHandle`/`nSlots`). The names are unique among the vocabulary's types, so a value of unknown type
-    /// (a device fn's result) is resolved by the name.
+    /// Fields: tuples' `.0` (`._0` in C++) and `Team`'s `nranks`/`rank`/`stride`. The names are unique among the
+    /// vocabulary's types, so a value of unknown type (a device fn's result) is resolved by the name.
     pub(crate) fn field(&mut self, f: &syn::ExprField) -> Val {
         let base = self.expr(&f.base);
         let untyped = matches!(base.ty, Ty::Unknown | Ty::Local(_));
@@ -145,11 +144,7 @@ impl Lowerer<'_> {
                 let field = name.to_string();
                 match (field.as_str(), ty) {
                     ("nranks" | "rank" | "stride", Ty::Vocab(Vocab::Team, _)) => (field, Ty::Scalar(Scalar::U32)),
-                    ("buffer", Ty::Vocab(Vocab::LlA2aHandle, _)) => ("bufHandle".into(), Ty::Scalar(Scalar::U32)),
-                    ("slots", Ty::Vocab(Vocab::LlA2aHandle, _)) => ("nSlots".into(), Ty::Scalar(Scalar::U32)),
                     ("nranks" | "rank" | "stride", _) if untyped => (field, Ty::Scalar(Scalar::U32)),
-                    ("buffer", _) if untyped => ("bufHandle".into(), Ty::Scalar(Scalar::U32)),
-                    ("slots", _) if untyped => ("nSlots".into(), Ty::Scalar(Scalar::U32)),
                     _ => return self.not_a_field(f, &field, ty),
                 }
             }
@@ -165,7 +160,7 @@ impl Lowerer<'_> {
             &f.member,
             format!(
                 "`{field}` is not a field of {} in weft's kernel vocabulary (fields: a tuple's `.0`, `.1`, …, \
-                 `Team`'s `nranks`, `rank`, `stride`, `LlA2aHandle`'s `buffer`, `slots`): C++ has no such member",
+                 `Team`'s `nranks`, `rank`, `stride`): C++ has no such member",
                 describe(ty)
             ),
         );

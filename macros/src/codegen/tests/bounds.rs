@@ -100,7 +100,10 @@ fn what_the_kernel_reads_from_memory_is_checked_on_the_device() {
         &[("out[i]", AtLaunch), ("idx[i]", AtLaunch), ("x[idx[i] as usize]", OnDevice)],
     );
     let a = kernel_analysis(quote!(), item);
-    assert_lines(&lines(&a.lowered.text), &["out[i] = weft::detail::at(x, static_cast<size_t>(idx[i]), 1);"]);
+    assert_lines(
+        &lines(&a.lowered.text),
+        &["rs_out[rs_i] = weft::detail::at(rs_x, static_cast<size_t>(rs_idx[rs_i]), 1);"],
+    );
     assert!(a.usage.device_checks, "the launcher must pick the form with device checks");
 }
 
@@ -297,7 +300,7 @@ fn device_fns_prove_only_what_their_own_lengths_show() {
             acc + x[i]
         }
     });
-    assert_lines(&b, &["acc += x[k];", "return acc + weft::detail::at(x, i, 1);"]);
+    assert_lines(&b, &["rs_acc += rs_x[rs_k];", "return rs_acc + weft::detail::at(rs_x, rs_i, 1);"]);
 }
 
 #[test]

@@ -20,12 +20,12 @@ fn if_else_chains() {
     assert_lines(
         &b,
         &[
-            "if (a == 0u) {",
-            "out[size_t(0)] = 1u;",
-            "} else if (a == 1u) {",
-            "out[size_t(0)] = 2u;",
+            "if (rs_a == 0u) {",
+            "rs_out[size_t(0)] = 1u;",
+            "} else if (rs_a == 1u) {",
+            "rs_out[size_t(0)] = 2u;",
             "} else {",
-            "out[size_t(0)] = 3u;",
+            "rs_out[size_t(0)] = 3u;",
             "}",
         ],
     );
@@ -44,12 +44,12 @@ fn if_expressions_become_ternaries_or_statement_expressions() {
     assert_lines(
         &b,
         &[
-            "auto x = (a > 2u) ? a : 2u;",
-            "auto y = (a > 2u) ? ({ auto t = a * 3u; t + 1u; }) : 0u;",
-            "uint32_t z;",
-            "if (a > 2u) {",
-            "auto t = a * 3u;",
-            "z = t + 1u;",
+            "auto rs_x = (rs_a > 2u) ? rs_a : 2u;",
+            "auto rs_y = (rs_a > 2u) ? ({ auto rs_t = rs_a * 3u; rs_t + 1u; }) : 0u;",
+            "uint32_t rs_z;",
+            "if (rs_a > 2u) {",
+            "auto rs_t = rs_a * 3u;",
+            "rs_z = rs_t + 1u;",
             "} else {",
             "return;",
             "}",
@@ -72,11 +72,11 @@ fn blocks_as_expressions() {
     assert_lines(
         &b,
         &[
-            "auto x = ({ auto s = a + 1u; s * s; });",
-            "auto y = a;",
+            "auto rs_x = ({ auto rs_s = rs_a + 1u; rs_s * rs_s; });",
+            "auto rs_y = rs_a;",
             "{",
-            "auto inner = x + y;",
-            "out[size_t(0)] = inner;",
+            "auto rs_inner = rs_x + rs_y;",
+            "rs_out[size_t(0)] = rs_inner;",
             "}",
         ],
     );
@@ -101,18 +101,18 @@ fn while_loop_break_continue() {
     assert_lines(
         &b,
         &[
-            "uint32_t i = 0u;",
-            "while (i < n) {",
-            "i += 1u;",
-            "if (i == 3u) {",
+            "uint32_t rs_i = 0u;",
+            "while (rs_i < rs_n) {",
+            "rs_i += 1u;",
+            "if (rs_i == 3u) {",
             "continue;",
             "}",
-            "if (i == 7u) {",
+            "if (rs_i == 7u) {",
             "break;",
             "}",
             "}",
             "while (true) {",
-            "i -= 1u;",
+            "rs_i -= 1u;",
             "}",
         ],
     );
@@ -129,19 +129,19 @@ fn half_open_and_inclusive_ranges() {
     assert_lines(
         &b,
         &[
-            "for (uint32_t i = 0u; i < n; ++i) {",
-            "out[static_cast<size_t>(i)] = i;",
+            "for (uint32_t rs_i = 0u; rs_i < rs_n; ++rs_i) {",
+            "rs_out[static_cast<size_t>(rs_i)] = rs_i;",
             "}",
             // `a..=b` stops at `b` even at the type's maximum; `continue` must reach that check.
-            "for (uint32_t j = 1u; j <= n; ++j) {",
+            "for (uint32_t rs_j = 1u; rs_j <= rs_n; ++rs_j) {",
             "{",
-            "if (j == 2u) {",
-            "goto loop1_next;",
+            "if (rs_j == 2u) {",
+            "goto w_loop1_next;",
             "}",
-            "out[size_t(0)] += j;",
+            "rs_out[size_t(0)] += rs_j;",
             "}",
-            "loop1_next:;",
-            "if (j == n) break;",
+            "w_loop1_next:;",
+            "if (rs_j == rs_n) break;",
             "}",
         ],
     );
@@ -159,14 +159,14 @@ fn step_by_and_rev() {
     assert_lines(
         &b,
         &[
-            "for (uint32_t i = 0u; i < n; i += size_t(4)) {",
-            "out[size_t(0)] += i;",
+            "for (uint32_t rs_i = 0u; rs_i < rs_n; rs_i += size_t(4)) {",
+            "rs_out[size_t(0)] += rs_i;",
             "}",
-            "for (uint32_t i = n; i > 0u; ) {",
-            "--i;",
-            "out[size_t(1)] += i;",
+            "for (uint32_t rs_i = rs_n; rs_i > 0u; ) {",
+            "--rs_i;",
+            "rs_out[size_t(1)] += rs_i;",
             "}",
-            "for (uint32_t i = 2u; i < n; i += s) {",
+            "for (uint32_t rs_i = 2u; rs_i < rs_n; rs_i += rs_s) {",
         ],
     );
 }
@@ -183,10 +183,10 @@ fn loop_bounds_are_evaluated_once() {
     assert_lines(
         &b,
         &[
-            "for (uint32_t p = 0u, p_end = dev.lsa_size(); p < p_end; ++p) {",
+            "for (uint32_t rs_p = 0u, w_p_end = rs_dev.lsa_size(); rs_p < w_p_end; ++rs_p) {",
             // `n` changes in the body: Rust's range saw its first value.
-            "for (uint32_t i = 0u, i_end = n; i < i_end; ++i) {",
-            "for (size_t i = size_t(0), i_end_1 = out.len(); i < i_end_1; ++i) {",
+            "for (uint32_t rs_i = 0u, w_i_end = rs_n; rs_i < w_i_end; ++rs_i) {",
+            "for (size_t rs_i = size_t(0), w_i_end_1 = rs_out.len(); rs_i < w_i_end_1; ++rs_i) {",
         ],
     );
 }
@@ -202,9 +202,9 @@ fn loop_bound_of_unknown_type_is_hoisted() {
         &b,
         &[
             "{",
-            "auto i_end = weft::helper(w);",
-            "for (decltype(i_end) i = 0; i < i_end; ++i) {",
-            "out[size_t(0)] += 1u;",
+            "auto w_i_end = weft::rs_helper(rs_w);",
+            "for (decltype(w_i_end) rs_i = 0; rs_i < w_i_end; ++rs_i) {",
+            "rs_out[size_t(0)] += 1u;",
             "}",
             "}",
         ],
@@ -218,7 +218,10 @@ fn mutable_loop_variable_is_a_copy() {
             for mut i in 0..n { i *= 2; out[0] += i; }
         }
     });
-    assert_lines(&b, &["for (uint32_t i_it = 0u; i_it < n; ++i_it) {", "uint32_t i = i_it;", "i *= 2u;"]);
+    assert_lines(
+        &b,
+        &["for (uint32_t w_i_it = 0u; w_i_it < rs_n; ++w_i_it) {", "uint32_t rs_i = w_i_it;", "rs_i *= 2u;"],
+    );
 }
 
 #[test]
@@ -232,11 +235,11 @@ fn grid_stride_loop() {
     assert_lines(
         &b,
         &[
-            "for (size_t i = weft::index_1d(); i < n; i += weft::grid_size_1d()) {",
-            "out[i] = x[i];",
+            "for (size_t rs_i = weft::index_1d(); rs_i < rs_n; rs_i += weft::grid_size_1d()) {",
+            "rs_out[rs_i] = rs_x[rs_i];",
             "}",
-            "for (size_t i = weft::index_1d(), i_end = x.len(); i < i_end; i += weft::grid_size_1d()) {",
-            "out[i] += 1.0f;",
+            "for (size_t rs_i = weft::index_1d(), w_i_end = rs_x.len(); rs_i < w_i_end; rs_i += weft::grid_size_1d()) {",
+            "rs_out[rs_i] += 1.0f;",
         ],
     );
 }
@@ -257,20 +260,20 @@ fn labeled_break_and_continue_become_gotos() {
     assert_lines(
         &b,
         &[
-            "for (uint32_t i = 0u; i < 4u; ++i) {",
+            "for (uint32_t rs_i = 0u; rs_i < 4u; ++rs_i) {",
             "{",
-            "for (uint32_t j = 0u; j < 4u; ++j) {",
-            "if (j > i) {",
-            "goto rows_continue;",
+            "for (uint32_t rs_j = 0u; rs_j < 4u; ++rs_j) {",
+            "if (rs_j > rs_i) {",
+            "goto w_rows_continue;",
             "}",
-            "if ((i * j) > 6u) {",
-            "goto rows_break;",
+            "if ((rs_i * rs_j) > 6u) {",
+            "goto w_rows_break;",
             "}",
             "}",
             "}",
-            "rows_continue:;",
+            "w_rows_continue:;",
             "}",
-            "rows_break:;",
+            "w_rows_break:;",
         ],
     );
 }
@@ -292,15 +295,15 @@ fn match_statements_become_if_chains() {
         &b,
         &[
             "{",
-            "auto matched = a % 8u;",
-            "if (matched == 0u) {",
-            "out[size_t(0)] = 1u;",
-            "} else if ((matched == 1u || matched == 2u)) {",
-            "out[size_t(0)] = 2u;",
-            "} else if ((matched >= 3u && matched <= 5u)) {",
-            "out[size_t(0)] = 3u;",
-            "} else if (matched > 6u) {",
-            "out[size_t(0)] = matched;",
+            "auto w_matched = rs_a % 8u;",
+            "if (w_matched == 0u) {",
+            "rs_out[size_t(0)] = 1u;",
+            "} else if ((w_matched == 1u || w_matched == 2u)) {",
+            "rs_out[size_t(0)] = 2u;",
+            "} else if ((w_matched >= 3u && w_matched <= 5u)) {",
+            "rs_out[size_t(0)] = 3u;",
+            "} else if (w_matched > 6u) {",
+            "rs_out[size_t(0)] = w_matched;",
             "} else {",
             "}",
             "}",
@@ -325,8 +328,8 @@ fn match_on_enums_and_as_a_value() {
         &b,
         &[
             // `code` flows into a `u32` slice: its literals are `u32`.
-            "uint32_t code = (r == weft::BarrierResult::Ok) ? 0u : (r == weft::BarrierResult::TimedOut) ? 1u : 2u;",
-            "out[size_t(0)] = code;",
+            "uint32_t rs_code = (rs_r == weft::BarrierResult::Ok) ? 0u : (rs_r == weft::BarrierResult::TimedOut) ? 1u : 2u;",
+            "rs_out[size_t(0)] = rs_code;",
         ],
     );
 }
@@ -340,7 +343,7 @@ fn early_return() {
             out[i] = 1;
         }
     });
-    assert_lines(&b, &["auto i = weft::index_1d();", "if (i >= n) {", "return;", "}", "out[i] = 1u;"]);
+    assert_lines(&b, &["auto rs_i = weft::index_1d();", "if (rs_i >= rs_n) {", "return;", "}", "rs_out[rs_i] = 1u;"]);
 }
 
 #[test]
@@ -360,15 +363,15 @@ fn device_fn_results_are_returned_from_every_branch() {
     assert_lines(
         &b,
         &[
-            "if (a > b) {",
-            "auto d = a - b;",
-            "return d * 2u;",
-            "} else if (a == b) {",
+            "if (rs_a > rs_b) {",
+            "auto rs_d = rs_a - rs_b;",
+            "return rs_d * 2u;",
+            "} else if (rs_a == rs_b) {",
             "return 0u;",
             "} else {",
             "{",
-            "auto matched = b % 2u;",
-            "if (matched == 0u) {",
+            "auto w_matched = rs_b % 2u;",
+            "if (w_matched == 0u) {",
             "return 1u;",
             "} else {",
             "return 2u;",
@@ -390,20 +393,20 @@ fn a_value_whose_branch_leaves_is_declared_then_assigned() {
     assert_lines(
         &b,
         &[
-            "uint32_t x;",
-            "if (a > 2u) {",
-            "x = a * 2u;",
+            "uint32_t rs_x;",
+            "if (rs_a > 2u) {",
+            "rs_x = rs_a * 2u;",
             "} else {",
             "return;",
             "}",
-            "for (uint32_t i = 0u; i < a; ++i) {",
-            "uint32_t y;",
+            "for (uint32_t rs_i = 0u; rs_i < rs_a; ++rs_i) {",
+            "uint32_t rs_y;",
             "{",
-            "auto matched = i % 3u;",
-            "if (matched == 0u) {",
+            "auto w_matched = rs_i % 3u;",
+            "if (w_matched == 0u) {",
             "continue;",
-            "} else if (matched == 1u) {",
-            "y = i;",
+            "} else if (w_matched == 1u) {",
+            "rs_y = rs_i;",
             "} else {",
             "break;",
             "}",
@@ -436,7 +439,7 @@ fn an_arm_that_always_matches_ends_the_chain() {
             }
         }
     });
-    assert_lines(&b, &["if (a == 0u) {", "out[size_t(0)] = 1u;", "} else {", "out[size_t(0)] = a;", "}"]);
+    assert_lines(&b, &["if (rs_a == 0u) {", "rs_out[size_t(0)] = 1u;", "} else {", "rs_out[size_t(0)] = rs_a;", "}"]);
     assert!(!b.iter().any(|l| l.contains("= 3u")), "{b:#?}");
 }
 
@@ -469,6 +472,6 @@ fn loops_over_tile_values_are_unrolled() {
     let unrolled: Vec<&str> =
         b.windows(2).filter(|w| w[0] == "#pragma unroll").map(|w| w[1].split(" //").next().unwrap_or(&w[1])).collect();
     assert_eq!(unrolled.len(), 2, "{}", b.join("\n"));
-    assert!(unrolled[0].starts_with("while (i < gemm.len())"), "{unrolled:?}");
-    assert!(unrolled[1].starts_with("for (") && unrolled[1].contains("gemm.len()"), "{unrolled:?}");
+    assert!(unrolled[0].starts_with("while (rs_i < rs_gemm.len())"), "{unrolled:?}");
+    assert!(unrolled[1].starts_with("for (") && unrolled[1].contains("rs_gemm.len()"), "{unrolled:?}");
 }

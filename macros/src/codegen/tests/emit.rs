@@ -20,7 +20,14 @@ fn lets_with_and_without_types() {
     });
     assert_lines(
         &b,
-        &["auto a = x[size_t(0)];", "float b = 2.0f;", "uint64_t c;", "c = 7ull;", "b += a;", "auto d = n;"],
+        &[
+            "auto rs_a = rs_x[size_t(0)];",
+            "float rs_b = 2.0f;",
+            "uint64_t rs_c;",
+            "rs_c = 7ull;",
+            "rs_b += rs_a;",
+            "auto rs_d = rs_n;",
+        ],
     );
 }
 
@@ -37,10 +44,10 @@ fn rust_precedence_is_kept_with_parentheses() {
     assert_lines(
         &b,
         &[
-            "out[size_t(0)] = static_cast<uint32_t>(((a & b) == c));",
-            "out[size_t(1)] = a + (b * c);",
-            "out[size_t(2)] = (a << 2) | b;",
-            "out[size_t(3)] = (a + b) * c;",
+            "rs_out[size_t(0)] = static_cast<uint32_t>(((rs_a & rs_b) == rs_c));",
+            "rs_out[size_t(1)] = rs_a + (rs_b * rs_c);",
+            "rs_out[size_t(2)] = (rs_a << 2) | rs_b;",
+            "rs_out[size_t(3)] = (rs_a + rs_b) * rs_c;",
         ],
     );
 }
@@ -63,13 +70,13 @@ fn comparisons_logic_and_compound_assignment() {
     assert_lines(
         &b,
         &[
-            "auto x = a;",
-            "if (((a < b) && (b >= 3u)) || (!(a == b))) {",
-            "x -= 1u;",
-            "x *= 2u;",
-            "x %= 5u;",
-            "x <<= 1;",
-            "x |= b;",
+            "auto rs_x = rs_a;",
+            "if (((rs_a < rs_b) && (rs_b >= 3u)) || (!(rs_a == rs_b))) {",
+            "rs_x -= 1u;",
+            "rs_x *= 2u;",
+            "rs_x %= 5u;",
+            "rs_x <<= 1;",
+            "rs_x |= rs_b;",
             "}",
         ],
     );
@@ -88,9 +95,9 @@ fn casts_become_static_casts_with_the_type_mapping() {
         &b,
         &[
             // A signed index is not followed by the bounds analysis: checked on the device.
-            "weft::detail::at(out, static_cast<size_t>(i), 1) = weft::to_f32(v) + (static_cast<float>(i));",
-            "auto h = static_cast<uint8_t>(i);",
-            "auto t = static_cast<T>(3);",
+            "weft::detail::at(rs_out, static_cast<size_t>(rs_i), 1) = weft::to_f32(rs_v) + (static_cast<float>(rs_i));",
+            "auto rs_h = static_cast<uint8_t>(rs_i);",
+            "auto rs_t = static_cast<rs_T>(3);",
         ],
     );
 }
@@ -110,13 +117,13 @@ fn warp_votes_and_integer_methods() {
     assert_lines(
         &b,
         &[
-            "auto group = weft::match_any(x[size_t(0)]);",
-            "auto voters = weft::ballot(x[size_t(1)] > 2u);",
-            "auto rank = weft::count_ones((group & ((1u << weft::lane_id()) - 1u)));",
-            "auto bits = weft::count_ones(n);",
+            "auto rs_group = weft::match_any(rs_x[size_t(0)]);",
+            "auto rs_voters = weft::ballot(rs_x[size_t(1)] > 2u);",
+            "auto rs_rank = weft::count_ones((rs_group & ((1u << weft::lane_id()) - 1u)));",
+            "auto rs_bits = weft::count_ones(rs_n);",
             // `1` takes the u32 of `count_ones`, not the u64 of its receiver `n`.
-            "out[size_t(0)] = ((rank + weft::count_ones(voters)) + bits) + 1u;",
-            "auto chunks = weft::div_ceil(n, 32ull);",
+            "rs_out[size_t(0)] = ((rs_rank + weft::count_ones(rs_voters)) + rs_bits) + 1u;",
+            "auto rs_chunks = weft::div_ceil(rs_n, 32ull);",
         ],
     );
 }
@@ -139,14 +146,14 @@ fn vocabulary_names_are_copied_into_namespace_weft() {
     assert_lines(
         &b,
         &[
-            "weft::DevComm dev{dev__raw};",
-            "auto bar = dev.lsa_barrier(weft::Cta{}, weft::block_idx_x());",
-            "bar.sync(weft::Warp{}, weft::Order::Release);",
-            "auto z = weft::zero<T>() + weft::from_f32<T>(0.5f);",
-            "auto l = weft::Lanes::from_mask(3u);",
-            "auto w = weft::WARP_SIZE;",
-            "out[size_t(0)] = weft::sqrt(weft::max(x.lsa(0u)[size_t(1)], z));",
-            "auto v = a2a.template recv<T>(0u);",
+            "weft::DevComm rs_dev{w_dev_raw};",
+            "auto rs_bar = rs_dev.lsa_barrier(weft::Cta{}, weft::block_idx_x());",
+            "rs_bar.sync(weft::Warp{}, weft::Order::Release);",
+            "auto rs_z = weft::zero<rs_T>() + weft::from_f32<rs_T>(0.5f);",
+            "auto rs_l = weft::Lanes::from_mask(3u);",
+            "auto rs_w = weft::WARP_SIZE;",
+            "rs_out[size_t(0)] = weft::sqrt(weft::max(rs_x.lsa(0u)[size_t(1)], rs_z));",
+            "auto rs_v = rs_a2a.template recv<rs_T>(0u);",
             "weft::sync_threads();",
         ],
     );
@@ -163,7 +170,10 @@ fn references_passed_to_functions_disappear() {
     });
     assert_lines(
         &b,
-        &["auto old = weft::atomic_add(out[size_t(0)], 1u, weft::Scope::Device);", "auto s = gin.read_va_signal(w);"],
+        &[
+            "auto rs_old = weft::atomic_add(rs_out[size_t(0)], 1u, weft::Scope::Device);",
+            "auto rs_s = rs_gin.read_va_signal(rs_w);",
+        ],
     );
 }
 
@@ -181,15 +191,15 @@ fn tuples_construct_index_and_destructure() {
     assert_lines(
         &b,
         &[
-            "auto t = weft_make_tuple(a, 1.5f);",
-            "auto x = b;",
-            "auto y = a;",
-            "auto p = t._0;",
-            "auto tuple = weft_make_tuple(t._1, uint8_t(2));",
-            "auto q = tuple._0;",
-            "auto tuple_1 = t;",
-            "auto m = tuple_1._0;",
-            "auto n = tuple_1._1;",
+            "auto rs_t = weft_make_tuple(rs_a, 1.5f);",
+            "auto rs_x = rs_b;",
+            "auto rs_y = rs_a;",
+            "auto rs_p = rs_t._0;",
+            "auto w_tuple = weft_make_tuple(rs_t._1, uint8_t(2));",
+            "auto rs_q = w_tuple._0;",
+            "auto w_tuple_1 = rs_t;",
+            "auto rs_m = w_tuple_1._0;",
+            "auto rs_n = w_tuple_1._1;",
         ],
     );
 }
@@ -202,7 +212,7 @@ fn tuple_destructuring_evaluates_every_value_before_binding() {
             out[0] = a - b;
         }
     });
-    assert_lines(&b, &["auto a_1 = b;", "auto b_1 = a;", "out[size_t(0)] = a_1 - b_1;"]);
+    assert_lines(&b, &["auto rs_a_1 = rs_b;", "auto rs_b_1 = rs_a;", "rs_out[size_t(0)] = rs_a_1 - rs_b_1;"]);
 }
 
 #[test]
@@ -214,7 +224,7 @@ fn device_fn_reference_parameters() {
         }
     });
     // A device fn's buffers have no length known at launch: its accesses are checked on the device.
-    assert_lines(&b, &["counter += dev.lsa_size();", "return weft::detail::at(w.local(), size_t(0), 1);"]);
+    assert_lines(&b, &["rs_counter += rs_dev.lsa_size();", "return weft::detail::at(rs_w.local(), size_t(0), 1);"]);
 }
 
 #[test]
@@ -229,15 +239,16 @@ fn shared_arrays_are_declared_shared() {
     assert_lines(
         &b,
         &[
-            "__shared__ weft::SharedArray<T, 256> tile;",
-            "__shared__ weft::SharedArray<uint32_t, 32> flags;",
-            "tile[static_cast<size_t>(weft::thread_idx_x())] = x[size_t(0)];",
+            "__shared__ weft::SharedArray<rs_T, 256> rs_tile;",
+            "__shared__ weft::SharedArray<uint32_t, 32> rs_flags;",
+            "rs_tile[static_cast<size_t>(weft::thread_idx_x())] = rs_x[size_t(0)];",
         ],
     );
 }
 
 #[test]
 fn shadowing_and_cpp_keywords_get_fresh_names() {
+    // Every user name is `rs_…` in C++ (names.rs): a C++ keyword is no exception, a shadowing binding gets a number.
     let b = body(quote! {
         fn k(out: &mut [u32], n: u32) {
             let n = n * 2;
@@ -250,11 +261,11 @@ fn shadowing_and_cpp_keywords_get_fresh_names() {
     assert_lines(
         &b,
         &[
-            "auto n_1 = n * 2u;",
-            "auto new_ = n_1 + 1u;",
-            "auto class_ = new_;",
-            "auto n_2 = class_;",
-            "out[size_t(0)] = n_2;",
+            "auto rs_n_1 = rs_n * 2u;",
+            "auto rs_new = rs_n_1 + 1u;",
+            "auto rs_class = rs_new;",
+            "auto rs_n_2 = rs_class;",
+            "rs_out[size_t(0)] = rs_n_2;",
         ],
     );
 }
@@ -271,9 +282,9 @@ fn small_integers_keep_their_type_after_promotion() {
     assert_lines(
         &b,
         &[
-            "out[size_t(0)] = static_cast<uint8_t>(a + uint8_t(1));",
-            "auto c = static_cast<int16_t>(-b);",
-            "auto d = static_cast<uint8_t>(~a);",
+            "rs_out[size_t(0)] = static_cast<uint8_t>(rs_a + uint8_t(1));",
+            "auto rs_c = static_cast<int16_t>(-rs_b);",
+            "auto rs_d = static_cast<uint8_t>(~rs_a);",
         ],
     );
 }
@@ -287,7 +298,7 @@ fn not_on_bool_integer_and_unknown() {
             let z = !helper(w);
         }
     });
-    assert_lines(&b, &["auto x = !flag;", "auto y = ~a;", "auto z = weft_not(weft::helper(w));"]);
+    assert_lines(&b, &["auto rs_x = !rs_flag;", "auto rs_y = ~rs_a;", "auto rs_z = weft_not(weft::rs_helper(rs_w));"]);
 }
 
 #[test]
@@ -299,7 +310,10 @@ fn integer_limits() {
             let b = u8::BITS;
         }
     });
-    assert_lines(&b, &["out[size_t(0)] = 18446744073709551615ull;", "auto a = (-2147483647 - 1);", "auto b = 8u;"]);
+    assert_lines(
+        &b,
+        &["rs_out[size_t(0)] = 18446744073709551615ull;", "auto rs_a = (-2147483647 - 1);", "auto rs_b = 8u;"],
+    );
 }
 
 #[test]
@@ -313,9 +327,9 @@ fn kernel_translation_unit() {
     let src = generate_cuda_with(attr, &item, &[], OPTIONS).expect("translates");
     assert!(src.starts_with("// Generated by #[weft::kernel] from the Rust function `k`."));
     assert!(src.contains("#include \"weft.cuh\"\n"));
-    assert!(src.contains("template <typename T, typename I>\n__device__ void k__body(ncclDevComm const& dev__raw, weft::Window<T> x, weft::Slice<I> idx, weft::SliceMut<T> out, size_t n) {\n    weft::DevComm dev{dev__raw};\n"));
-    assert!(src.contains("extern \"C\" __global__ void k__f32__i32(ncclDevComm dev__raw, weft::Window<float> x, weft::Slice<int32_t> idx, weft::SliceMut<float> out, size_t n) {\n    weft::detail::assume_aligned_arg(x);\n    weft::detail::assume_aligned_arg(idx);\n    weft::detail::assume_aligned_arg(out);\n    k__body<float, int32_t>(dev__raw, x, idx, out, n);\n}"));
-    assert!(src.contains("extern \"C\" __global__ void k__bf16__i32(ncclDevComm dev__raw, weft::Window<__nv_bfloat16> x, weft::Slice<int32_t> idx, weft::SliceMut<__nv_bfloat16> out, size_t n) {\n    weft::detail::assume_aligned_arg(x);\n    weft::detail::assume_aligned_arg(idx);\n    weft::detail::assume_aligned_arg(out);\n    k__body<__nv_bfloat16, int32_t>(dev__raw, x, idx, out, n);\n}"));
+    assert!(src.contains("template <typename rs_T, typename rs_I>\n__device__ void rs_k__body(ncclDevComm const& w_dev_raw, weft::Window<rs_T> rs_x, weft::Slice<rs_I> rs_idx, weft::SliceMut<rs_T> rs_out, size_t rs_n) {\n    weft::DevComm rs_dev{w_dev_raw};\n"));
+    assert!(src.contains("extern \"C\" __global__ void rs_k__f32__i32(ncclDevComm w_dev_raw, weft::Window<float> rs_x, weft::Slice<int32_t> rs_idx, weft::SliceMut<float> rs_out, size_t rs_n) {\n    weft::detail::assume_aligned_arg(rs_x);\n    weft::detail::assume_aligned_arg(rs_idx);\n    weft::detail::assume_aligned_arg(rs_out);\n    rs_k__body<float, int32_t>(w_dev_raw, rs_x, rs_idx, rs_out, rs_n);\n}"));
+    assert!(src.contains("extern \"C\" __global__ void rs_k__bf16__i32(ncclDevComm w_dev_raw, weft::Window<__nv_bfloat16> rs_x, weft::Slice<int32_t> rs_idx, weft::SliceMut<__nv_bfloat16> rs_out, size_t rs_n) {\n    weft::detail::assume_aligned_arg(rs_x);\n    weft::detail::assume_aligned_arg(rs_idx);\n    weft::detail::assume_aligned_arg(rs_out);\n    rs_k__body<__nv_bfloat16, int32_t>(w_dev_raw, rs_x, rs_idx, rs_out, rs_n);\n}"));
 }
 
 #[test]
@@ -324,8 +338,10 @@ fn non_generic_kernel_has_one_entry_point_named_after_it() {
         fn plain(dev: &DevComm<Lsa>, out: &mut [f32]) { out[0] = 1.0; }
     });
     let src = generate_cuda_with(TokenStream::new(), &item, &[], OPTIONS).expect("translates");
-    assert!(src.contains("__device__ void plain__body(ncclDevComm const& dev__raw, weft::SliceMut<float> out) {"));
-    assert!(src.contains("extern \"C\" __global__ void plain(ncclDevComm dev__raw, weft::SliceMut<float> out) {\n    weft::detail::assume_aligned_arg(out);\n    plain__body(dev__raw, out);\n}"));
+    assert!(
+        src.contains("__device__ void rs_plain__body(ncclDevComm const& w_dev_raw, weft::SliceMut<float> rs_out) {")
+    );
+    assert!(src.contains("extern \"C\" __global__ void rs_plain(ncclDevComm w_dev_raw, weft::SliceMut<float> rs_out) {\n    weft::detail::assume_aligned_arg(rs_out);\n    rs_plain__body(w_dev_raw, rs_out);\n}"));
     assert_eq!(src.matches("__global__").count(), 1);
 }
 
@@ -335,8 +351,8 @@ fn device_fn_definition_is_guarded_in_namespace_weft() {
         fn axpy<T: Float>(a: T, x: T, y: T) -> T { a * x + y }
     });
     let src = generate_device_fn_cuda(TokenStream::new(), &item, OPTIONS).expect("translates");
-    let guard = src.lines().find(|l| l.starts_with("#ifndef WEFT_DEVICE_FN_axpy_")).expect("guard");
-    assert!(src.contains(&format!("{}\n#define {}\nnamespace weft {{\ntemplate <typename T>\n__device__ T axpy(T a, T x, T y) {{\n    return (a * x) + y;\n}}\n}}  // namespace weft\n", guard, &guard[8..])));
+    let guard = src.lines().find(|l| l.starts_with("#ifndef WEFT_DEVICE_FN_rs_axpy_")).expect("guard");
+    assert!(src.contains(&format!("{}\n#define {}\nnamespace weft {{\ntemplate <typename rs_T>\n__device__ rs_T rs_axpy(rs_T rs_a, rs_T rs_x, rs_T rs_y) {{\n    return (rs_a * rs_x) + rs_y;\n}}\n}}  // namespace weft\n", guard, &guard[8..])));
 }
 
 #[test]
@@ -361,8 +377,8 @@ fn line_comments_name_the_rust_line() {
         .unwrap()
     };
     let text = a.lowered.text;
-    assert!(text.contains("auto a = 1u;  // line 2"), "{text}");
-    assert!(text.contains("out[size_t(0)] = a;  // line 4"), "{text}");
+    assert!(text.contains("auto rs_a = 1u;  // line 2"), "{text}");
+    assert!(text.contains("rs_out[size_t(0)] = rs_a;  // line 4"), "{text}");
 }
 
 #[test]
@@ -379,11 +395,11 @@ fn sub_slices() {
     assert_lines(
         &b,
         &[
-            "auto head = x.subslice(0, n);",
-            "auto tail = out.subslice(n, out.len());",
-            "auto mid = x.subslice(size_t(1), n - size_t(1));",
-            "weft::helper(x.subslice(size_t(2), size_t(4)), head.len() + mid.len());",
-            "tail[size_t(0)] = head[size_t(0)];",
+            "auto rs_head = rs_x.subslice(0, rs_n);",
+            "auto rs_tail = rs_out.subslice(rs_n, rs_out.len());",
+            "auto rs_mid = rs_x.subslice(size_t(1), rs_n - size_t(1));",
+            "weft::rs_helper(rs_x.subslice(size_t(2), size_t(4)), rs_head.len() + rs_mid.len());",
+            "rs_tail[size_t(0)] = rs_head[size_t(0)];",
         ],
     );
 }
@@ -404,13 +420,13 @@ fn packs_lower_to_member_calls_and_operators() {
     assert_lines(
         &b,
         &[
-            "auto lanes = weft::pack_lanes<T>();",
-            "auto acc = weft::WidePack<T>::splat(0.0f);",
-            "acc += x.load_pack(size_t(0)).widen() * scale;",
-            "acc += w.lsa(0u).load_pack(size_t(1)).widen();",
-            "auto v = (2.0 * acc) + 1.0;",
-            "out.store_pack(lanes, weft::sqrt(v).narrow());",
-            "out[size_t(0)] = weft::from_f32<T>(v.lane_sum() + v.lane(size_t(1)));",
+            "auto rs_lanes = weft::pack_lanes<rs_T>();",
+            "auto rs_acc = weft::WidePack<rs_T>::splat(0.0f);",
+            "rs_acc += rs_x.load_pack(size_t(0)).widen() * rs_scale;",
+            "rs_acc += rs_w.lsa(0u).load_pack(size_t(1)).widen();",
+            "auto rs_v = (2.0 * rs_acc) + 1.0;",
+            "rs_out.store_pack(rs_lanes, weft::sqrt(rs_v).narrow());",
+            "rs_out[size_t(0)] = weft::from_f32<rs_T>(rs_v.lane_sum() + rs_v.lane(size_t(1)));",
         ],
     );
 }

@@ -24,16 +24,16 @@ fn suffixed_literals_map_to_cpp_literals() {
     assert_lines(
         &b,
         &[
-            "auto a = 1.0f;",
-            "auto b = 2.5;",
-            "auto c = 3u;",
-            "auto d = 4ll;",
-            "auto e = 5ull;",
-            "auto f = size_t(6);",
-            "auto g = int8_t(7);",
-            "auto h = 1e-3f;",
-            "auto i = 16u;",
-            "auto j = true;",
+            "auto rs_a = 1.0f;",
+            "auto rs_b = 2.5;",
+            "auto rs_c = 3u;",
+            "auto rs_d = 4ll;",
+            "auto rs_e = 5ull;",
+            "auto rs_f = size_t(6);",
+            "auto rs_g = int8_t(7);",
+            "auto rs_h = 1e-3f;",
+            "auto rs_i = 16u;",
+            "auto rs_j = true;",
         ],
     );
 }
@@ -51,7 +51,7 @@ fn an_untyped_literal_takes_the_type_of_a_later_use() {
             out[0] = count;
         }
     });
-    assert_lines(&b, &["uint64_t count = 0ull;", "float acc = 0.0f;"]);
+    assert_lines(&b, &["uint64_t rs_count = 0ull;", "float rs_acc = 0.0f;"]);
 }
 
 #[test]
@@ -67,10 +67,10 @@ fn untyped_floats_in_generic_kernels_become_t_of_the_value() {
     assert_lines(
         &b,
         &[
-            "T scale = T(0.5);",
-            "out[size_t(0)] = (x[size_t(0)] * scale) + T(1.0);",
-            "out[size_t(1)] = weft::max(x[size_t(1)], T(0.0));",
-            "out[size_t(2)] = (x[size_t(2)] > T(2.0)) ? x[size_t(2)] : T(3.5);",
+            "rs_T rs_scale = rs_T(0.5);",
+            "rs_out[size_t(0)] = (rs_x[size_t(0)] * rs_scale) + rs_T(1.0);",
+            "rs_out[size_t(1)] = weft::max(rs_x[size_t(1)], rs_T(0.0));",
+            "rs_out[size_t(2)] = (rs_x[size_t(2)] > rs_T(2.0)) ? rs_x[size_t(2)] : rs_T(3.5);",
         ],
     );
 }
@@ -88,9 +88,9 @@ fn literals_chain_through_locals() {
     assert_lines(
         &b,
         &[
-            "uint16_t a = uint16_t(1);",
-            "uint16_t b = static_cast<uint16_t>(a + uint16_t(2));",
-            "uint16_t c = static_cast<uint16_t>(b * a);",
+            "uint16_t rs_a = uint16_t(1);",
+            "uint16_t rs_b = static_cast<uint16_t>(rs_a + uint16_t(2));",
+            "uint16_t rs_c = static_cast<uint16_t>(rs_b * rs_a);",
         ],
     );
 }
@@ -108,7 +108,13 @@ fn rust_fallback_types_when_nothing_constrains_a_literal() {
     });
     assert_lines(
         &b,
-        &["int32_t n = 10;", "double f = 1.5;", "int32_t i = 0;", "while (i < n) {", "double g = f * 2.0;"],
+        &[
+            "int32_t rs_n = 10;",
+            "double rs_f = 1.5;",
+            "int32_t rs_i = 0;",
+            "while (rs_i < rs_n) {",
+            "double rs_g = rs_f * 2.0;",
+        ],
     );
 }
 
@@ -126,11 +132,11 @@ fn vocabulary_signatures_type_literals() {
     assert_lines(
         &b,
         &[
-            "auto gin = dev.gin(0u);",
-            "uint32_t signal = 3u;",
-            "gin.wait_signal(weft::Cta{}, signal, 1ull);",
-            "auto v = weft::min(out[size_t(0)], 7ull);",
-            "auto lane = weft::shfl(out[size_t(1)], 0u);",
+            "auto rs_gin = rs_dev.gin(0u);",
+            "uint32_t rs_signal = 3u;",
+            "rs_gin.wait_signal(weft::Cta{}, rs_signal, 1ull);",
+            "auto rs_v = weft::min(rs_out[size_t(0)], 7ull);",
+            "auto rs_lane = weft::shfl(rs_out[size_t(1)], 0u);",
         ],
     );
 }
@@ -159,7 +165,7 @@ fn a_local_of_unknown_type_names_its_type_with_decltype() {
             while i < n { i += 1; }
         }
     });
-    assert_lines(&b, &["auto n = weft::helper(w);", "decltype(n) i = decltype(n)(0);"]);
+    assert_lines(&b, &["auto rs_n = weft::rs_helper(rs_w);", "decltype(rs_n) rs_i = decltype(rs_n)(0);"]);
 }
 
 #[test]
@@ -173,9 +179,9 @@ fn tuple_elements_take_the_declared_types() {
     assert_lines(
         &b,
         &[
-            "weft_tuple2<uint64_t, float> t = weft_make_tuple(1ull, 2.0f);",
-            "uint8_t a = uint8_t(3);",
-            "double b = 4.0;",
+            "weft_tuple2<uint64_t, float> rs_t = weft_make_tuple(1ull, 2.0f);",
+            "uint8_t rs_a = uint8_t(3);",
+            "double rs_b = 4.0;",
         ],
     );
 }

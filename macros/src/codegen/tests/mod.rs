@@ -10,6 +10,8 @@ mod infer;
 mod module;
 mod reject;
 mod resolve;
+mod resources;
+mod uniform;
 mod usage;
 mod vocabulary;
 

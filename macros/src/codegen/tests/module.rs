@@ -29,7 +29,7 @@ fn kernel_keeps_the_function_and_adds_a_module_of_the_same_name() {
     assert_has(&out, r#"#[allow(dead_code)] pub fn allreduce_add<T: Float>(dev: &DevComm<Lsa>,"#);
     assert_has(&out, r#"pub mod allreduce_add { use super::*;"#);
     assert_has(&out, r#"pub const NAME: &str = "allreduce_add";"#);
-    assert_has(&out, r#"pub const ENTRY_POINTS: &[&str] = &["allreduce_add__f32", "allreduce_add__bf16"];"#);
+    assert_has(&out, r#"pub const ENTRY_POINTS: &[&str] = &["rs_allreduce_add__f32", "rs_allreduce_add__bf16"];"#);
     assert_has(&out, r#"pub const CAPABILITIES: ::weft::device::caps::Capabilities"#);
     assert_has(&out, r#"pub fn requirements(cfg: &::weft::host::LaunchConfig) -> ::weft::host::Requirements"#);
     assert_has(
@@ -162,14 +162,19 @@ fn kernel_source_joins_the_device_fns_it_calls() {
     );
     assert_has(
         &out,
-        r#"helper_must_be_a_weft_device_fn::__WEFT_SOURCE, other_must_be_a_weft_device_fn::__WEFT_SOURCE, outer_must_be_a_weft_device_fn::__WEFT_SOURCE, far_must_be_a_weft_device_fn::__WEFT_SOURCE, helper_must_be_a_weft_device_fn_4::__WEFT_SOURCE,"#,
+        r#"helper_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.source(), other_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.source(), outer_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.source(), far_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.source(), helper_must_be_a_weft_device_fn_4::__WEFT_DEVICE_FN.source(),"#,
     );
     for vocabulary in ["sqrt::", "max::", "sync_threads::"] {
         assert!(!out.contains(vocabulary), "{vocabulary} referenced: {out}");
     }
     assert_has(
         &out,
-        r#", helper_must_be_a_weft_device_fn::__WEFT_USAGE, other_must_be_a_weft_device_fn::__WEFT_USAGE"#,
+        r#", helper_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.usage(), other_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.usage()"#,
+    );
+    // Each token belongs to a function of the callee's name (a token copied from another device fn is refused).
+    assert_has(
+        &out,
+        r#"const _: () = ::core::assert!(::weft::__private::str_eq(helper_must_be_a_weft_device_fn_4::__WEFT_DEVICE_FN.name(), "helper"),"#,
     );
 }
 
@@ -184,9 +189,18 @@ fn device_fn_companion_module() {
     assert_has(&out, r#"#[allow(dead_code)] pub fn helper(x: f32) -> f32"#);
     assert_has(&out, r#"pub mod helper { use super::*;"#);
     assert_has(&out, r#"use other as other_must_be_a_weft_device_fn;"#);
-    assert_has(&out, r#"const __WEFT_PARTS: &[&str] = &[other_must_be_a_weft_device_fn::__WEFT_SOURCE, __WEFT_OWN];"#);
-    assert_has(&out, r#"pub const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[&["#);
-    assert_has(&out, r#", other_must_be_a_weft_device_fn::__WEFT_USAGE]);"#);
+    assert_has(
+        &out,
+        r#"const __WEFT_PARTS: &[&str] = &[other_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.source(), __WEFT_OWN];"#,
+    );
+    assert_has(&out, r#"const __WEFT_USAGE: &[u32] = &__weft_merge_usage(&[&["#);
+    assert_has(&out, r#", other_must_be_a_weft_device_fn::__WEFT_DEVICE_FN.usage()]);"#);
+    // The companion's only public item is its token, made in the expansion's own `unsafe` block.
+    assert!(!out.contains("pub const __WEFT_SOURCE") && !out.contains("pub const __WEFT_USAGE"), "{out}");
+    assert_has(
+        &out,
+        r#"pub const __WEFT_DEVICE_FN: ::weft::__private::DeviceFn = unsafe { ::weft::__private::DeviceFn::new("helper", __WEFT_SOURCE, __WEFT_USAGE) };"#,
+    );
 }
 
 #[test]
@@ -199,24 +213,27 @@ fn default_instantiations_follow_the_bounds() {
         assert!(complete);
         sig.instantiations().iter().map(|t| sig.entry_point(t)).collect()
     };
-    assert_eq!(entries(quote! { fn k<T: Float + Shuffle>(x: &[T]) {} }), ["k__f32", "k__bf16"]);
-    assert_eq!(entries(quote! { fn k<T: AtomicMinMax>(x: &[T]) {} }), ["k__i32", "k__u32", "k__i64", "k__u64"]);
-    assert_eq!(entries(quote! { fn k<T: Float + AtomicBits>(x: &[T]) {} }), ["k__f32"]);
+    assert_eq!(entries(quote! { fn k<T: Float + Shuffle>(x: &[T]) {} }), ["rs_k__f32", "rs_k__bf16"]);
+    assert_eq!(
+        entries(quote! { fn k<T: AtomicMinMax>(x: &[T]) {} }),
+        ["rs_k__i32", "rs_k__u32", "rs_k__i64", "rs_k__u64"]
+    );
+    assert_eq!(entries(quote! { fn k<T: Float + AtomicBits>(x: &[T]) {} }), ["rs_k__f32"]);
     assert_eq!(
         entries(quote! { fn k<T: Numeric + Copy>(x: &[T]) {} }),
-        ["k__f32", "k__bf16", "k__f16", "k__f64", "k__i32", "k__u32", "k__i64", "k__u64"]
+        ["rs_k__f32", "rs_k__bf16", "rs_k__f16", "rs_k__f64", "rs_k__i32", "rs_k__u32", "rs_k__i64", "rs_k__u64"]
     );
     assert_eq!(
         entries(quote! { fn k<T: Float, I>(x: &[T], i: &[I]) where I: AtomicMinMax {} }),
         [
-            "k__f32__i32",
-            "k__f32__u32",
-            "k__f32__i64",
-            "k__f32__u64",
-            "k__bf16__i32",
-            "k__bf16__u32",
-            "k__bf16__i64",
-            "k__bf16__u64"
+            "rs_k__f32__i32",
+            "rs_k__f32__u32",
+            "rs_k__f32__i64",
+            "rs_k__f32__u64",
+            "rs_k__bf16__i32",
+            "rs_k__bf16__u32",
+            "rs_k__bf16__i64",
+            "rs_k__bf16__u64"
         ]
     );
 }
@@ -227,10 +244,10 @@ fn launch_bounds_go_on_every_entry_point() {
         quote!(types(f32, bf16), launch_bounds(512, 3)),
         quote! { fn k<T: Float>(out: &mut [T]) { out[0] = T::zero(); } },
     ));
-    assert_has(&two, r#"extern \"C\" __global__ void __launch_bounds__(512, 3) k__f32("#);
-    assert_has(&two, r#"extern \"C\" __global__ void __launch_bounds__(512, 3) k__bf16("#);
+    assert_has(&two, r#"extern \"C\" __global__ void __launch_bounds__(512, 3) rs_k__f32("#);
+    assert_has(&two, r#"extern \"C\" __global__ void __launch_bounds__(512, 3) rs_k__bf16("#);
     let one = squeeze(expand_kernel(quote!(launch_bounds(128)), quote! { fn k(out: &mut [f32]) { out[0] = 1.0; } }));
-    assert_has(&one, r#"extern \"C\" __global__ void __launch_bounds__(128) k("#);
+    assert_has(&one, r#"extern \"C\" __global__ void __launch_bounds__(128) rs_k("#);
     let none = squeeze(expand_kernel(quote!(), quote! { fn k(out: &mut [f32]) { out[0] = 1.0; } }));
     assert!(!none.contains("__launch_bounds__"), "{none}");
 }
@@ -262,14 +279,17 @@ fn launching_an_uninstantiated_type_names_it() {
     assert_has(&out, r#"(`k` is instantiated for (f32), (bf16)); generic host code that launches it bounds its type"#);
     assert_has(&out, r#"`T: k::Instantiated`"#);
     assert_has(&out, r#"pub trait Instantiated: __weft_sealed::Sealed {"#);
-    assert_has(&out, r#"impl Instantiated for f32 { const ENTRY_POINT: &'static str = "k__f32"; }"#);
-    assert_has(&out, r#"impl Instantiated for ::weft::device::bf16 { const ENTRY_POINT: &'static str = "k__bf16"; }"#);
+    assert_has(&out, r#"impl Instantiated for f32 { const ENTRY_POINT: &'static str = "rs_k__f32"; }"#);
+    assert_has(
+        &out,
+        r#"impl Instantiated for ::weft::device::bf16 { const ENTRY_POINT: &'static str = "rs_k__bf16"; }"#,
+    );
     // Several element parameters: the tuple.
     let two = squeeze(expand_kernel(
         quote!(types(T = [f32], I = [u32, i32])),
         quote! { fn k<T: Float, I: AtomicMinMax>(x: &mut [T], i: &[I]) {} },
     ));
-    assert_has(&two, r#"impl Instantiated for (f32, i32) { const ENTRY_POINT: &'static str = "k__f32__i32"; }"#);
+    assert_has(&two, r#"impl Instantiated for (f32, i32) { const ENTRY_POINT: &'static str = "rs_k__f32__i32"; }"#);
     assert_has(&two, r#"where (T, I): Instantiated"#);
     assert_has(&two, r#"`(T, I): k::Instantiated`"#);
 }

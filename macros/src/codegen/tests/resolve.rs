@@ -67,21 +67,21 @@ fn methods_resolve_on_every_vocabulary_type() {
             let n = lanes.size() + lanes.mask() + Cta.thread_rank();
             let a2a = dev.ll_a2a(Warp, h, 0, 4);
             let v = a2a.recv::<f32>(1);
-            let slots = h.slots + h.buffer + team.nranks;
+            let slots = h.slots() + h.buffer() + team.nranks;
         }
     });
     assert_lines(
         &b,
         &[
-            "auto inner = team.inner_factor(2u);",
-            "auto member = team.contains(inner, 0u);",
-            "auto r = gbar.sync_timeout(weft::Cta{}, weft::Order::AcqRel, 1000ull);",
-            "auto ok = r.is_ok();",
-            "auto s = wide.lane_sum() + x.template load_wide<float>(size_t(0)).lane(size_t(1));",
-            "auto n = (lanes.size() + lanes.mask()) + weft::Cta{}.thread_rank();",
-            "auto v = a2a.template recv<float>(1u);",
-            // NCCL's field names: `ncclLLA2AHandle { bufHandle, nSlots }`.
-            "auto slots = (h.nSlots + h.bufHandle) + team.nranks;",
+            "auto rs_inner = rs_team.inner_factor(2u);",
+            "auto rs_member = rs_team.contains(rs_inner, 0u);",
+            "auto rs_r = rs_gbar.sync_timeout(weft::Cta{}, weft::Order::AcqRel, 1000ull);",
+            "auto rs_ok = rs_r.is_ok();",
+            "auto rs_s = rs_wide.lane_sum() + rs_x.template load_wide<float>(size_t(0)).lane(size_t(1));",
+            "auto rs_n = (rs_lanes.size() + rs_lanes.mask()) + weft::Cta{}.thread_rank();",
+            "auto rs_v = rs_a2a.template recv<float>(1u);",
+            // The handle's fields are private in Rust: its accessors, which weft::LlA2aHandle has too.
+            "auto rs_slots = (rs_h.slots() + rs_h.buffer()) + rs_team.nranks;",
         ],
     );
 }
@@ -101,13 +101,16 @@ fn methods_of_values_of_unknown_type_are_rejected_unless_annotated() {
     });
     assert_lines(
         &b,
-        &["weft::LsaBarrier<weft::Cta> bar = weft::open(dev);", "bar.sync(weft::Cta{}, weft::Order::Relaxed);"],
+        &[
+            "weft::LsaBarrier<weft::Cta> rs_bar = weft::rs_open(rs_dev);",
+            "rs_bar.sync(weft::Cta{}, weft::Order::Relaxed);",
+        ],
     );
     // Scalar methods are free functions overloaded for every type that has them: no annotation needed.
     let b = body(quote! {
         fn k(x: &[f32], out: &mut [f32]) { let v = helper(x); out[0] = v.sqrt(); }
     });
-    assert_lines(&b, &["out[size_t(0)] = weft::sqrt(v);"]);
+    assert_lines(&b, &["rs_out[size_t(0)] = weft::sqrt(rs_v);"]);
 }
 
 #[test]
@@ -120,7 +123,10 @@ fn coop_type_parameters_have_the_coop_methods() {
     });
     assert_lines(
         &b,
-        &["weft::detail::at(out, static_cast<size_t>(coop.thread_rank()), 1) = coop.size();", "coop.sync();"],
+        &[
+            "weft::detail::at(rs_out, static_cast<size_t>(rs_coop.thread_rank()), 1) = rs_coop.size();",
+            "rs_coop.sync();",
+        ],
     );
 }
 
@@ -163,11 +169,11 @@ fn associated_functions_and_constructors_are_the_vocabularys() {
     assert_lines(
         &b,
         &[
-            "auto a = weft::Pack<T>::splat(v);",
-            "auto b = weft::Pack<float>::splat(1.0f);",
-            "auto c = weft::WarpSpan::from_warps(0u, 2u, 1u);",
-            "auto d = weft::SignalInc(2u);",
-            "auto e = weft::Cta{};",
+            "auto rs_a = weft::Pack<rs_T>::splat(rs_v);",
+            "auto rs_b = weft::Pack<float>::splat(1.0f);",
+            "auto rs_c = weft::WarpSpan::from_warps(0u, 2u, 1u);",
+            "auto rs_d = weft::SignalInc(2u);",
+            "auto rs_e = weft::Cta{};",
         ],
     );
 }
@@ -185,11 +191,11 @@ fn scalar_associated_functions_are_the_scalar_methods() {
     assert_lines(
         &b,
         &[
-            "out[size_t(0)] = weft::sqrt(x) + weft::max(x, 1.0f);",
-            "auto m = weft::min(a, 3u) + weft::count_ones(a);",
-            "auto r = weft::mul_add(t, t, weft::one<T>());",
+            "rs_out[size_t(0)] = weft::sqrt(rs_x) + weft::max(rs_x, 1.0f);",
+            "auto rs_m = weft::min(rs_a, 3u) + weft::count_ones(rs_a);",
+            "auto rs_r = weft::mul_add(rs_t, rs_t, weft::one<rs_T>());",
             // C++ would count a negative `int8_t`'s sign extension.
-            "auto bits = weft::count_ones(static_cast<uint8_t>(small)) + weft::count_ones(static_cast<uint8_t>(small));",
+            "auto rs_bits = weft::count_ones(static_cast<uint8_t>(rs_small)) + weft::count_ones(static_cast<uint8_t>(rs_small));",
         ],
     );
     one_error(
@@ -247,7 +253,7 @@ fn types_outside_the_vocabulary_are_rejected() {
             out[0] = v[0];
         }
     });
-    assert_lines(&b, &["weft::View<float> v = w.local();"]);
+    assert_lines(&b, &["weft::View<float> rs_v = rs_w.local();"]);
 }
 
 #[test]
@@ -282,11 +288,11 @@ fn sessions_are_never_copied_or_moved() {
             let copy = gin;
         }
     });
-    assert_lines(&b, &["weft::finish(bar);", "auto copy = gin;"]);
+    assert_lines(&b, &["weft::rs_finish(rs_bar);", "auto rs_copy = rs_gin;"]);
     let b = device_fn_body(quote! {
         fn open<C: HasLsa>(dev: &DevComm<C>) -> LsaBarrier<'_, Cta> { dev.lsa_barrier(Cta, 0) }
     });
-    assert_lines(&b, &["return dev.lsa_barrier(weft::Cta{}, 0u);"]);
+    assert_lines(&b, &["return rs_dev.lsa_barrier(weft::Cta{}, 0u);"]);
 }
 
 #[test]
@@ -305,13 +311,13 @@ fn float_constants() {
     assert_lines(
         &b,
         &[
-            "out[size_t(0)] = __int_as_float(0x7f800000);",
-            "out[size_t(1)] = (-__int_as_float(0x7f800000)) + 0x1.fffffep+127f;",
-            "out[size_t(2)] = ((-0x1.fffffep+127f) * 0x1p-23f) - 0x1p-126f;",
-            "auto nan = __int_as_float(0x7fc00000);",
-            "d[size_t(0)] = (__longlong_as_double(0x7ff0000000000000ll) + (-__longlong_as_double(0x7ff0000000000000ll))) + __longlong_as_double(0x7ff8000000000000ll);",
-            "d[size_t(1)] = ((0x1.fffffffffffffp+1023 + (-0x1.fffffffffffffp+1023)) + 0x1p-52) + 0x1p-1022;",
-            "auto lowest = 0x1.fffffep+127f;",
+            "rs_out[size_t(0)] = __int_as_float(0x7f800000);",
+            "rs_out[size_t(1)] = (-__int_as_float(0x7f800000)) + 0x1.fffffep+127f;",
+            "rs_out[size_t(2)] = ((-0x1.fffffep+127f) * 0x1p-23f) - 0x1p-126f;",
+            "auto rs_nan = __int_as_float(0x7fc00000);",
+            "rs_d[size_t(0)] = (__longlong_as_double(0x7ff0000000000000ll) + (-__longlong_as_double(0x7ff0000000000000ll))) + __longlong_as_double(0x7ff8000000000000ll);",
+            "rs_d[size_t(1)] = ((0x1.fffffffffffffp+1023 + (-0x1.fffffffffffffp+1023)) + 0x1p-52) + 0x1p-1022;",
+            "auto rs_lowest = 0x1.fffffep+127f;",
         ],
     );
 }
@@ -391,6 +397,6 @@ fn comparisons_c_plus_plus_has() {
     });
     assert_lines(
         &b,
-        &["out[size_t(0)] = static_cast<uint32_t>((((r == weft::BarrierResult::TimedOut) && (o != weft::Order::Relaxed)) && (dev.world().rank == dev.lsa().rank)));"],
+        &["rs_out[size_t(0)] = static_cast<uint32_t>((((rs_r == weft::BarrierResult::TimedOut) && (rs_o != weft::Order::Relaxed)) && (rs_dev.world().rank == rs_dev.lsa().rank)));"],
     );
 }

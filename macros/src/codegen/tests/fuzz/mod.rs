@@ -202,7 +202,8 @@ fn check_cpp(source: &str) -> Result<(), String> {
     for line in source.lines() {
         let code = line.split("//").next().unwrap_or("");
         if let Some(at) = code.find("__global__ void ") {
-            // The entry point's name: a C++ identifier C++ does not reserve (`float`, `r#match` are Rust names).
+            // The entry point's name: a C++ identifier in the users' namespace (`rs_…`: `float`, `r#match` are Rust
+            // names).
             let rest = code[at + "__global__ void ".len()..].trim_start();
             let rest = match rest.strip_prefix("__launch_bounds__(") {
                 Some(r) => r.split_once(") ").map(|(_, r)| r).unwrap_or(r),
@@ -211,7 +212,7 @@ fn check_cpp(source: &str) -> Result<(), String> {
             let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
             let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !crate::codegen::lower::is_reserved(&name);
+                && name.starts_with("rs_");
             if !valid || !rest[name.len()..].starts_with('(') {
                 return Err(format!("accepted, but an entry point is not a C++ name: `{rest}`"));
             }
@@ -221,6 +222,11 @@ fn check_cpp(source: &str) -> Result<(), String> {
             let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
             if !name.is_empty() && rest[name.len()..].trim_start().starts_with(';') {
                 return Err(format!("accepted, but the C++ declares `auto {name};` without a value:\n{source}"));
+            }
+            // Every name the body declares is a user's (`rs_…`) or the translation's (`w_…`): never one C++ or a
+            // header could mean otherwise.
+            if !name.is_empty() && !name.starts_with("rs_") && !name.starts_with("w_") {
+                return Err(format!("accepted, but the C++ declares `{name}`, which is not mangled:\n{source}"));
             }
         }
         for c in code.chars() {
