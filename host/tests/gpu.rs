@@ -182,8 +182,8 @@ fn windows_and_device_communicators_with_lsa_barriers() {
     }
     // Team requirements and host-side team queries.
     let lsa = comm.team_lsa().unwrap();
-    assert_eq!((lsa.nranks, lsa.rank), (1, 0));
-    assert_eq!(comm.team_world().unwrap().nranks, 1);
+    assert_eq!((lsa.nranks(), lsa.rank()), (1, 0));
+    assert_eq!(comm.team_world().unwrap().nranks(), 1);
     assert_eq!(comm.team_rank_to_world(lsa, 0).unwrap(), 0);
     assert!(comm.team_rank_to_world(lsa, 1).is_err());
     let with_team: DevComm<'_, Lsa> =
@@ -601,7 +601,7 @@ fn nccl_2_29_host_features_on_every_rank() {
         let props = comm.properties()?;
         let lsa = comm.team_lsa()?;
         assert_eq!((props.rank, props.nranks, props.cuda_device), (me, nranks, comm.cuda_device()));
-        assert_eq!(props.lsa_size as i32, lsa.nranks, "properties and ncclTeamLsa disagree");
+        assert_eq!(props.lsa_size as i32, lsa.nranks(), "properties and ncclTeamLsa disagree");
         assert_eq!(props.lsa_teams, nranks / props.lsa_size, "NCCL's team count differs from weft's nranks / lsa");
         assert_eq!(props.device_api_support, Some(true));
         report.push(format!("properties: {props}"));

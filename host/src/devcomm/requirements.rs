@@ -44,19 +44,35 @@ pub struct Requirements {
 /// A team of ranks as NCCL describes it (`ncclTeam`): this rank's index in it, its size and the stride
 /// between its members' world ranks. Get one from [`Communicator::team_world`], [`Communicator::team_lsa`] or
 /// [`Communicator::team_rail`].
+///
+/// Its fields are private: NCCL indexes its ranks with them (a team requirement's multimem handle, a rank
+/// translation), so a team is only ever one NCCL reported, and a communicator takes only its own teams
+/// ([`Requirements::team`] and [`Communicator::team_rank_to_world`] check).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Team {
-    /// Ranks in the team.
-    pub nranks: i32,
-    /// This rank's index in the team.
-    pub rank: i32,
-    /// World-rank distance between consecutive members.
-    pub stride: i32,
+    pub(crate) nranks: i32,
+    pub(crate) rank: i32,
+    pub(crate) stride: i32,
 }
 
 impl Team {
     fn from_raw(raw: sys::ncclTeam_t) -> Team {
         Team { nranks: raw.nRanks, rank: raw.rank, stride: raw.stride }
+    }
+
+    /// Ranks in the team.
+    pub fn nranks(&self) -> i32 {
+        self.nranks
+    }
+
+    /// This rank's index in the team.
+    pub fn rank(&self) -> i32 {
+        self.rank
+    }
+
+    /// World-rank distance between consecutive members.
+    pub fn stride(&self) -> i32 {
+        self.stride
     }
 
     pub(super) fn raw(self) -> sys::ncclTeam_t {
@@ -83,13 +99,31 @@ impl<S: crate::comm::Initialized, M: Mode> Communicator<S, M> {
         Ok(Team::from_raw(unsafe { result::team_rail(self.library(), self.raw()) }?))
     }
 
-    /// The world rank of rank `rank` of `team` (`ncclTeamRankToWorld`).
+    /// The world rank of rank `rank` of `team` (`ncclTeamRankToWorld`); `team` is one of this communicator's.
     pub fn team_rank_to_world(&self, team: Team, rank: i32) -> Result<i32, Error> {
+        self.check_team("team", team)?;
         if rank < 0 || rank >= team.nranks {
             return Err(Error::invalid("rank", format!("{rank} is not a rank of a team of {}", team.nranks)));
         }
-        // SAFETY: our live, initialised communicator and a team value (NCCL only computes with it).
+        // SAFETY: our live, initialised communicator and one of its own teams (checked), with a rank inside it.
         unsafe { result::team_rank_to_world(self.library(), self.raw(), team.raw(), rank) }
+    }
+
+    /// Whether `team` is one of this communicator's teams (world, LSA, rail): a team of another communicator, whose
+    /// sizes and strides mean other ranks, is refused.
+    pub(crate) fn check_team(&self, argument: &'static str, team: Team) -> Result<(), Error> {
+        if team == self.team_world()? || team == self.team_lsa()? || team == self.team_rail()? {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            argument,
+            format!(
+                "{team:?} is not a team of this communicator (rank {} of {}): take it from this communicator's \
+                 team_world, team_lsa or team_rail",
+                self.rank(),
+                self.nranks()
+            ),
+        ))
     }
 }
 
@@ -228,6 +262,14 @@ impl Requirements {
             return Err(Error::invalid("dev", "the launch needs LSA multimem; request it in the requirements"));
         }
         Ok(())
+    }
+
+    /// Refuses teams that are not `comm`'s own (see [`Team`]).
+    pub(crate) fn check_teams<S: crate::comm::Initialized, M: Mode>(
+        &self,
+        comm: &Communicator<S, M>,
+    ) -> Result<(), Error> {
+        self.teams.iter().try_for_each(|(team, _)| comm.check_team("requirements", *team))
     }
 
     /// Refuses fields the layout weft declares to the loaded release lacks (never silently dropped).

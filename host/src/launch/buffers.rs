@@ -9,6 +9,10 @@
 //! - cudarc's [`CudaSlice`], [`CudaView`] and [`CudaViewMut`] (allocated by cudarc, or cut from such an allocation
 //!   by its bounds-checked `slice`; every way to make one from a raw address is `unsafe`);
 //! - weft's [`DeviceBuffer`] (allocated by `ncclMemAlloc`) for slices, and weft's [`Window`] for windows.
+//!
+//! NCCL's calls (collectives, point-to-point, registration, batches) take the same memory through
+//! [`NcclBuffer`] and [`NcclBufferMut`], sealed on the same base: NCCL is handed an address and an element count,
+//! and trusts them as much as a kernel does.
 
 use std::sync::Arc;
 
@@ -88,6 +92,32 @@ pub trait KernelSliceMut<T>: sealed::BufferMut<T> {}
 )]
 pub trait KernelWindow<T>: sealed::SymmetricWindow<T> {}
 
+/// A buffer NCCL reads (a collective's or a send's input, a registration): cudarc's `CudaSlice<T>`,
+/// `CudaView<'_, T>`, `CudaViewMut<'_, T>`, or weft's `DeviceBuffer<T>`.
+///
+/// Sealed: NCCL is handed the address and length it reports (module docs), so a type of one's own cannot pass.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not device memory NCCL may read as `{T}`s",
+    label = "NCCL reads a buffer of `{T}`s here",
+    note = "pass a cudarc `CudaSlice<{T}>`, `CudaView<'_, {T}>` or `CudaViewMut<'_, {T}>`, or a weft \
+            `DeviceBuffer<{T}>` (the element types must match): NCCL trusts the address and length a buffer reports, \
+            so only memory weft can vouch for is accepted"
+)]
+pub trait NcclBuffer<T>: sealed::Buffer<T> {}
+
+/// A buffer NCCL writes (a collective's or a receive's output): cudarc's `CudaSlice<T>`, `CudaViewMut<'_, T>`, or
+/// weft's `DeviceBuffer<T>`.
+///
+/// Sealed: NCCL is handed the address and length it reports (module docs), so a type of one's own cannot pass.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not device memory NCCL may write as `{T}`s",
+    label = "NCCL writes a buffer of `{T}`s here",
+    note = "pass a cudarc `CudaSlice<{T}>` or `CudaViewMut<'_, {T}>`, or a weft `DeviceBuffer<{T}>` (the element \
+            types must match): NCCL trusts the address and length a buffer reports, so only memory weft can vouch for \
+            is accepted"
+)]
+pub trait NcclBufferMut<T>: sealed::BufferMut<T> + NcclBuffer<T> {}
+
 /// cudarc's own types and weft's buffer: their `DevicePtr` impls report the memory they own.
 macro_rules! trusted_buffer {
     ($($ty:ty),* $(,)?) => {$(
@@ -103,6 +133,7 @@ macro_rules! trusted_buffer {
             }
         }
         impl<T> KernelSlice<T> for $ty {}
+        impl<T> NcclBuffer<T> for $ty {}
     )*};
 }
 
@@ -114,6 +145,7 @@ macro_rules! trusted_buffer_mut {
             }
         }
         impl<T> KernelSliceMut<T> for $ty {}
+        impl<T> NcclBufferMut<T> for $ty {}
     )*};
 }
 

@@ -36,6 +36,10 @@ pub struct KernelArgs<'a> {
     uses: &'a Arc<CudaStream>,
     /// The count of operations of the capture this launch is recorded into, if it is.
     capture: Option<&'a crate::graph::CaptureLog>,
+    /// The device communicator pushed ([`DevComm::identity`]), and the one an LL all-to-all handle pushed belongs
+    /// to: a handle must come from the launch's own device communicator.
+    dev_identity: Option<usize>,
+    ll_a2a_owner: Option<usize>,
 }
 
 impl std::fmt::Debug for KernelArgs<'_> {
@@ -69,6 +73,8 @@ impl<'a> KernelArgs<'a> {
             ranks_on_gpu: 1,
             uses: stream,
             capture: None,
+            dev_identity: None,
+            ll_a2a_owner: None,
         }
     }
 
@@ -87,9 +93,22 @@ impl<'a> KernelArgs<'a> {
         }
     }
 
-    /// The stream the kernel is launched on (when recording into a CUDA graph, the capturing stream).
-    pub fn stream(&self) -> &'a Arc<CudaStream> {
-        self.stream
+    /// Refuses a launch with `cfg` of this kernel, which opens `gemm_tiles`, unless its blocks and shared memory are
+    /// what the loop needs on the stream's GPU ([`super::check_gemm_tiles`]).
+    pub fn check_gemm_tiles(&self, cfg: &LaunchConfig) -> Result<()> {
+        super::check_gemm_tiles(self.kernel, cfg, self.stream)
+    }
+
+    /// Refuses an eager push into a launch recorded into a CUDA graph: its events and borrows would be the
+    /// capture's, not the replays' (a recorded launch pushes with the `push_graph_*` forms).
+    fn eager_only(&self, parameter: &'static str) -> Result<()> {
+        if self.capture.is_some() {
+            return Err(Error::invalid(
+                parameter,
+                format!("`{}` is recorded into a CUDA graph: its buffers are pushed as graph buffers", self.kernel),
+            ));
+        }
+        Ok(())
     }
 
     fn wrong_device(&self, parameter: &'static str, device: usize) -> Error {
@@ -118,6 +137,7 @@ impl<'a> KernelArgs<'a> {
             log.join_group_of(dev.communicator());
         }
         self.args.push_bytes(dev.kernel_arg_bytes()?, DevComm::<C, M>::KERNEL_ARG_ALIGN)?;
+        self.dev_identity = Some(dev.identity());
         dev.note_launch(self.uses);
         Ok(())
     }
@@ -145,6 +165,7 @@ impl<'a> KernelArgs<'a> {
 
     /// A `&[T]` parameter; returns its length.
     pub fn push_slice<T>(&mut self, parameter: &'static str, buffer: &'a impl KernelSlice<T>) -> Result<usize> {
+        self.eager_only(parameter)?;
         super::check_same_context(buffer.buffer_stream(), self.stream)
             .map_err(|_| self.wrong_device(parameter, buffer.buffer_stream().context().ordinal()))?;
         let len = buffer.buffer_len();
@@ -160,6 +181,7 @@ impl<'a> KernelArgs<'a> {
         parameter: &'static str,
         buffer: &'a mut impl KernelSliceMut<T>,
     ) -> Result<usize> {
+        self.eager_only(parameter)?;
         super::check_same_context(buffer.buffer_stream(), self.stream)
             .map_err(|_| self.wrong_device(parameter, buffer.buffer_stream().context().ordinal()))?;
         let len = buffer.buffer_len();
@@ -250,10 +272,27 @@ impl<'a> KernelArgs<'a> {
         Ok(())
     }
 
-    /// An `LlA2aHandle` parameter, by value.
-    pub fn push_ll_a2a_handle<T: Copy + 'static>(&mut self, parameter: &'static str, handle: T) {
+    /// An `LlA2aHandle` parameter: NCCL's handle, by value. The launch checks that it belongs to the device
+    /// communicator it is launched with (the handle names a buffer inside that communicator's resources).
+    pub fn push_ll_a2a_handle(&mut self, parameter: &'static str, handle: &crate::devcomm::LlA2aHandle<'_>) {
         let _ = parameter;
-        self.args.push(handle);
+        self.ll_a2a_owner = Some(handle.owner());
+        self.args.push(handle.kernel_arg());
+    }
+
+    /// Whether an LL all-to-all handle pushed came with the device communicator pushed.
+    fn check_ll_a2a(&self) -> Result<()> {
+        match self.ll_a2a_owner {
+            Some(owner) if self.dev_identity != Some(owner) => Err(Error::invalid(
+                "LlA2aHandle",
+                format!(
+                    "`{}` is launched with an LL all-to-all handle of another device communicator than its own: take \
+                     it from the launch's `dev.ll_a2a_handle()`",
+                    self.kernel
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Where each argument sits in the parameter buffer, in order.
@@ -295,6 +334,10 @@ impl<'a> KernelArgs<'a> {
         checks: BoundsChecks,
     ) -> Result<()> {
         cfg.validate()?;
+        self.check_ll_a2a()?;
+        if self.capture.is_none() {
+            crate::graph::refuse_foreign_capture(spec.name, self.stream)?;
+        }
         let function = crate::jit::function_in(self.stream.context(), spec, self.alignment, checks)?;
         self.check_params(spec, &function)?;
         if self.ranks_on_gpu > 1 {

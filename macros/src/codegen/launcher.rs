@@ -43,6 +43,9 @@ pub(crate) mod host {
     pub(super) fn tma_shards() -> TokenStream {
         quote!(::weft::host::launch::TmaShards)
     }
+    pub(super) fn ll_a2a_handle() -> TokenStream {
+        quote!(::weft::host::devcomm::LlA2aHandle)
+    }
     pub(super) fn kernel_slice() -> TokenStream {
         quote!(::weft::host::launch::KernelSlice)
     }
@@ -238,9 +241,12 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
                 pushes.push(quote!(__weft_args.push_scalar(#name, #ident);));
                 record_pushes.push(quote!(__weft_args.push_scalar(#name, #ident);));
             }
-            ParamKind::LlA2aHandle { rust } => {
-                params.push(quote!(#ident: #rust));
-                record_params.push(quote!(#ident: #rust));
+            ParamKind::LlA2aHandle => {
+                // The host's handle, which only the device communicator makes (the kernel's `LlA2aHandle` type is
+                // the device vocabulary's, for rustc to check the body against).
+                let handle = host::ll_a2a_handle();
+                params.push(quote!(#ident: &#handle<'_>));
+                record_params.push(quote!(#ident: &#handle<'_>));
                 pushes.push(quote!(__weft_args.push_ll_a2a_handle(#name, #ident);));
                 record_pushes.push(quote!(__weft_args.push_ll_a2a_handle(#name, #ident);));
             }
@@ -284,7 +290,7 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
             #(#checks)*
             let mut __weft_args = #start;
             if __WEFT_USAGE[1] & #GEMM_TILES_BIT != 0 {
-                ::weft::host::launch::check_gemm_tiles(NAME, &#cfg, __weft_args.stream())?;
+                __weft_args.check_gemm_tiles(&#cfg)?;
             }
             #(#pushes)*
             #declared
