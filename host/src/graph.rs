@@ -31,6 +31,7 @@ use cudarc::driver::{CudaEvent, CudaGraph, CudaStream, DeviceSlice, SyncOnDrop};
 use crate::comm::{Active, Blocking, Communicator};
 use crate::datatype::{Element, ReduceOp};
 use crate::error::Error;
+use crate::resources::uses::Access;
 use crate::resources::DeviceBuffer;
 
 /// Work recorded for a [`Graph`]; everything it records is borrowed for `'g`. Made by [`Graph::capture`].
@@ -58,6 +59,9 @@ pub(crate) struct CaptureLog {
     recorded: std::cell::Cell<usize>,
     /// The group of ranks of this process sharing the GPU with a recorded communicator (its `LocalGroup`), if any.
     group: std::cell::RefCell<Option<Arc<crate::placement::LocalGroup>>>,
+    /// The graph's identity for the buffers it claims (`resources::uses`): alive while the capture, then the graph,
+    /// is.
+    token: Arc<()>,
 }
 
 impl CaptureLog {
@@ -72,6 +76,11 @@ impl CaptureLog {
         if let Some(group) = comm.local_group() {
             self.group.borrow_mut().get_or_insert_with(|| group.clone());
         }
+    }
+
+    /// The identity of the graph being captured, for the buffers it claims.
+    pub(crate) fn token(&self) -> &Arc<()> {
+        &self.token
     }
 
     /// Counts one recorded operation.
@@ -90,6 +99,8 @@ pub struct Graph<'g> {
     replayed: CudaEvent,
     replays: u64,
     recorded: usize,
+    /// Keeps the claims on the recorded buffers alive (`resources::uses`); dropped after the last replay settled.
+    _claims: Arc<()>,
     borrows: PhantomData<fn(&'g ()) -> &'g ()>,
 }
 
@@ -118,8 +129,10 @@ pub(crate) mod sealed {
         fn graph_address(&self) -> u64;
         fn graph_len(&self) -> usize;
         fn graph_stream(&self) -> &Arc<CudaStream>;
-        /// Notes that work on `stream` (a graph's replays) uses the buffer: its drop waits for that stream.
-        fn graph_note_use(&self, stream: &Arc<CudaStream>);
+        /// Claims the buffer for the replays on `replay` of the graph alive while `graph` is: `replay` waits for
+        /// the conflicting uses on other streams now, uses on other streams that conflict are refused while the
+        /// graph lives, and the buffer's drop waits for `replay` (`resources::uses`).
+        fn graph_claim(&self, graph: &Arc<()>, replay: &Arc<CudaStream>, write: bool) -> Result<(), Error>;
     }
 }
 
@@ -133,8 +146,8 @@ impl<T: cudarc::driver::DeviceRepr> sealed::GraphBuffer<T> for DeviceBuffer<T> {
     fn graph_stream(&self) -> &Arc<CudaStream> {
         DeviceSlice::stream(self)
     }
-    fn graph_note_use(&self, stream: &Arc<CudaStream>) {
-        self.note_launch(stream);
+    fn graph_claim(&self, graph: &Arc<()>, replay: &Arc<CudaStream>, write: bool) -> Result<(), Error> {
+        self.claim_for_graph(graph, replay, if write { Access::Write } else { Access::Read })
     }
 }
 
@@ -167,14 +180,22 @@ impl<T> crate::launch::buffers::sealed::Buffer<T> for Recorded<'_, T> {
     fn buffer_stream(&self) -> &Arc<CudaStream> {
         self.stream
     }
-    fn read_address<'a>(&'a self, _stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
-        (self.ptr, SyncOnDrop::Record(None))
+    fn read_address<'a>(
+        &'a self,
+        _stream: &'a CudaStream,
+        _held: Option<&Arc<CudaStream>>,
+    ) -> Result<(u64, SyncOnDrop<'a>), Error> {
+        Ok((self.ptr, SyncOnDrop::Record(None)))
     }
 }
 
 impl<T> crate::launch::buffers::sealed::BufferMut<T> for Recorded<'_, T> {
-    fn write_address<'a>(&'a mut self, _stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
-        (self.ptr, SyncOnDrop::Record(None))
+    fn write_address<'a>(
+        &'a mut self,
+        _stream: &'a CudaStream,
+        _held: Option<&Arc<CudaStream>>,
+    ) -> Result<(u64, SyncOnDrop<'a>), Error> {
+        Ok((self.ptr, SyncOnDrop::Record(None)))
     }
 }
 
@@ -274,7 +295,15 @@ impl<'g> Graph<'g> {
         if let Some(group) = capture.log.group.take() {
             group.line_up("CUDA graph instantiation", crate::placement::LINE_UP_TIMEOUT)?;
         }
-        Ok(Graph { graph, stream: stream.clone(), replayed, replays: 0, recorded, borrows: PhantomData })
+        Ok(Graph {
+            graph,
+            stream: stream.clone(),
+            replayed,
+            replays: 0,
+            recorded,
+            _claims: capture.log.token.clone(),
+            borrows: PhantomData,
+        })
     }
 
     /// Enqueues one replay of the whole graph on its stream (asynchronous, like a launch).
@@ -367,15 +396,15 @@ impl<'g> Capture<'g> {
     fn collective<'a, T>(
         &'a self,
         comm: &Communicator<Active, Blocking>,
-        buffers: &[&dyn sealed::GraphBuffer<T>],
+        buffers: &[(&dyn sealed::GraphBuffer<T>, Access)],
         op: Option<ReduceOp<'_>>,
         enqueue: impl FnOnce(&'a CudaStream) -> Result<crate::collectives::Enqueued<'a>, Error>,
     ) -> Result<(), Error> {
-        // Nothing to record on the capturing stream after the enqueue: the replays are noted instead.
-        enqueue(&self.stream)?.recorded();
-        for buffer in buffers {
-            buffer.graph_note_use(&self.replay);
+        for (buffer, access) in buffers {
+            buffer.graph_claim(self.log.token(), &self.replay, *access == Access::Write)?;
         }
+        // Nothing to record on the capturing stream after the enqueue: the replays were claimed instead.
+        enqueue(&self.stream)?.recorded();
         if let Some(ReduceOp::Custom(custom)) = op {
             custom.note_replays(&self.replay);
         }
@@ -413,7 +442,7 @@ impl<'g> Capture<'g> {
         op: ReduceOp<'g>,
     ) -> Result<(), Error> {
         let (send_arg, mut recv_arg) = (Recorded::of(send), Recorded::of(recv));
-        self.collective(comm, &[send, recv], Some(op), |stream| {
+        self.collective(comm, &[(send, Access::Read), (recv, Access::Write)], Some(op), |stream| {
             comm.all_reduce_enqueue(&send_arg, &mut recv_arg, op, stream)
         })
     }
@@ -426,7 +455,9 @@ impl<'g> Capture<'g> {
         op: ReduceOp<'g>,
     ) -> Result<(), Error> {
         let mut arg = Recorded::of(buffer);
-        self.collective(comm, &[buffer], Some(op), |stream| comm.all_reduce_in_place_enqueue(&mut arg, op, stream))
+        self.collective(comm, &[(buffer, Access::Write)], Some(op), |stream| {
+            comm.all_reduce_in_place_enqueue(&mut arg, op, stream)
+        })
     }
 
     /// Records `ncclReduceScatter` (`send.len() == recv.len() * nranks`) on `comm`.
@@ -438,7 +469,7 @@ impl<'g> Capture<'g> {
         op: ReduceOp<'g>,
     ) -> Result<(), Error> {
         let (send_arg, mut recv_arg) = (Recorded::of(send), Recorded::of(recv));
-        self.collective(comm, &[send, recv], Some(op), |stream| {
+        self.collective(comm, &[(send, Access::Read), (recv, Access::Write)], Some(op), |stream| {
             comm.reduce_scatter_enqueue(&send_arg, &mut recv_arg, op, stream)
         })
     }
@@ -451,6 +482,8 @@ impl<'g> Capture<'g> {
         recv: &'g impl GraphBuffer<T>,
     ) -> Result<(), Error> {
         let (send_arg, mut recv_arg) = (Recorded::of(send), Recorded::of(recv));
-        self.collective(comm, &[send, recv], None, |stream| comm.all_gather_enqueue(&send_arg, &mut recv_arg, stream))
+        self.collective(comm, &[(send, Access::Read), (recv, Access::Write)], None, |stream| {
+            comm.all_gather_enqueue(&send_arg, &mut recv_arg, stream)
+        })
     }
 }

@@ -289,7 +289,7 @@ impl<M: Mode> Communicator<Active, M> {
         self.check_buffer("recv", recv)?;
         let len = recv.buffer_len();
         let peers = parts.iter().map(|(peer, _)| self.check_rank_arg("parts", *peer)).collect::<Result<Vec<_>, _>>()?;
-        let (base, write) = recv.write_address(stream);
+        let (base, write) = recv.write_address(stream, None)?;
         for ((_, range), peer) in parts.iter().zip(peers) {
             // Checked when the part was added; the buffer's length cannot have changed since (it is borrowed).
             debug_assert!(range.end <= len);

@@ -181,8 +181,8 @@ impl<M: Mode> Communicator<Active, M> {
         let count =
             counts::same(send.buffer_len(), recv.buffer_len(), "all_reduce writes as many elements as it reads")?;
         let raw_op = self.check_op::<T>(op, stream)?;
-        let (send_ptr, read) = send.read_address(stream);
-        let (recv_ptr, write) = recv.write_address(stream);
+        let (send_ptr, read) = send.read_address(stream, None)?;
+        let (recv_ptr, write) = recv.write_address(stream, None)?;
         self.line_up_launch(launch!("ncclAllReduce"))?;
         // SAFETY: both buffers hold `count` elements of T (sealed types, lengths checked) on this rank's device
         // (checked, as is the stream's), and are borrowed until the returned guards record their use after NCCL
@@ -224,7 +224,7 @@ impl<M: Mode> Communicator<Active, M> {
         self.check_buffer("buffer", buffer)?;
         let count = buffer.buffer_len();
         let raw_op = self.check_op::<T>(op, stream)?;
-        let (ptr, write) = buffer.write_address(stream);
+        let (ptr, write) = buffer.write_address(stream, None)?;
         self.line_up_launch(launch!("ncclAllReduce"))?;
         // SAFETY: as in `all_reduce_enqueue`; NCCL supports send == recv.
         let progress = unsafe {
@@ -260,8 +260,8 @@ impl<M: Mode> Communicator<Active, M> {
         self.check_buffer("recv", recv)?;
         let count =
             counts::same(send.buffer_len(), recv.buffer_len(), "broadcast receives as many elements as it sends")?;
-        let (send_ptr, read) = send.read_address(stream);
-        let (recv_ptr, write) = recv.write_address(stream);
+        let (send_ptr, read) = send.read_address(stream, None)?;
+        let (recv_ptr, write) = recv.write_address(stream, None)?;
         self.line_up_launch(launch!("ncclBroadcast"))?;
         // SAFETY: as in `all_reduce_enqueue`.
         let progress = unsafe {
@@ -301,7 +301,7 @@ impl<M: Mode> Communicator<Active, M> {
         let root = self.check_rank_arg("root", root)?;
         self.check_buffer("buffer", buffer)?;
         let count = buffer.buffer_len();
-        let (ptr, write) = buffer.write_address(stream);
+        let (ptr, write) = buffer.write_address(stream, None)?;
         self.line_up_launch(launch!("ncclBroadcast"))?;
         // SAFETY: as in `all_reduce_enqueue`.
         let progress = unsafe {
@@ -338,8 +338,8 @@ impl<M: Mode> Communicator<Active, M> {
         self.check_buffer("recv", recv)?;
         let count = counts::same(send.buffer_len(), recv.buffer_len(), "reduce writes as many elements as it reads")?;
         let raw_op = self.check_op::<T>(op, stream)?;
-        let (send_ptr, read) = send.read_address(stream);
-        let (recv_ptr, write) = recv.write_address(stream);
+        let (send_ptr, read) = send.read_address(stream, None)?;
+        let (recv_ptr, write) = recv.write_address(stream, None)?;
         self.line_up_launch(launch!("ncclReduce"))?;
         // SAFETY: as in `all_reduce_enqueue`.
         let progress = unsafe {
@@ -381,8 +381,8 @@ impl<M: Mode> Communicator<Active, M> {
         self.check_buffer("send", send)?;
         self.check_buffer("recv", recv)?;
         let count = counts::all_gather(send.buffer_len(), recv.buffer_len(), self.nranks())?;
-        let (send_ptr, read) = send.read_address(stream);
-        let (recv_ptr, write) = recv.write_address(stream);
+        let (send_ptr, read) = send.read_address(stream, None)?;
+        let (recv_ptr, write) = recv.write_address(stream, None)?;
         self.line_up_launch(launch!("ncclAllGather"))?;
         // SAFETY: as in `all_reduce_enqueue`, with recv holding nranks * count elements (checked).
         let progress = unsafe {
@@ -417,8 +417,8 @@ impl<M: Mode> Communicator<Active, M> {
         self.check_buffer("recv", recv)?;
         let count = counts::reduce_scatter(send.buffer_len(), recv.buffer_len(), self.nranks())?;
         let raw_op = self.check_op::<T>(op, stream)?;
-        let (send_ptr, read) = send.read_address(stream);
-        let (recv_ptr, write) = recv.write_address(stream);
+        let (send_ptr, read) = send.read_address(stream, None)?;
+        let (recv_ptr, write) = recv.write_address(stream, None)?;
         self.line_up_launch(launch!("ncclReduceScatter"))?;
         // SAFETY: as in `all_reduce_enqueue`, with send holding nranks * count elements (checked).
         let progress = unsafe {
@@ -456,7 +456,7 @@ impl<M: Mode> Communicator<Active, M> {
         let raw_stream = self.check_stream(stream)?;
         self.check_buffer("buffer", buffer)?;
         let count = counts::blocks("buffer", buffer.buffer_len(), self.nranks())?;
-        let (ptr, write) = buffer.write_address(stream);
+        let (ptr, write) = buffer.write_address(stream, None)?;
         let send = ptr + (self.rank() * count * std::mem::size_of::<T>()) as u64;
         self.line_up_launch(launch!("ncclAllGather"))?;
         // SAFETY: as in `all_reduce_enqueue`; the send block lies inside the buffer at this rank's offset, which is
@@ -490,7 +490,7 @@ impl<M: Mode> Communicator<Active, M> {
         self.check_buffer("buffer", buffer)?;
         let count = counts::blocks("buffer", buffer.buffer_len(), self.nranks())?;
         let raw_op = self.check_op::<T>(op, stream)?;
-        let (ptr, write) = buffer.write_address(stream);
+        let (ptr, write) = buffer.write_address(stream, None)?;
         let recv = ptr + (self.rank() * count * std::mem::size_of::<T>()) as u64;
         self.line_up_launch(launch!("ncclReduceScatter"))?;
         // SAFETY: as in `all_reduce_enqueue`; the receive block lies inside the buffer at this rank's offset.
@@ -532,8 +532,8 @@ impl<M: Mode> Communicator<Active, M> {
         self.check_buffer("send", send)?;
         self.check_buffer("recv", recv)?;
         let count = counts::all_to_all(send.buffer_len(), recv.buffer_len(), self.nranks())?;
-        let (send_ptr, read) = send.read_address(stream);
-        let (recv_ptr, write) = recv.write_address(stream);
+        let (send_ptr, read) = send.read_address(stream, None)?;
+        let (recv_ptr, write) = recv.write_address(stream, None)?;
         self.line_up_launch(launch!("ncclAlltoAll"))?;
         // SAFETY: as in `all_reduce_enqueue`: both hold nranks blocks of `count` elements (checked).
         let progress = unsafe {
@@ -575,10 +575,10 @@ impl<M: Mode> Communicator<Active, M> {
             self.nranks(),
             self.rank() == root,
         )?;
-        let (send_ptr, read) = send.read_address(stream);
+        let (send_ptr, read) = send.read_address(stream, None)?;
         let (recv_ptr, write) = match recv {
             Some(recv) => {
-                let (ptr, guard) = recv.write_address(stream);
+                let (ptr, guard) = recv.write_address(stream, None)?;
                 (ptr, Some(guard))
             }
             None => (0, None),
@@ -632,12 +632,12 @@ impl<M: Mode> Communicator<Active, M> {
             counts::scatter(send.map(|s| s.buffer_len()), recv.buffer_len(), self.nranks(), self.rank() == root)?;
         let (send_ptr, read) = match send {
             Some(send) => {
-                let (ptr, guard) = send.read_address(stream);
+                let (ptr, guard) = send.read_address(stream, None)?;
                 (ptr, Some(guard))
             }
             None => (0, None),
         };
-        let (recv_ptr, write) = recv.write_address(stream);
+        let (recv_ptr, write) = recv.write_address(stream, None)?;
         self.line_up_launch(launch!("ncclScatter"))?;
         // SAFETY: as in `all_reduce_enqueue`; the root's send buffer holds nranks * count elements (checked); on
         // other ranks NCCL ignores the (null) send buffer.
@@ -676,7 +676,7 @@ impl<M: Mode> Communicator<Active, M> {
         let peer = self.check_rank_arg("peer", peer)?;
         self.check_buffer("send", send)?;
         let count = send.buffer_len();
-        let (ptr, read) = send.read_address(stream);
+        let (ptr, read) = send.read_address(stream, None)?;
         self.line_up_launch(launch!("ncclSend"))?;
         // SAFETY: as in `all_reduce_enqueue`: `send` holds `count` elements.
         let progress =
@@ -706,7 +706,7 @@ impl<M: Mode> Communicator<Active, M> {
         let peer = self.check_rank_arg("peer", peer)?;
         self.check_buffer("recv", recv)?;
         let count = recv.buffer_len();
-        let (ptr, write) = recv.write_address(stream);
+        let (ptr, write) = recv.write_address(stream, None)?;
         self.line_up_launch(launch!("ncclRecv"))?;
         // SAFETY: as in `all_reduce_enqueue`: NCCL writes at most `count` elements into `recv`, which holds them (a
         // larger matching send is NCCL's error, not an overrun).

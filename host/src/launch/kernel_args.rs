@@ -40,6 +40,67 @@ pub struct KernelArgs<'a> {
     /// to: a handle must come from the launch's own device communicator.
     dev_identity: Option<usize>,
     ll_a2a_owner: Option<usize>,
+    /// The device memory each argument reaches on this rank, to refuse a launch where one that may be written
+    /// overlaps another.
+    footprint: Footprint,
+}
+
+/// The byte ranges of a launch's buffer and window arguments, and whether the kernel may write each: in a fixed
+/// array (no allocation for kernels of up to [`Footprint::INLINE`] such arguments).
+#[derive(Debug, Clone)]
+struct Footprint {
+    inline: [Reach; Footprint::INLINE],
+    count: usize,
+    more: Vec<Reach>,
+    /// Whether an argument that may be written was pushed through a shared borrow (a window, or any buffer of a
+    /// recorded launch): only then can two arguments overlap harmfully, since `&mut` arguments are exclusive.
+    shared_write: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Reach {
+    start: u64,
+    end: u64,
+    write: bool,
+    parameter: &'static str,
+}
+
+impl Footprint {
+    const INLINE: usize = 8;
+
+    fn new() -> Footprint {
+        let empty = Reach { start: 0, end: 0, write: false, parameter: "" };
+        Footprint { inline: [empty; Footprint::INLINE], count: 0, more: Vec::new(), shared_write: false }
+    }
+
+    fn add(&mut self, parameter: &'static str, start: u64, bytes: usize, write: bool, shared: bool) {
+        self.shared_write |= write && shared;
+        if bytes == 0 {
+            return;
+        }
+        let reach = Reach { start, end: start.saturating_add(bytes as u64), write, parameter };
+        match self.inline.get_mut(self.count) {
+            Some(slot) => *slot = reach,
+            None => self.more.push(reach),
+        }
+        self.count += 1;
+    }
+
+    /// Two arguments of which one may be written that reach the same bytes.
+    fn overlap(&self) -> Option<(&'static str, &'static str)> {
+        if !self.shared_write {
+            return None;
+        }
+        let all: Vec<&Reach> = self.inline[..self.count.min(Footprint::INLINE)].iter().chain(&self.more).collect();
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                if (a.write || b.write) && a.start < b.end && b.start < a.end {
+                    return Some((a.parameter, b.parameter));
+                }
+            }
+        }
+        None
+    }
 }
 
 impl std::fmt::Debug for KernelArgs<'_> {
@@ -75,6 +136,7 @@ impl<'a> KernelArgs<'a> {
             capture: None,
             dev_identity: None,
             ll_a2a_owner: None,
+            footprint: Footprint::new(),
         }
     }
 
@@ -147,8 +209,20 @@ impl<'a> KernelArgs<'a> {
         let arg = self.window_arg(parameter, window)?;
         self.alignment = self.alignment.and(arg.offset_bytes as u64);
         self.args.push(arg);
-        window.note_launch(self.uses);
+        // The kernel may store into the window's local part through a shared borrow.
+        let (start, bytes) = window.local_range();
+        self.footprint.add(parameter, start, bytes, true, true);
+        self.use_window(window)?;
         Ok(arg.len)
+    }
+
+    /// Orders the launch after the conflicting uses of `window`'s local buffer (eagerly), or claims it for the
+    /// graph's replays (recording).
+    fn use_window<T>(&self, window: &(impl super::buffers::sealed::SymmetricWindow<T> + ?Sized)) -> Result<()> {
+        match self.capture {
+            Some(capture) => window.claim_for_graph(capture.token(), self.uses),
+            None => window.begin_launch(self.stream),
+        }
     }
 
     /// `window`'s argument, where it lives on the stream's device and is still registered.
@@ -169,8 +243,9 @@ impl<'a> KernelArgs<'a> {
         super::check_same_context(buffer.buffer_stream(), self.stream)
             .map_err(|_| self.wrong_device(parameter, buffer.buffer_stream().context().ordinal()))?;
         let len = buffer.buffer_len();
-        let (ptr, guard) = buffer.read_address(self.stream);
+        let (ptr, guard) = buffer.read_address(self.stream, Some(self.stream))?;
         self.args.keep(guard);
+        self.footprint.add(parameter, ptr, len * std::mem::size_of::<T>(), false, true);
         self.push_slice_arg(SliceArg { ptr, len });
         Ok(len)
     }
@@ -185,28 +260,51 @@ impl<'a> KernelArgs<'a> {
         super::check_same_context(buffer.buffer_stream(), self.stream)
             .map_err(|_| self.wrong_device(parameter, buffer.buffer_stream().context().ordinal()))?;
         let len = buffer.buffer_len();
-        let (ptr, guard) = buffer.write_address(self.stream);
+        let (ptr, guard) = buffer.write_address(self.stream, Some(self.stream))?;
         self.args.keep(guard);
+        self.footprint.add(parameter, ptr, len * std::mem::size_of::<T>(), true, false);
         self.push_slice_arg(SliceArg { ptr, len });
         Ok(len)
     }
 
-    /// A `&[T]` or `&mut [T]` parameter of a launch recorded into a CUDA graph (weft memory only: see
-    /// [`crate::graph::GraphBuffer`]); returns its length. No event is recorded: the graph's replays are noted on
-    /// the buffer instead.
+    /// A `&[T]` parameter of a launch recorded into a CUDA graph (weft memory only: see
+    /// [`crate::graph::GraphBuffer`]); returns its length. No event is recorded: the buffer is claimed for the
+    /// graph's replays instead.
     pub fn push_graph_buffer<T>(
         &mut self,
         parameter: &'static str,
         buffer: &'a impl crate::graph::GraphBuffer<T>,
     ) -> Result<usize> {
+        self.push_recorded(parameter, buffer, crate::resources::uses::Access::Read)
+    }
+
+    /// A `&mut [T]` parameter of a launch recorded into a CUDA graph: as [`push_graph_buffer`](Self::push_graph_buffer),
+    /// taken through a shared borrow (the host reads it between replays), so the launch is refused if another
+    /// argument reaches the same memory, and the buffer is claimed as written by the graph.
+    pub fn push_graph_buffer_mut<T>(
+        &mut self,
+        parameter: &'static str,
+        buffer: &'a impl crate::graph::GraphBuffer<T>,
+    ) -> Result<usize> {
+        self.push_recorded(parameter, buffer, crate::resources::uses::Access::Write)
+    }
+
+    fn push_recorded<T>(
+        &mut self,
+        parameter: &'static str,
+        buffer: &'a impl crate::graph::GraphBuffer<T>,
+        access: crate::resources::uses::Access,
+    ) -> Result<usize> {
         super::check_same_context(buffer.graph_stream(), self.stream)
             .map_err(|_| self.wrong_device(parameter, buffer.graph_stream().context().ordinal()))?;
-        if self.capture.is_none() {
+        let Some(capture) = self.capture else {
             return Err(Error::invalid(parameter, "a graph buffer is pushed only by a launch recorded into a graph"));
-        }
-        buffer.graph_note_use(self.uses);
-        let len = buffer.graph_len();
-        self.push_slice_arg(SliceArg { ptr: buffer.graph_address(), len });
+        };
+        buffer.graph_claim(capture.token(), self.uses, access == crate::resources::uses::Access::Write)?;
+        let (ptr, len) = (buffer.graph_address(), buffer.graph_len());
+        let write = access == crate::resources::uses::Access::Write;
+        self.footprint.add(parameter, ptr, len * std::mem::size_of::<T>(), write, true);
+        self.push_slice_arg(SliceArg { ptr, len });
         Ok(len)
     }
 
@@ -245,16 +343,19 @@ impl<'a> KernelArgs<'a> {
             };
             super::check_same_context(graph.graph_stream(), self.stream)
                 .map_err(|_| self.wrong_device(parameter, graph.graph_stream().context().ordinal()))?;
-            graph.graph_note_use(self.uses);
+            let capture = self.capture.expect("checked above");
+            graph.graph_claim(capture.token(), self.uses, false)?;
             graph.graph_address()
         } else {
             let buffer = operand.buffer();
             super::check_same_context(buffer.buffer_stream(), self.stream)
                 .map_err(|_| self.wrong_device(parameter, buffer.buffer_stream().context().ordinal()))?;
-            let (ptr, guard) = buffer.read_address(self.stream);
+            let (ptr, guard) = buffer.read_address(self.stream, Some(self.stream))?;
             self.args.keep(guard);
             ptr
         };
+        let bytes = operand.matrix().elements_spanned() * std::mem::size_of::<T>();
+        self.footprint.add(parameter, address, bytes, false, true);
         let image = super::tma::kernel_image(operand.matrix(), address)?;
         self.args.push_bytes(&image, super::MAX_ARG_ALIGN)
     }
@@ -268,8 +369,10 @@ impl<'a> KernelArgs<'a> {
         // Still registered (close_all_resources releases windows): the addresses in the maps are its.
         self.window_arg(parameter, window)?;
         self.args.push_bytes(shards.kernel_image(), super::MAX_ARG_ALIGN)?;
-        window.note_launch(self.uses);
-        Ok(())
+        // TMA only reads the shards; this rank's is the window's local part.
+        let (start, bytes) = window.local_range();
+        self.footprint.add(parameter, start, bytes, false, true);
+        self.use_window(window)
     }
 
     /// An `LlA2aHandle` parameter: NCCL's handle, by value. The launch checks that it belongs to the device
@@ -335,6 +438,16 @@ impl<'a> KernelArgs<'a> {
     ) -> Result<()> {
         cfg.validate()?;
         self.check_ll_a2a()?;
+        if let Some((first, second)) = self.footprint.overlap() {
+            return Err(Error::invalid(
+                second,
+                format!(
+                    "`{}` would reach the same device memory through `{first}` and `{second}`, and may write it \
+                     through one of them while it reads or writes it through the other; pass separate buffers",
+                    self.kernel
+                ),
+            ));
+        }
         if self.capture.is_none() {
             crate::graph::refuse_foreign_capture(spec.name, self.stream)?;
         }

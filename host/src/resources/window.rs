@@ -28,7 +28,7 @@ impl<M: Mode> Communicator<Active, M> {
         if stream.context().ordinal() != self.cuda_device() {
             return Err(Error::invalid("buffer", "lives on another device than this rank"));
         }
-        let (ptr, _guard) = buffer.read_address(&stream);
+        let (ptr, _guard) = buffer.read_address(&stream, None)?;
         let bytes = buffer.buffer_len() * std::mem::size_of::<T>();
         // SAFETY: our live, active communicator; the buffer is device memory of this rank whose address and length
         // weft vouches for (a sealed buffer type), borrowed for the registration's whole life.

@@ -233,7 +233,10 @@ pub(crate) fn launch(sig: &Signature, attrs: &Attributes, bounds: &Bounds) -> To
                 }
                 let buffer = host::graph_buffer();
                 record_params.push(quote!(#ident: &#graph impl #buffer<#elem>));
-                record_pushes.push(quote!(let #len: usize = __weft_args.push_graph_buffer(#name, #ident)?;));
+                // Shared in the graph (the host reads outputs between replays): a written one is pushed as such, so
+                // that the recording refuses another argument over the same memory.
+                let push = if *mutable { quote!(push_graph_buffer_mut) } else { quote!(push_graph_buffer) };
+                record_pushes.push(quote!(let #len: usize = __weft_args.#push(#name, #ident)?;));
             }
             ParamKind::Scalar { rust } => {
                 params.push(quote!(#ident: #rust));
