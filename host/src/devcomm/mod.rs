@@ -93,7 +93,7 @@ impl<M: Mode> Communicator<Active, M> {
         let props = self.properties()?;
         check_capabilities(C::CAPABILITIES, &props)?;
         requirements.check_version(&abi)?;
-        requirements.check_teams(self)?;
+        requirements.check_against(self)?;
         let dev_comm_size = abi.dev_comm_size(props.dev_comm_runtime_version_size)?;
         let mut requirements = requirements.clone();
         if C::MULTIMEM {

@@ -264,12 +264,15 @@ impl Requirements {
         Ok(())
     }
 
-    /// Refuses teams that are not `comm`'s own (see [`Team`]).
-    pub(crate) fn check_teams<S: crate::comm::Initialized, M: Mode>(
+    /// Refuses what NCCL would turn into addresses it cannot back: teams that are not `comm`'s own (see [`Team`]),
+    /// and resource buffers whose sizes and alignments do not add up without overflowing (NCCL lays them out one
+    /// after the other, at alignments of at least 128 bytes, in one allocation).
+    pub(crate) fn check_against<S: crate::comm::Initialized, M: Mode>(
         &self,
         comm: &Communicator<S, M>,
     ) -> Result<(), Error> {
-        self.teams.iter().try_for_each(|(team, _)| comm.check_team("requirements", *team))
+        self.teams.iter().try_for_each(|(team, _)| comm.check_team("requirements", *team))?;
+        check_resource_layout(&self.resource_buffers)
     }
 
     /// Refuses fields the layout weft declares to the loaded release lacks (never silently dropped).
@@ -285,6 +288,31 @@ impl Requirements {
         need(self.gin_connection.is_some(), Version::new(2, 29, 7), "ncclDevCommRequirements.ginConnectionType")?;
         need(self.world_gin_barriers > 0, Version::new(2, 30, 0), "ncclDevCommRequirements.worldGinBarrierCount")
     }
+}
+
+/// Whether NCCL's layout of `buffers` (each at its alignment, at least 128 bytes) fits the address space.
+fn check_resource_layout(buffers: &[(usize, usize)]) -> Result<(), Error> {
+    // Far below any real limit, far above any real buffer: what NCCL's size arithmetic never overflows with.
+    const MOST: usize = 1 << 48;
+    let mut total: usize = 0;
+    for &(bytes, align) in buffers {
+        if align != 0 && !align.is_power_of_two() {
+            return Err(Error::invalid(
+                "requirements",
+                format!("resource buffer alignment {align} is not a power of two"),
+            ));
+        }
+        let align = align.max(128);
+        let end = total
+            .checked_next_multiple_of(align)
+            .and_then(|start| start.checked_add(bytes))
+            .filter(|&end| end <= MOST)
+            .ok_or_else(|| {
+                Error::invalid("requirements", format!("resource buffers of {bytes} bytes add up past {MOST} bytes"))
+            })?;
+        total = end;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -303,6 +331,23 @@ mod tests {
         assert_eq!(with_team.teams, vec![(team, true)], "merging keeps one entry per team");
         let err = a.covers(&b).unwrap_err().to_string();
         assert!(err.contains("8 LSA barriers") && err.contains("needs 132"), "{err}");
+    }
+
+    #[test]
+    fn resource_buffers_must_lay_out_without_overflow() {
+        assert!(check_resource_layout(&[(4096, 256), (128, 0), (1, 128)]).is_ok());
+        let huge = check_resource_layout(&[(64, 128), (usize::MAX - 100, 128)]).unwrap_err().to_string();
+        assert!(huge.contains("add up past"), "{huge}");
+        let odd = check_resource_layout(&[(64, 96)]).unwrap_err().to_string();
+        assert!(odd.contains("not a power of two"), "{odd}");
+    }
+
+    #[test]
+    fn teams_have_no_public_fields_to_forge() {
+        // Only NCCL's reports become teams (from_raw); the accessors read them back.
+        let team = Team::from_raw(sys::ncclTeam_t { nRanks: 4, rank: 1, stride: 2 });
+        assert_eq!((team.nranks(), team.rank(), team.stride()), (4, 1, 2));
+        assert_eq!(team.raw().nRanks, 4);
     }
 
     #[test]
