@@ -751,3 +751,24 @@ impl<M: Mode> Communicator<Active, M> {
 pub fn datatype_of<T: Element>() -> ncclDataType_t {
     T::DATATYPE
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::test_support::{close_without_nccl, open_without_nccl};
+
+    #[test]
+    fn buffer_taking_calls_refuse_to_run_inside_a_group() {
+        assert!(refuse_in_group("all_reduce").is_ok(), "outside a group they run");
+        open_without_nccl();
+        let refused = refuse_in_group("all_reduce");
+        // A batch cannot launch inside an open group either: only the outer group's end would enqueue it.
+        let nested = Batch::new().launch();
+        assert_eq!(close_without_nccl(Ok(Progress::Done)).unwrap(), Progress::Done);
+        let text = refused.unwrap_err().to_string();
+        assert!(text.contains("all_reduce inside an NCCL group") && text.contains("weft_host::Batch"), "{text}");
+        let text = nested.unwrap_err().to_string();
+        assert!(text.contains("inside an open NCCL group"), "{text}");
+        assert!(refuse_in_group("all_reduce").is_ok(), "and run again once it ended");
+    }
+}

@@ -579,3 +579,51 @@ pub fn length_check_failed(kernel: &'static str, rule: &str, values: &[(&str, u6
         problem: format!("`{kernel}` requires `{rule}`, but {seen}: pass buffers of matching lengths"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Footprint;
+
+    #[test]
+    fn a_written_argument_may_not_overlap_another() {
+        // Eager: `&mut` arguments are exclusive by borrow, so slices alone are never compared.
+        let mut eager = Footprint::new();
+        eager.add("x", 0x1000, 64, false, true);
+        eager.add("out", 0x1000, 64, true, false);
+        assert_eq!(eager.overlap(), None);
+        // A window (written through a shared borrow) over the memory of a slice argument.
+        let mut window = Footprint::new();
+        window.add("x", 0x1000, 256, true, true);
+        window.add("y", 0x1040, 64, false, true);
+        assert_eq!(window.overlap(), Some(("x", "y")));
+        // A recorded launch: input and output the same buffer, both shared in the graph.
+        let mut recorded = Footprint::new();
+        recorded.add("input", 0x2000, 128, false, true);
+        recorded.add("bias", 0x3000, 128, false, true);
+        recorded.add("out", 0x2000, 128, true, true);
+        assert_eq!(recorded.overlap(), Some(("input", "out")));
+        // Adjacent ranges and read-only overlaps are fine; empty ones reach nothing.
+        let mut fine = Footprint::new();
+        fine.add("a", 0x2000, 128, true, true);
+        fine.add("b", 0x2080, 128, true, true);
+        fine.add("c", 0x2080, 64, false, true);
+        fine.add("d", 0x2000, 0, true, true);
+        assert_eq!(fine.overlap(), Some(("b", "c")), "only the written b overlaps c");
+        let mut reads = Footprint::new();
+        reads.add("a", 0x2000, 128, false, true);
+        reads.add("b", 0x2000, 128, false, true);
+        reads.add("w", 0x9000, 8, true, true);
+        assert_eq!(reads.overlap(), None);
+    }
+
+    #[test]
+    fn many_arguments_spill_past_the_inline_array() {
+        let mut many = Footprint::new();
+        for i in 0..Footprint::INLINE as u64 + 3 {
+            many.add("slice", 0x10_0000 + i * 0x100, 0x100, false, true);
+        }
+        many.add("window", 0x10_0000 + 9 * 0x100 + 8, 8, true, true);
+        assert_eq!(many.overlap(), Some(("slice", "window")));
+    }
+}
+
