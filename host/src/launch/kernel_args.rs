@@ -626,4 +626,3 @@ mod tests {
         assert_eq!(many.overlap(), Some(("slice", "window")));
     }
 }
-
