@@ -330,7 +330,7 @@ impl<'a> KernelArgs<'a> {
         parameter: &'static str,
         operand: &'a super::TmaOperand<'a, T>,
     ) -> Result<()> {
-        let address = if self.capture.is_some() {
+        let address = if let Some(capture) = self.capture {
             let Some(graph) = operand.graph_buffer() else {
                 return Err(Error::invalid(
                     parameter,
@@ -343,7 +343,6 @@ impl<'a> KernelArgs<'a> {
             };
             super::check_same_context(graph.graph_stream(), self.stream)
                 .map_err(|_| self.wrong_device(parameter, graph.graph_stream().context().ordinal()))?;
-            let capture = self.capture.expect("checked above");
             graph.graph_claim(capture.token(), self.uses, false)?;
             graph.graph_address()
         } else {

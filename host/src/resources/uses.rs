@@ -77,9 +77,11 @@ struct State {
     own_replays: u8,
     /// One entry per other stream. Boxed: the guard of a borrowed stream's use records into the entry's event after
     /// the enqueue, through a reference that must stay valid while entries are added.
+    #[allow(clippy::vec_box)] // the box, not the vector, keeps each event's address (see above)
     others: Vec<Box<Other>>,
     claims: Vec<Claim>,
-    /// Streams with uses noted for the drop only ([`StreamUses::note_unordered`]).
+    /// Streams with uses noted for the drop only ([`StreamUses::note_unordered`]); boxed like `others`.
+    #[allow(clippy::vec_box)] // the box, not the vector, keeps each event's address
     unordered: Vec<Box<Unordered>>,
 }
 
@@ -193,6 +195,9 @@ impl StreamUses {
         }
         if entry.held.is_some() {
             return Ok(SyncOnDrop::Record(None));
+        }
+        if !stream.context().is_managing_stream_synchronization() {
+            return Ok(SyncOnDrop::Sync(Some(stream)));
         }
         entry.recorded = true;
         let event: *const CudaEvent = &entry.event;
@@ -321,6 +326,11 @@ impl StreamUses {
         if other.held.is_some() {
             other.pending |= marks(access);
             return Ok(SyncOnDrop::Record(None));
+        }
+        if !stream.context().is_managing_stream_synchronization() {
+            // cudarc's guard records only while cudarc tracks events (more than one stream, tracking not turned off):
+            // without that, wait for the use itself before the guard returns.
+            return Ok(SyncOnDrop::Sync(Some(stream)));
         }
         other.recorded = true;
         other.wrote |= access == Access::Write;
