@@ -125,8 +125,8 @@ impl std::fmt::Debug for StreamUses {
 
 /// The replay stream of a live claim that a use on `stream` with `access` conflicts with: another stream, and one
 /// of the two writes.
-fn conflict(claims: &[(usize, bool)], stream: usize, access: Access) -> Option<usize> {
-    claims.iter().find(|&&(replay, wrote)| replay != stream && (wrote || access == Access::Write)).map(|c| c.0)
+fn conflict(claims: impl IntoIterator<Item = (usize, bool)>, stream: usize, access: Access) -> Option<usize> {
+    claims.into_iter().find(|&(replay, wrote)| replay != stream && (wrote || access == Access::Write)).map(|c| c.0)
 }
 
 impl StreamUses {
@@ -232,8 +232,7 @@ impl StreamUses {
 
     fn refuse_conflict(&self, state: &mut State, stream: &CudaStream, access: Access) -> Result<(), Error> {
         state.claims.retain(|claim| claim.graph.strong_count() > 0);
-        let claims: Vec<(usize, bool)> = state.claims.iter().map(|c| (key(&c.replay), c.wrote)).collect();
-        match conflict(&claims, key(stream), access) {
+        match conflict(state.claims.iter().map(|c| (key(&c.replay), c.wrote)), key(stream), access) {
             None => Ok(()),
             Some(_) => Err(Error::invalid(
                 "buffer",
@@ -403,15 +402,15 @@ mod tests {
     fn a_live_graph_pins_conflicting_uses_to_its_replay_stream() {
         let (replay, other) = (1usize, 2usize);
         // A graph that writes the buffer: no use on another stream, read or write.
-        assert_eq!(conflict(&[(replay, true)], other, Access::Read), Some(replay));
-        assert_eq!(conflict(&[(replay, true)], other, Access::Write), Some(replay));
-        assert_eq!(conflict(&[(replay, true)], replay, Access::Write), None, "its own stream orders them");
+        assert_eq!(conflict([(replay, true)], other, Access::Read), Some(replay));
+        assert_eq!(conflict([(replay, true)], other, Access::Write), Some(replay));
+        assert_eq!(conflict([(replay, true)], replay, Access::Write), None, "its own stream orders them");
         // A graph that only reads it: other streams may read alongside, not write.
-        assert_eq!(conflict(&[(replay, false)], other, Access::Read), None);
-        assert_eq!(conflict(&[(replay, false)], other, Access::Write), Some(replay));
+        assert_eq!(conflict([(replay, false)], other, Access::Read), None);
+        assert_eq!(conflict([(replay, false)], other, Access::Write), Some(replay));
         // Two graphs: the second on another stream conflicts as an eager use would.
-        assert_eq!(conflict(&[(replay, false), (other, true)], replay, Access::Read), Some(other));
-        assert_eq!(conflict(&[], other, Access::Write), None);
+        assert_eq!(conflict([(replay, false), (other, true)], replay, Access::Read), Some(other));
+        assert_eq!(conflict([], other, Access::Write), None);
     }
 
     #[test]
