@@ -104,7 +104,7 @@ fn rank(comm: &Communicator) -> std::result::Result<Outcome, Error> {
     };
     let stream = comm.context().new_stream()?;
     let rail = comm.team_rail()?;
-    let rail_size = rail.nranks as usize;
+    let rail_size = rail.nranks() as usize;
     let mut data = comm.alloc_window::<f32>(&stream, rail_size * CHUNK, WindowFlags::COLL_SYMMETRIC)?;
     data.buffer_mut().copy_from_host(&vec![f32::NAN; rail_size * CHUNK])?;
     let src = stream.clone_htod(&chunk_of(comm.rank()))?;
@@ -113,7 +113,7 @@ fn rank(comm: &Communicator) -> std::result::Result<Outcome, Error> {
     weft::host::cuda::settle(&stream)?;
     let got = data.buffer().copy_to_host()?;
     let mut correct = true;
-    for member in 0..rail.nranks {
+    for member in 0..rail.nranks() {
         let world = comm.team_rank_to_world(rail, member)? as usize;
         let at = member as usize * CHUNK;
         correct &= got[at..at + CHUNK] == chunk_of(world)[..];

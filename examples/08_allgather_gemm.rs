@@ -190,14 +190,16 @@ fn run() -> Result<()> {
             };
             let mut gathered = s.alloc_zeros::<bf16>(m * k)?;
             let tiles_cfg = LaunchConfig::linear(u32::try_from((m / 128) * (n / 128)).unwrap_or(u32::MAX), BLOCK);
-            // The decoupled variant: weft buffers (which order nothing across streams by themselves: the flags do).
+            // The decoupled variant: weft buffers on the side stream; the GEMMs on `s` read `staged` as the flags say
+            // each part is written (`Part`: unordered reads), not when the whole all-gather is done.
             let mut staged = DeviceBuffer::<bf16>::new(&side, m * k)?;
             let mut ready = DeviceBuffer::from_host(&side, &vec![0u32; m / CHUNK_ROWS])?;
             if let Some(blas) = &blas {
                 // cuBLAS loads a shape's kernels at its first call: while no peer communicates (docs/multi-rank.md).
                 comm.with_gpu_peers_idle(|| {
                     weft_kit::blas::gemm(blas, &gathered, &w, &mut out_unfused, (m, n, k))?;
-                    let rows = Part::of(&staged, 0, shard * k)?;
+                    // SAFETY: nothing has written `staged` yet, on any stream: there is no write to wait for.
+                    let rows = unsafe { Part::of(&staged, 0, shard * k) }?;
                     weft_kit::blas::gemm(blas, &rows, &w, &mut out_decoupled.slice_mut(0..shard * n), (shard, n, k))?;
                     weft::host::cuda::settle(&s)
                 })?;
@@ -219,7 +221,10 @@ fn run() -> Result<()> {
                     for c in owner * chunks..(owner + 1) * chunks {
                         ready.stream_wait_at_least(&s, c, epoch)?;
                     }
-                    let rows = Part::of(&staged, owner * shard * k, shard * k)?;
+                    // SAFETY: `s` waited above for the flags of exactly these rows, which the all-gather raises
+                    // after writing them, and nothing else writes `staged` until the round ends (the next round's
+                    // all-gather first waits for `s`).
+                    let rows = unsafe { Part::of(&staged, owner * shard * k, shard * k) }?;
                     let mut part = out.slice_mut(owner * shard * n..(owner + 1) * shard * n);
                     weft_kit::blas::gemm(blas, &rows, &w, &mut part, (shard, n, k))?;
                 }

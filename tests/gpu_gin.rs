@@ -70,7 +70,7 @@ fn gin_puts_with_signals_and_counters_land_on_every_rank() {
         let Some(dev) = gin_dev_comm::<Gin>(comm, &gin_put_everywhere::requirements(&cfg))? else { return Ok(None) };
         let s = comm.context().new_stream()?;
         let rail = comm.team_rail()?;
-        let n = rail.nranks as usize;
+        let n = rail.nranks() as usize;
         let mut inbox = comm.alloc_window::<f32>(&s, n * CHUNK, WindowFlags::COLL_SYMMETRIC)?;
         let mut src = comm.alloc_window::<f32>(&s, CHUNK, WindowFlags::COLL_SYMMETRIC)?;
         inbox.buffer_mut().copy_from_host(&vec![-1.0; n * CHUNK])?;
@@ -81,8 +81,8 @@ fn gin_puts_with_signals_and_counters_land_on_every_rank() {
         let seen = comm.download(&s, &seen)?;
         let got = inbox.buffer().copy_to_host()?;
         let mut expected = vec![-1.0; n * CHUNK];
-        for member in 0..rail.nranks {
-            if member != rail.rank {
+        for member in 0..rail.nranks() {
+            if member != rail.rank() {
                 let world = comm.team_rank_to_world(rail, member)? as usize;
                 expected[member as usize * CHUNK..][..CHUNK].copy_from_slice(&values(world, CHUNK));
             }
@@ -114,7 +114,7 @@ fn gin_put_value_with_signal_add_reaches_the_next_rank() {
         all_ranks_ready(comm, &s)?;
         gin_put_value_ring::launch(&s, cfg, &dev, &cell, &mut seen)?;
         let seen = comm.download(&s, &seen)?;
-        let from = (rail.rank + rail.nranks - 1) % rail.nranks;
+        let from = (rail.rank() + rail.nranks() - 1) % rail.nranks();
         Ok(Some((comm.rank(), from as u64, seen[0], cell.buffer().copy_to_host()?[0])))
     })
     .unwrap();
@@ -155,7 +155,7 @@ fn a_hybrid_lsa_and_gin_allreduce_matches_the_host_sum() {
         let cfg = LaunchConfig::linear(1, 256);
         let Some(dev) = gin_dev_comm::<LsaGin>(comm, &hybrid_allreduce::requirements(&cfg))? else { return Ok(None) };
         let s = comm.context().new_stream()?;
-        let rails = comm.team_rail()?.nranks as usize;
+        let rails = comm.team_rail()?.nranks() as usize;
         let mut x = comm.alloc_window::<f32>(&s, N, WindowFlags::COLL_SYMMETRIC)?;
         let mut parts = comm.alloc_window::<f32>(&s, rails * N, WindowFlags::COLL_SYMMETRIC)?;
         x.buffer_mut().copy_from_host(&values(comm.rank(), N))?;
@@ -163,7 +163,7 @@ fn a_hybrid_lsa_and_gin_allreduce_matches_the_host_sum() {
         let mut out = s.alloc_zeros::<f32>(N)?;
         all_ranks_ready(comm, &s)?;
         hybrid_allreduce::launch(&s, cfg, &dev, &x, &parts, &mut out, N)?;
-        let lsa = comm.team_lsa()?.nranks;
+        let lsa = comm.team_lsa()?.nranks();
         Ok(Some((comm.rank(), lsa, rails, comm.download(&s, &out)?)))
     })
     .unwrap();

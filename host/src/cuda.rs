@@ -156,10 +156,14 @@ pub fn settle(stream: &CudaStream) -> Result<(), Error> {
 /// Copies `src` to a new host vector once the stream's earlier work is done ([`settle`]): the drop-in for
 /// `stream.clone_dtoh(src)` where ranks of one process share a GPU. With a communicator at hand,
 /// [`Communicator::download`](crate::Communicator::download) also watches it for asynchronous errors.
-pub fn download<T: cudarc::driver::DeviceRepr, Src: cudarc::driver::DevicePtr<T>>(
+///
+/// `src` is memory weft vouches for (the sealed [`NcclBuffer`](crate::launch::NcclBuffer)): a type of one's own
+/// reporting any address through cudarc's `DevicePtr` is refused at compile time.
+pub fn download<T: cudarc::driver::DeviceRepr, Src: crate::launch::NcclBuffer<T> + cudarc::driver::DevicePtr<T>>(
     stream: &Arc<CudaStream>,
     src: &Src,
 ) -> Result<Vec<T>, Error> {
+    crate::graph::refuse_foreign_capture("download", stream)?;
     settle(stream)?;
     Ok(stream.clone_dtoh(src)?)
 }

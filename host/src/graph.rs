@@ -26,11 +26,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode, CUstreamCaptureStatus};
-use cudarc::driver::{CudaEvent, CudaGraph, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaStream, DeviceSlice, SyncOnDrop};
 
 use crate::comm::{Active, Blocking, Communicator};
 use crate::datatype::{Element, ReduceOp};
 use crate::error::Error;
+use crate::resources::uses::Access;
 use crate::resources::DeviceBuffer;
 
 /// Work recorded for a [`Graph`]; everything it records is borrowed for `'g`. Made by [`Graph::capture`].
@@ -58,6 +59,9 @@ pub(crate) struct CaptureLog {
     recorded: std::cell::Cell<usize>,
     /// The group of ranks of this process sharing the GPU with a recorded communicator (its `LocalGroup`), if any.
     group: std::cell::RefCell<Option<Arc<crate::placement::LocalGroup>>>,
+    /// The graph's identity for the buffers it claims (`resources::uses`): alive while the capture, then the graph,
+    /// is.
+    token: Arc<()>,
 }
 
 impl CaptureLog {
@@ -72,6 +76,11 @@ impl CaptureLog {
         if let Some(group) = comm.local_group() {
             self.group.borrow_mut().get_or_insert_with(|| group.clone());
         }
+    }
+
+    /// The identity of the graph being captured, for the buffers it claims.
+    pub(crate) fn token(&self) -> &Arc<()> {
+        &self.token
     }
 
     /// Counts one recorded operation.
@@ -90,6 +99,8 @@ pub struct Graph<'g> {
     replayed: CudaEvent,
     replays: u64,
     recorded: usize,
+    /// Keeps the claims on the recorded buffers alive (`resources::uses`); dropped after the last replay settled.
+    _claims: Arc<()>,
     borrows: PhantomData<fn(&'g ()) -> &'g ()>,
 }
 
@@ -118,8 +129,10 @@ pub(crate) mod sealed {
         fn graph_address(&self) -> u64;
         fn graph_len(&self) -> usize;
         fn graph_stream(&self) -> &Arc<CudaStream>;
-        /// Notes that work on `stream` (a graph's replays) uses the buffer: its drop waits for that stream.
-        fn graph_note_use(&self, stream: &Arc<CudaStream>);
+        /// Claims the buffer for the replays on `replay` of the graph alive while `graph` is: `replay` waits for
+        /// the conflicting uses on other streams now, uses on other streams that conflict are refused while the
+        /// graph lives, and the buffer's drop waits for `replay` (`resources::uses`).
+        fn graph_claim(&self, graph: &Arc<()>, replay: &Arc<CudaStream>, write: bool) -> Result<(), Error>;
     }
 }
 
@@ -133,15 +146,15 @@ impl<T: cudarc::driver::DeviceRepr> sealed::GraphBuffer<T> for DeviceBuffer<T> {
     fn graph_stream(&self) -> &Arc<CudaStream> {
         DeviceSlice::stream(self)
     }
-    fn graph_note_use(&self, stream: &Arc<CudaStream>) {
-        self.note_launch(stream);
+    fn graph_claim(&self, graph: &Arc<()>, replay: &Arc<CudaStream>, write: bool) -> Result<(), Error> {
+        self.claim_for_graph(graph, replay, if write { Access::Write } else { Access::Read })
     }
 }
 
 impl<T: cudarc::driver::DeviceRepr> GraphBuffer<T> for DeviceBuffer<T> {}
 
-/// A recorded buffer as cudarc's pointer traits see it, for the collectives: its address, with no event recorded
-/// or waited for (the graph orders replays itself).
+/// A recorded buffer as the collectives see it: its address, with no event recorded or waited for (the graph
+/// orders its replays itself, and the capture noted the replay stream on the buffer).
 struct Recorded<'g, T> {
     ptr: u64,
     len: usize,
@@ -160,25 +173,54 @@ impl<'g, T> Recorded<'g, T> {
     }
 }
 
-impl<T> DeviceSlice<T> for Recorded<'_, T> {
-    fn len(&self) -> usize {
+impl<T> crate::launch::buffers::sealed::Buffer<T> for Recorded<'_, T> {
+    fn buffer_len(&self) -> usize {
         self.len
     }
-    fn stream(&self) -> &Arc<CudaStream> {
+    fn buffer_stream(&self) -> &Arc<CudaStream> {
         self.stream
     }
-}
-
-impl<T> DevicePtr<T> for Recorded<'_, T> {
-    fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
-        (self.ptr, SyncOnDrop::Record(None))
+    fn read_address<'a>(
+        &'a self,
+        _stream: &'a CudaStream,
+        _held: Option<&Arc<CudaStream>>,
+    ) -> Result<(u64, SyncOnDrop<'a>), Error> {
+        Ok((self.ptr, SyncOnDrop::Record(None)))
     }
 }
 
-impl<T> DevicePtrMut<T> for Recorded<'_, T> {
-    fn device_ptr_mut<'a>(&'a mut self, _stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
-        (self.ptr, SyncOnDrop::Record(None))
+impl<T> crate::launch::buffers::sealed::BufferMut<T> for Recorded<'_, T> {
+    fn write_address<'a>(
+        &'a mut self,
+        _stream: &'a CudaStream,
+        _held: Option<&Arc<CudaStream>>,
+    ) -> Result<(u64, SyncOnDrop<'a>), Error> {
+        Ok((self.ptr, SyncOnDrop::Record(None)))
     }
+}
+
+/// Refuses to enqueue `call` on a stream that is capturing into a CUDA graph weft did not start (cudarc's
+/// `CudaStream::begin_capture` is safe): that graph could be replayed after the buffers, windows or device
+/// communicators of the call are gone, since nothing borrows them for its life. [`Graph::capture`] records with
+/// such borrows, on a private stream that never reaches this check.
+pub(crate) fn refuse_foreign_capture(call: &'static str, stream: &CudaStream) -> Result<(), Error> {
+    if stream.cu_stream().is_null() {
+        // The legacy default stream is the current context's.
+        stream.context().bind_to_thread()?;
+    }
+    // SAFETY: a live stream handle (borrowed), and for the null handle its context is current.
+    let status = unsafe { cudarc::driver::result::stream::is_capturing(stream.cu_stream()) }?;
+    if status == CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "stream",
+        format!(
+            "{call} on a stream that is capturing a CUDA graph ({status:?}) weft did not start: that graph could \
+             replay it after its buffers are freed; record it with `weft_host::Graph::capture`, which borrows them \
+             for the graph's life"
+        ),
+    ))
 }
 
 /// Ends a capture that a recorder's error or a panic left open, dropping what it captured.
@@ -253,7 +295,15 @@ impl<'g> Graph<'g> {
         if let Some(group) = capture.log.group.take() {
             group.line_up("CUDA graph instantiation", crate::placement::LINE_UP_TIMEOUT)?;
         }
-        Ok(Graph { graph, stream: stream.clone(), replayed, replays: 0, recorded, borrows: PhantomData })
+        Ok(Graph {
+            graph,
+            stream: stream.clone(),
+            replayed,
+            replays: 0,
+            recorded,
+            _claims: capture.log.token.clone(),
+            borrows: PhantomData,
+        })
     }
 
     /// Enqueues one replay of the whole graph on its stream (asynchronous, like a launch).
@@ -341,16 +391,22 @@ impl<'g> Capture<'g> {
         &self.log
     }
 
-    /// Notes `buffer` as used by the replays, then counts the collective recorded by `enqueue`.
-    fn collective<T>(
-        &self,
+    /// Records the collective `enqueue` makes on the capturing stream, then notes its buffers (and a device-scalar
+    /// op) as used by the replays and counts it.
+    fn collective<'a, T>(
+        &'a self,
         comm: &Communicator<Active, Blocking>,
-        buffers: &[&dyn sealed::GraphBuffer<T>],
-        enqueue: impl FnOnce(&CudaStream) -> Result<(), Error>,
+        buffers: &[(&dyn sealed::GraphBuffer<T>, Access)],
+        op: Option<ReduceOp<'_>>,
+        enqueue: impl FnOnce(&'a CudaStream) -> Result<crate::collectives::Enqueued<'a>, Error>,
     ) -> Result<(), Error> {
-        enqueue(&self.stream)?;
-        for buffer in buffers {
-            buffer.graph_note_use(&self.replay);
+        for (buffer, access) in buffers {
+            buffer.graph_claim(self.log.token(), &self.replay, *access == Access::Write)?;
+        }
+        // Nothing to record on the capturing stream after the enqueue: the replays were claimed instead.
+        enqueue(&self.stream)?.recorded();
+        if let Some(ReduceOp::Custom(custom)) = op {
+            custom.note_replays(&self.replay);
         }
         self.log.note(comm);
         Ok(())
@@ -385,8 +441,9 @@ impl<'g> Capture<'g> {
         recv: &'g impl GraphBuffer<T>,
         op: ReduceOp<'g>,
     ) -> Result<(), Error> {
-        self.collective(comm, &[send, recv], |stream| {
-            comm.all_reduce(&Recorded::of(send), &mut Recorded::of(recv), op, stream)
+        let (send_arg, mut recv_arg) = (Recorded::of(send), Recorded::of(recv));
+        self.collective(comm, &[(send, Access::Read), (recv, Access::Write)], Some(op), |stream| {
+            comm.all_reduce_enqueue(&send_arg, &mut recv_arg, op, stream)
         })
     }
 
@@ -397,7 +454,10 @@ impl<'g> Capture<'g> {
         buffer: &'g impl GraphBuffer<T>,
         op: ReduceOp<'g>,
     ) -> Result<(), Error> {
-        self.collective(comm, &[buffer], |stream| comm.all_reduce_in_place(&mut Recorded::of(buffer), op, stream))
+        let mut arg = Recorded::of(buffer);
+        self.collective(comm, &[(buffer, Access::Write)], Some(op), |stream| {
+            comm.all_reduce_in_place_enqueue(&mut arg, op, stream)
+        })
     }
 
     /// Records `ncclReduceScatter` (`send.len() == recv.len() * nranks`) on `comm`.
@@ -408,8 +468,9 @@ impl<'g> Capture<'g> {
         recv: &'g impl GraphBuffer<T>,
         op: ReduceOp<'g>,
     ) -> Result<(), Error> {
-        self.collective(comm, &[send, recv], |stream| {
-            comm.reduce_scatter(&Recorded::of(send), &mut Recorded::of(recv), op, stream)
+        let (send_arg, mut recv_arg) = (Recorded::of(send), Recorded::of(recv));
+        self.collective(comm, &[(send, Access::Read), (recv, Access::Write)], Some(op), |stream| {
+            comm.reduce_scatter_enqueue(&send_arg, &mut recv_arg, op, stream)
         })
     }
 
@@ -420,8 +481,9 @@ impl<'g> Capture<'g> {
         send: &'g impl GraphBuffer<T>,
         recv: &'g impl GraphBuffer<T>,
     ) -> Result<(), Error> {
-        self.collective(comm, &[send, recv], |stream| {
-            comm.all_gather(&Recorded::of(send), &mut Recorded::of(recv), stream)
+        let (send_arg, mut recv_arg) = (Recorded::of(send), Recorded::of(recv));
+        self.collective(comm, &[(send, Access::Read), (recv, Access::Write)], None, |stream| {
+            comm.all_gather_enqueue(&send_arg, &mut recv_arg, stream)
         })
     }
 }

@@ -130,7 +130,8 @@ impl Completion {
 }
 
 /// An open NCCL group (`ncclGroupStart`); operations issued while it lives are fused and launched by
-/// [`Group::end`] (or by `Drop`, which logs a failure it cannot return).
+/// [`Group::end`] (or by `Drop`, which logs a failure it cannot return). Buffer-taking operations are not issued
+/// this way (they refuse inside a group): a [`Batch`](crate::Batch) groups those.
 ///
 /// Window registrations and device communicators created in a group ([`Communicator::window_in`],
 /// [`Communicator::dev_comm_in`]) are [`Pending`](crate::Pending) until the outermost group ends.
@@ -203,12 +204,17 @@ impl Drop for Group {
 
 /// Runs `body` inside a group: every operation it issues is launched together when it returns.
 ///
+/// For setup calls ([`Communicator::window_in`](crate::Communicator::window_in),
+/// [`Communicator::dev_comm_in`](crate::Communicator::dev_comm_in), non-blocking inits) and signals. Collectives and
+/// point-to-point calls refuse to run inside a group (NCCL would read their buffers only at the group's end, after
+/// their borrows ended): group those with a [`Batch`](crate::Batch), which holds the buffers until it has launched.
+///
 /// ```no_run
 /// # fn demo(comm: &weft_host::Communicator, a: &cudarc::driver::CudaSlice<f32>, b: &mut cudarc::driver::CudaSlice<f32>, s: &cudarc::driver::CudaStream) -> Result<(), weft_host::Error> {
-/// weft_host::group(|| {
-///     comm.send(a, 1, s)?;
-///     comm.recv(b, 1, s)
-/// })?;
+/// let mut batch = weft_host::Batch::new();
+/// batch.send(comm, a, 1, s)?;
+/// batch.recv(comm, b, 1, s)?;
+/// batch.launch()?;
 /// # Ok(()) }
 /// ```
 pub fn group<R>(body: impl FnOnce() -> Result<R, Error>) -> Result<R, Error> {

@@ -38,6 +38,7 @@ pub mod spmd;
 pub mod stacks;
 pub mod trap;
 
+pub use collectives::Batch;
 /// The cudarc weft is built on (streams, buffers, contexts), re-exported so that programs use the same version.
 pub use cudarc;
 pub use datatype::{Element, ReduceOp};
@@ -45,7 +46,7 @@ pub use devcomm::{DevComm, Requirements, Team};
 pub use graph::{Capture, Graph, GraphBuffer};
 pub use group::{group, Group};
 pub use job::{Job, Launcher};
-pub use launch::LaunchConfig;
+pub use launch::{LaunchConfig, NcclBuffer, NcclBufferMut};
 pub use placement::Placement;
 pub use resources::{CustomOp, DeviceBuffer, PreMulSum, Registration, Scalar, Window, WindowFlags};
 pub use spmd::{local_devices, spmd};

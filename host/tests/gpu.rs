@@ -8,7 +8,7 @@ use std::time::Duration;
 use cudarc::driver::{CudaSlice, CudaStream};
 use weft_host::caps::{Gin, Lsa, LsaMultimem};
 use weft_host::{
-    group, spmd, Communicator, Config, DevComm, Error, MemStat, Placement, ReduceOp, Requirements, Scalar,
+    spmd, Batch, Communicator, Config, DevComm, Error, MemStat, Placement, ReduceOp, Requirements, Scalar,
     SuspendFlags, UniqueId, Version, WindowFlags,
 };
 
@@ -182,8 +182,8 @@ fn windows_and_device_communicators_with_lsa_barriers() {
     }
     // Team requirements and host-side team queries.
     let lsa = comm.team_lsa().unwrap();
-    assert_eq!((lsa.nranks, lsa.rank), (1, 0));
-    assert_eq!(comm.team_world().unwrap().nranks, 1);
+    assert_eq!((lsa.nranks(), lsa.rank()), (1, 0));
+    assert_eq!(comm.team_world().unwrap().nranks(), 1);
     assert_eq!(comm.team_rank_to_world(lsa, 0).unwrap(), 0);
     assert!(comm.team_rank_to_world(lsa, 1).is_err());
     let with_team: DevComm<'_, Lsa> =
@@ -277,13 +277,12 @@ fn every_collective_matches_a_host_reference() {
     comm.scatter(Some(&send), &mut recv, 0, &s).unwrap();
     assert_close("scatter", &download(&s, &recv), &x);
 
-    // Send to and receive from oneself, paired in a group.
+    // Send to and receive from oneself, paired in one group (a batch holds both buffers until it launched).
     let mut recv = poisoned(&s, n);
-    group(|| {
-        comm.send(&send, 0, &s)?;
-        comm.recv(&mut recv, 0, &s)
-    })
-    .unwrap();
+    let mut batch = Batch::new();
+    batch.send(&comm, &send, 0, &s).unwrap();
+    batch.recv(&comm, &mut recv, 0, &s).unwrap();
+    batch.launch().unwrap();
     assert_close("send/recv", &download(&s, &recv), &x);
 
     // A pre-multiplied sum: every input scaled by 0.5 before the sum.
@@ -472,12 +471,10 @@ fn every_collective_matches_a_host_reference_on_every_rank() {
         let (next, previous) = ((me + 1) % nranks, (me + nranks - 1) % nranks);
         let mut recv = poison(n)?;
         trace!("rank {me}: send/recv group");
-        group(|| {
-            trace!("rank {me}: send");
-            comm.send(&send, next, &s)?;
-            trace!("rank {me}: recv");
-            comm.recv(&mut recv, previous, &s)
-        })?;
+        let mut batch = Batch::new();
+        batch.send(comm, &send, next, &s)?;
+        batch.recv(comm, &mut recv, previous, &s)?;
+        batch.launch()?;
         seen.push(("send/recv ring".into(), comm.download(&s, &recv)?, first(previous)));
 
         let half = comm.pre_mul_sum::<f32>(Scalar::Host(0.5))?;
@@ -601,7 +598,7 @@ fn nccl_2_29_host_features_on_every_rank() {
         let props = comm.properties()?;
         let lsa = comm.team_lsa()?;
         assert_eq!((props.rank, props.nranks, props.cuda_device), (me, nranks, comm.cuda_device()));
-        assert_eq!(props.lsa_size as i32, lsa.nranks, "properties and ncclTeamLsa disagree");
+        assert_eq!(props.lsa_size as i32, lsa.nranks(), "properties and ncclTeamLsa disagree");
         assert_eq!(props.lsa_teams, nranks / props.lsa_size, "NCCL's team count differs from weft's nranks / lsa");
         assert_eq!(props.device_api_support, Some(true));
         report.push(format!("properties: {props}"));

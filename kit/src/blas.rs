@@ -75,8 +75,10 @@ fn blas_error(error: cudarc::cublas::result::CublasError) -> Error {
     Error::InvalidArgument { argument: "cublas", problem: format!("cuBLAS failed: {error}") }
 }
 
-/// Elements `offset .. offset + len` of a weft buffer as a cuBLAS operand (a block of rows of a row-major matrix).
-/// Like the buffer itself, it orders nothing across streams: the caller does (stream waits on flags, events).
+/// Elements `offset .. offset + len` of a weft buffer as a cuBLAS operand (a block of rows of a row-major matrix),
+/// read without waiting for the buffer's pending writes on other streams: a GEMM on one stream starts on a block as
+/// soon as device flags say a kernel on another stream has written it (`DeviceBuffer::stream_wait_at_least`), not
+/// when that whole kernel ends. The buffer's drop still waits for the read.
 pub struct Part<'a> {
     buffer: &'a DeviceBuffer<bf16>,
     offset: usize,
@@ -85,7 +87,12 @@ pub struct Part<'a> {
 
 impl<'a> Part<'a> {
     /// `buffer[offset .. offset + len]`, or an error if that is not inside it.
-    pub fn of(buffer: &'a DeviceBuffer<bf16>, offset: usize, len: usize) -> Result<Part<'a>, Error> {
+    ///
+    /// # Safety
+    /// [`DeviceBuffer::device_ptr_unordered`]'s contract, for every use of the part: work reading it on a stream
+    /// reads each element only once its writes on other streams are done (the stream waited on flags raised after
+    /// them), and every later write of the buffer on another stream or from the host waits for that work first.
+    pub unsafe fn of(buffer: &'a DeviceBuffer<bf16>, offset: usize, len: usize) -> Result<Part<'a>, Error> {
         if offset.checked_add(len).is_none_or(|end| end > buffer.len()) {
             return Err(Error::InvalidArgument {
                 argument: "offset",
@@ -107,7 +114,8 @@ impl DeviceSlice<bf16> for Part<'_> {
 
 impl DevicePtr<bf16> for Part<'_> {
     fn device_ptr<'b>(&'b self, stream: &'b CudaStream) -> (CUdeviceptr, SyncOnDrop<'b>) {
-        let (base, guard) = self.buffer.device_ptr(stream);
+        // SAFETY: the contract of `Part::of`, which made this part.
+        let (base, guard) = unsafe { self.buffer.device_ptr_unordered(stream) };
         (base + (self.offset * std::mem::size_of::<bf16>()) as CUdeviceptr, guard)
     }
 }

@@ -139,36 +139,43 @@ pub fn run<T: weft::device::Float + weft::device::Element + weft::host::Element 
         // elements, the others `tokens`; slot is a permutation of 0..tokens; `args` borrows every buffer.
         unsafe { launch_raw(&k.pack, stream, &k.pack_cfg, &mut args)? };
     }
-    weft::host::group(|| {
-        for peer in 0..nranks {
-            let (start, count) = (offsets[peer] as usize, counts[peer] as usize);
-            if count > 0 {
-                comm.send(&s.send.slice(start * hidden..(start + count) * hidden), peer, stream)?;
-                comm.send(&s.send_expert.slice(start..start + count), peer, stream)?;
-            }
-            let (start, count) = (recv_offsets[peer], recv_counts[peer] as usize);
-            if count > 0 {
-                comm.recv(&mut o.recv.slice_mut(start * hidden..(start + count) * hidden), peer, stream)?;
-                comm.recv(&mut o.recv_expert.slice_mut(start..start + count), peer, stream)?;
-            }
+    {
+        // One NCCL group: each peer's rows and expert ids out of `send`, theirs into their ranges of `recv`. The
+        // batch borrows every buffer until the group has launched.
+        let sent = |peer: usize| (offsets[peer] as usize, counts[peer] as usize);
+        let rows: Vec<_> =
+            (0..nranks).map(|p| s.send.slice(sent(p).0 * hidden..(sent(p).0 + sent(p).1) * hidden)).collect();
+        let ids: Vec<_> = (0..nranks).map(|p| s.send_expert.slice(sent(p).0..sent(p).0 + sent(p).1)).collect();
+        let received = |peer: usize| (recv_offsets[peer], recv_counts[peer] as usize);
+        let mut batch = weft::host::Batch::new();
+        for peer in (0..nranks).filter(|&p| sent(p).1 > 0) {
+            batch.send(comm, &rows[peer], peer, stream)?;
+            batch.send(comm, &ids[peer], peer, stream)?;
         }
-        Ok(())
-    })?;
+        let row_parts = (0..nranks).map(|p| (p, received(p).0 * hidden..(received(p).0 + received(p).1) * hidden));
+        let id_parts = (0..nranks).map(|p| (p, received(p).0..received(p).0 + received(p).1));
+        batch.recv_parts(comm, &mut *o.recv, row_parts, stream)?;
+        batch.recv_parts(comm, &mut *o.recv_expert, id_parts, stream)?;
+        batch.launch()?;
+    }
     stream.memcpy_htod(&[total as u32], o.recv_total)?;
     moe_toy_expert::launch(stream, k.expert_cfg, o.recv, o.recv_expert, o.recv_total, &mut s.y, hidden)?;
-    weft::host::group(|| {
-        for peer in 0..nranks {
-            let (start, count) = (recv_offsets[peer], recv_counts[peer] as usize);
-            if count > 0 {
-                comm.send(&s.y.slice(start * hidden..(start + count) * hidden), peer, stream)?;
-            }
-            let (start, count) = (offsets[peer] as usize, counts[peer] as usize);
-            if count > 0 {
-                comm.recv(&mut s.back.slice_mut(start * hidden..(start + count) * hidden), peer, stream)?;
-            }
+    {
+        // And back: the expert's rows to the peers they came from, ours into their ranges of `back`.
+        let received = |peer: usize| (recv_offsets[peer], recv_counts[peer] as usize);
+        let rows: Vec<_> =
+            (0..nranks).map(|p| s.y.slice(received(p).0 * hidden..(received(p).0 + received(p).1) * hidden)).collect();
+        let mut batch = weft::host::Batch::new();
+        for peer in (0..nranks).filter(|&p| received(p).1 > 0) {
+            batch.send(comm, &rows[peer], peer, stream)?;
         }
-        Ok(())
-    })?;
+        let parts = (0..nranks).map(|p| {
+            let (start, count) = (offsets[p] as usize, counts[p] as usize);
+            (p, start * hidden..(start + count) * hidden)
+        });
+        batch.recv_parts(comm, &mut s.back, parts, stream)?;
+        batch.launch()?;
+    }
     let mut args = ArgBuffer::new();
     let pointers = [
         args.slice_arg(&s.back, stream)?.ptr,

@@ -288,6 +288,46 @@ pub fn gemm_tma_store<T: MmaElement>(a: TmaMatrix<T>, b: TmaMatrix<T>, out: &mut
 }
 
 /// Every kernel's name and generated CUDA C++, for the codegen test.
+/// `out[i] = x[i]` (tests/gpu_streams.rs: uses of one buffer on several streams).
+#[weft::kernel]
+pub fn copy_f32(x: &[f32], out: &mut [f32], n: usize) {
+    for i in grid_stride(n) {
+        out[i] = x[i];
+    }
+}
+
+/// `out[i] = value` (tests/gpu_streams.rs).
+#[weft::kernel]
+pub fn fill_f32(out: &mut [f32], value: f32, n: usize) {
+    for i in grid_stride(n) {
+        out[i] = value;
+    }
+}
+
+/// `x.local()[i] += y[i]`: writes its window while reading a slice (tests/gpu_streams.rs: the two may not be one
+/// buffer).
+#[weft::kernel]
+pub fn add_into_window(x: &Window<f32>, y: &[f32], n: usize) {
+    for i in grid_stride(n) {
+        let sum = x.local()[i] + y[i];
+        x.local()[i] = sum;
+    }
+}
+
+/// One LL all-to-all round of one warp on one rank: sends `1.0` to slot 0 of LSA peer 0 (itself) and reads it back
+/// (tests/gpu_streams.rs: the handle the device communicator made).
+#[weft::kernel]
+pub fn ll_a2a_round(dev: &DevComm<Lsa>, h: LlA2aHandle, out: &mut [f32]) {
+    let a2a = dev.ll_a2a(Warp, h, 0, 1);
+    a2a.send(0, 0, 1.0f32);
+    let got = a2a.recv::<f32>(0);
+    a2a.end_epoch(Warp);
+    a2a.end();
+    if thread_idx_x() == 0 && block_idx_x() == 0 {
+        out[0] = got;
+    }
+}
+
 pub const ALL: &[(&str, &str)] = &[
     (gemm_tma::NAME, gemm_tma::SOURCE),
     (gemm_tma_store::NAME, gemm_tma_store::SOURCE),
@@ -311,4 +351,8 @@ pub const ALL: &[(&str, &str)] = &[
     (gin::gin_put_value_ring::NAME, gin::gin_put_value_ring::SOURCE),
     (gin::gin_barrier_rounds::NAME, gin::gin_barrier_rounds::SOURCE),
     (gin::hybrid_allreduce::NAME, gin::hybrid_allreduce::SOURCE),
+    (copy_f32::NAME, copy_f32::SOURCE),
+    (fill_f32::NAME, fill_f32::SOURCE),
+    (add_into_window::NAME, add_into_window::SOURCE),
+    (ll_a2a_round::NAME, ll_a2a_round::SOURCE),
 ];

@@ -62,11 +62,16 @@ impl<S: Initialized, M: Mode> Communicator<S, M> {
     /// Use it instead of `stream.clone_dtoh(src)` wherever ranks of one process share a GPU: cudarc's copy to
     /// pageable memory waits for the stream inside the driver, holding a lock that a peer rank's next launch
     /// needs, and hangs both when the awaited kernel waits for that peer ([`crate::cuda::settle_within`]).
-    pub fn download<T: cudarc::driver::DeviceRepr, Src: cudarc::driver::DevicePtr<T>>(
+    pub fn download<T, Src>(
         &self,
         stream: &std::sync::Arc<cudarc::driver::CudaStream>,
         src: &Src,
-    ) -> Result<Vec<T>, Error> {
+    ) -> Result<Vec<T>, Error>
+    where
+        T: cudarc::driver::DeviceRepr,
+        Src: crate::launch::NcclBuffer<T> + cudarc::driver::DevicePtr<T>,
+    {
+        crate::graph::refuse_foreign_capture("download", stream)?;
         self.wait(stream, crate::cuda::SETTLE_TIMEOUT)?;
         Ok(stream.clone_dtoh(src)?)
     }

@@ -49,6 +49,9 @@ impl std::fmt::Debug for DevCommStorage {
 /// vectors never grow), owned by the `DevComm`, and are read only after completion.
 pub(super) struct DevCommOutputs {
     pub(super) dev_comm: DevCommStorage,
+    /// The LL all-to-all handle (`ncclLLA2ACreateRequirement`): its slot count now, its resource buffer's handle
+    /// written by NCCL through the last resource requirement. `None` without LL all-to-all requirements.
+    pub(super) ll_a2a: Option<sys::ncclLLA2AHandle_t>,
     pub(super) resource_handles: Vec<sys::ncclDevResourceHandle_t>,
     pub(super) multimem_handles: Vec<sys::ncclMultimemHandle_t>,
     pub(super) resources: Vec<sys::ncclDevResourceRequirements_t>,
@@ -65,14 +68,29 @@ pub(super) enum RawRequirements {
 }
 
 impl DevCommOutputs {
-    /// Lays out `requirements` for NCCL, pointing every list and out-pointer into the returned box.
-    pub(super) fn new(requirements: &Requirements, raw: RawRequirements, dev_comm_size: usize) -> Box<DevCommOutputs> {
+    /// Lays out `requirements` for NCCL, pointing every list and out-pointer into the returned box. LL all-to-all
+    /// requirements become one more resource requirement, from `ll_a2a` (`ncclLLA2ACreateRequirement` of the loaded
+    /// library: NCCL sizes the buffer, and writes its handle into the box).
+    pub(super) fn new(
+        requirements: &Requirements,
+        raw: RawRequirements,
+        dev_comm_size: usize,
+        ll_a2a: impl FnOnce(
+            u32,
+            u32,
+            &mut sys::ncclLLA2AHandle_t,
+            &mut sys::ncclDevResourceRequirements_t,
+        ) -> Result<(), Error>,
+    ) -> Result<Box<DevCommOutputs>, Error> {
+        let ll = requirements.ll_a2a.filter(|&(blocks, slots)| blocks > 0 && slots > 0);
+        let resources = requirements.resource_buffers.len() + usize::from(ll.is_some());
         let mut outputs = Box::new(DevCommOutputs {
             dev_comm: DevCommStorage::zeroed(dev_comm_size),
+            ll_a2a: ll.map(|_| sys::ncclLLA2AHandle_t { _bindgen_opaque_blob: [0; 2] }),
             resource_handles: vec![0; requirements.resource_buffers.len()],
             // SAFETY: an all-zero multimem handle is a valid "none yet" value (an opaque blob NCCL overwrites).
             multimem_handles: requirements.teams.iter().map(|_| unsafe { std::mem::zeroed() }).collect(),
-            resources: Vec::with_capacity(requirements.resource_buffers.len()),
+            resources: Vec::with_capacity(resources),
             teams: Vec::with_capacity(requirements.teams.len()),
             raw,
         });
@@ -89,6 +107,21 @@ impl DevCommOutputs {
                 outGinSignalStart: std::ptr::null_mut(),
                 outGinCounterStart: std::ptr::null_mut(),
             });
+        }
+        if let (Some((blocks, slots)), Some(handle)) = (ll, out.ll_a2a.as_mut()) {
+            let mut requirement = sys::ncclDevResourceRequirements_t {
+                next: std::ptr::null_mut(),
+                bufferSize: 0,
+                bufferAlign: 0,
+                outBufferHandle: std::ptr::null_mut(),
+                ginSignalCount: 0,
+                ginCounterCount: 0,
+                outGinSignalStart: std::ptr::null_mut(),
+                outGinCounterStart: std::ptr::null_mut(),
+            };
+            // NCCL points the requirement's out-handle into `handle`, which lives in the box.
+            ll_a2a(blocks, slots, handle, &mut requirement)?;
+            out.resources.push(requirement);
         }
         for (&(team, multimem), handle) in requirements.teams.iter().zip(out.multimem_handles.iter_mut()) {
             out.teams.push(sys::ncclTeamRequirements_t {
@@ -120,13 +153,14 @@ impl DevCommOutputs {
             }
             RawRequirements::Empty => {}
         }
-        outputs
+        Ok(outputs)
     }
 
     /// Nothing: what a leaked `DevCommOutputs` is replaced with.
     pub(super) fn empty() -> Box<DevCommOutputs> {
         Box::new(DevCommOutputs {
             dev_comm: DevCommStorage::zeroed(0),
+            ll_a2a: None,
             resource_handles: Vec::new(),
             multimem_handles: Vec::new(),
             resources: Vec::new(),
@@ -247,9 +281,22 @@ mod tests {
     #[test]
     fn every_pointer_nccl_writes_through_points_into_the_heap_outputs_the_dev_comm_owns() {
         let team = Team { nranks: 2, rank: 0, stride: 1 };
-        let req = Requirements::new().resource_buffer(4096, 256).resource_buffer(128, 128).team(team, true);
+        let req =
+            Requirements::new().resource_buffer(4096, 256).resource_buffer(128, 128).team(team, true).ll_a2a(4, 16);
         let raw = RawRequirements::Versioned(new_layout(&req, 120, Version::new(2, 32, 3), true, false).unwrap());
-        let outputs = DevCommOutputs::new(&req, raw, 248);
+        // What ncclLLA2ACreateRequirement does (2.30.7): the slot count into the handle, the buffer's handle out-pointer
+        // at the handle's first word.
+        let ll_a2a = |blocks: u32,
+                      slots: u32,
+                      handle: &mut sys::ncclLLA2AHandle_t,
+                      req: &mut sys::ncclDevResourceRequirements_t| {
+            handle._bindgen_opaque_blob[1] = slots;
+            req.bufferSize = blocks as usize * (1 + 2 * slots as usize) * 16;
+            req.bufferAlign = 16;
+            req.outBufferHandle = handle._bindgen_opaque_blob.as_mut_ptr();
+            Ok(())
+        };
+        let outputs = DevCommOutputs::new(&req, raw, 248, ll_a2a).unwrap();
         // The DevComm moves (into a Pending, out of it); the box's contents do not.
         let moved = vec![outputs];
         let mut outputs = moved.into_iter().next().unwrap();
@@ -258,18 +305,23 @@ mod tests {
         assert_eq!(raw.resourceRequirementsList.cast_const(), std::ptr::from_ref(&outputs.resources[0]));
         assert_eq!(raw.teamRequirementsList.cast_const(), std::ptr::from_ref(&outputs.teams[0]));
         assert_eq!(outputs.resources[0].next.cast_const(), std::ptr::from_ref(&outputs.resources[1]));
-        assert!(outputs.resources[1].next.is_null() && outputs.teams[0].next.is_null());
+        assert_eq!(outputs.resources[1].next.cast_const(), std::ptr::from_ref(&outputs.resources[2]));
+        assert!(outputs.resources[2].next.is_null() && outputs.teams[0].next.is_null());
+        assert_eq!(outputs.resources[2].bufferSize, 4 * 33 * 16, "the LL all-to-all buffer is the last resource");
         // What NCCL does at the group's end: write the handles through the pointers it was given.
         let (first, second) = (outputs.resources[0].outBufferHandle, outputs.resources[1].outBufferHandle);
         let multimem = outputs.teams[0].outMultimemHandle;
+        let ll = outputs.resources[2].outBufferHandle;
         // SAFETY: each pointer points into `outputs`, alive and not otherwise borrowed here.
         unsafe {
             first.write(7);
             second.write(9);
+            ll.write(11);
             multimem.cast::<u8>().write(5);
             outputs.dev_comm.as_mut_ptr().cast::<u8>().write(1);
         }
         assert_eq!(outputs.resource_handles, [7, 9]);
+        assert_eq!(outputs.ll_a2a.unwrap()._bindgen_opaque_blob, [11, 16], "NCCL's handle: buffer 11, 16 slots");
         assert_eq!(outputs.multimem_handles[0]._bindgen_opaque_blob.0[0], 5);
         assert_eq!(outputs.dev_comm.bytes().len(), 248);
         assert_eq!(outputs.dev_comm.bytes()[0], 1);

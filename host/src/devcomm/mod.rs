@@ -22,10 +22,12 @@ use crate::result;
 use crate::sys;
 
 mod layout;
+mod ll_a2a;
 mod requirements;
 
 pub(crate) use layout::DevCommStorage;
 use layout::{new_layout, old_layout, DevCommOutputs, RawRequirements};
+pub use ll_a2a::LlA2aHandle;
 pub use requirements::{Requirements, Team};
 
 /// A device communicator with capability set `C` (type state): the handle kernels receive, bound to its
@@ -91,6 +93,7 @@ impl<M: Mode> Communicator<Active, M> {
         let props = self.properties()?;
         check_capabilities(C::CAPABILITIES, &props).map_err(|error| self.explain_missing_gin(error))?;
         requirements.check_version(&abi)?;
+        requirements.check_against(self)?;
         let dev_comm_size = abi.dev_comm_size(props.dev_comm_runtime_version_size)?;
         let mut requirements = requirements.clone();
         if C::MULTIMEM {
@@ -106,7 +109,14 @@ impl<M: Mode> Communicator<Active, M> {
             )?),
             _ => RawRequirements::Unversioned(old_layout(&requirements, C::GIN)?),
         };
-        let mut outputs = DevCommOutputs::new(&requirements, raw, dev_comm_size);
+        let library = self.library();
+        let ll_a2a = |blocks: u32, slots: u32, handle: &mut _, requirement: &mut _| {
+            let count = |value: u32| {
+                i32::try_from(value).map_err(|_| Error::invalid("requirements", "LL all-to-all counts exceed i32::MAX"))
+            };
+            result::ll_a2a_create_requirement(library, count(blocks)?, count(slots)?, handle, requirement)
+        };
+        let mut outputs = DevCommOutputs::new(&requirements, raw, dev_comm_size, ll_a2a)?;
         self.context().bind_to_thread()?;
         let (requirements_ptr, out) = (outputs.requirements_ptr(), outputs.dev_comm.as_mut_ptr());
         // SAFETY: our live, active communicator; the requirements are laid out and sized for the loaded release

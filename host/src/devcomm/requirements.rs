@@ -44,19 +44,35 @@ pub struct Requirements {
 /// A team of ranks as NCCL describes it (`ncclTeam`): this rank's index in it, its size and the stride
 /// between its members' world ranks. Get one from [`Communicator::team_world`], [`Communicator::team_lsa`] or
 /// [`Communicator::team_rail`].
+///
+/// Its fields are private: NCCL indexes its ranks with them (a team requirement's multimem handle, a rank
+/// translation), so a team is only ever one NCCL reported, and a communicator takes only its own teams
+/// ([`Requirements::team`] and [`Communicator::team_rank_to_world`] check).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Team {
-    /// Ranks in the team.
-    pub nranks: i32,
-    /// This rank's index in the team.
-    pub rank: i32,
-    /// World-rank distance between consecutive members.
-    pub stride: i32,
+    pub(crate) nranks: i32,
+    pub(crate) rank: i32,
+    pub(crate) stride: i32,
 }
 
 impl Team {
     fn from_raw(raw: sys::ncclTeam_t) -> Team {
         Team { nranks: raw.nRanks, rank: raw.rank, stride: raw.stride }
+    }
+
+    /// Ranks in the team.
+    pub fn nranks(&self) -> i32 {
+        self.nranks
+    }
+
+    /// This rank's index in the team.
+    pub fn rank(&self) -> i32 {
+        self.rank
+    }
+
+    /// World-rank distance between consecutive members.
+    pub fn stride(&self) -> i32 {
+        self.stride
     }
 
     pub(super) fn raw(self) -> sys::ncclTeam_t {
@@ -83,13 +99,31 @@ impl<S: crate::comm::Initialized, M: Mode> Communicator<S, M> {
         Ok(Team::from_raw(unsafe { result::team_rail(self.library(), self.raw()) }?))
     }
 
-    /// The world rank of rank `rank` of `team` (`ncclTeamRankToWorld`).
+    /// The world rank of rank `rank` of `team` (`ncclTeamRankToWorld`); `team` is one of this communicator's.
     pub fn team_rank_to_world(&self, team: Team, rank: i32) -> Result<i32, Error> {
+        self.check_team("team", team)?;
         if rank < 0 || rank >= team.nranks {
             return Err(Error::invalid("rank", format!("{rank} is not a rank of a team of {}", team.nranks)));
         }
-        // SAFETY: our live, initialised communicator and a team value (NCCL only computes with it).
+        // SAFETY: our live, initialised communicator and one of its own teams (checked), with a rank inside it.
         unsafe { result::team_rank_to_world(self.library(), self.raw(), team.raw(), rank) }
+    }
+
+    /// Whether `team` is one of this communicator's teams (world, LSA, rail): a team of another communicator, whose
+    /// sizes and strides mean other ranks, is refused.
+    pub(crate) fn check_team(&self, argument: &'static str, team: Team) -> Result<(), Error> {
+        if team == self.team_world()? || team == self.team_lsa()? || team == self.team_rail()? {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            argument,
+            format!(
+                "{team:?} is not a team of this communicator (rank {} of {}): take it from this communicator's \
+                 team_world, team_lsa or team_rail",
+                self.rank(),
+                self.nranks()
+            ),
+        ))
     }
 }
 
@@ -230,6 +264,17 @@ impl Requirements {
         Ok(())
     }
 
+    /// Refuses what NCCL would turn into addresses it cannot back: teams that are not `comm`'s own (see [`Team`]),
+    /// and resource buffers whose sizes and alignments do not add up without overflowing (NCCL lays them out one
+    /// after the other, at alignments of at least 128 bytes, in one allocation).
+    pub(crate) fn check_against<S: crate::comm::Initialized, M: Mode>(
+        &self,
+        comm: &Communicator<S, M>,
+    ) -> Result<(), Error> {
+        self.teams.iter().try_for_each(|(team, _)| comm.check_team("requirements", *team))?;
+        check_resource_layout(&self.resource_buffers)
+    }
+
     /// Refuses fields the layout weft declares to the loaded release lacks (never silently dropped).
     pub(super) fn check_version(&self, abi: &Abi) -> Result<(), Error> {
         let need = |used: bool, needs: Version, call: &'static str| match () {
@@ -243,6 +288,31 @@ impl Requirements {
         need(self.gin_connection.is_some(), Version::new(2, 29, 7), "ncclDevCommRequirements.ginConnectionType")?;
         need(self.world_gin_barriers > 0, Version::new(2, 30, 0), "ncclDevCommRequirements.worldGinBarrierCount")
     }
+}
+
+/// Whether NCCL's layout of `buffers` (each at its alignment, at least 128 bytes) fits the address space.
+fn check_resource_layout(buffers: &[(usize, usize)]) -> Result<(), Error> {
+    // Far below any real limit, far above any real buffer: what NCCL's size arithmetic never overflows with.
+    const MOST: usize = 1 << 48;
+    let mut total: usize = 0;
+    for &(bytes, align) in buffers {
+        if align != 0 && !align.is_power_of_two() {
+            return Err(Error::invalid(
+                "requirements",
+                format!("resource buffer alignment {align} is not a power of two"),
+            ));
+        }
+        let align = align.max(128);
+        let end = total
+            .checked_next_multiple_of(align)
+            .and_then(|start| start.checked_add(bytes))
+            .filter(|&end| end <= MOST)
+            .ok_or_else(|| {
+                Error::invalid("requirements", format!("resource buffers of {bytes} bytes add up past {MOST} bytes"))
+            })?;
+        total = end;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -261,6 +331,23 @@ mod tests {
         assert_eq!(with_team.teams, vec![(team, true)], "merging keeps one entry per team");
         let err = a.covers(&b).unwrap_err().to_string();
         assert!(err.contains("8 LSA barriers") && err.contains("needs 132"), "{err}");
+    }
+
+    #[test]
+    fn resource_buffers_must_lay_out_without_overflow() {
+        assert!(check_resource_layout(&[(4096, 256), (128, 0), (1, 128)]).is_ok());
+        let huge = check_resource_layout(&[(64, 128), (usize::MAX - 100, 128)]).unwrap_err().to_string();
+        assert!(huge.contains("add up past"), "{huge}");
+        let odd = check_resource_layout(&[(64, 96)]).unwrap_err().to_string();
+        assert!(odd.contains("not a power of two"), "{odd}");
+    }
+
+    #[test]
+    fn teams_have_no_public_fields_to_forge() {
+        // Only NCCL's reports become teams (from_raw); the accessors read them back.
+        let team = Team::from_raw(sys::ncclTeam_t { nRanks: 4, rank: 1, stride: 2 });
+        assert_eq!((team.nranks(), team.rank(), team.stride()), (4, 1, 2));
+        assert_eq!(team.raw().nRanks, 4);
     }
 
     #[test]

@@ -9,10 +9,16 @@
 //! - cudarc's [`CudaSlice`], [`CudaView`] and [`CudaViewMut`] (allocated by cudarc, or cut from such an allocation
 //!   by its bounds-checked `slice`; every way to make one from a raw address is `unsafe`);
 //! - weft's [`DeviceBuffer`] (allocated by `ncclMemAlloc`) for slices, and weft's [`Window`] for windows.
+//!
+//! NCCL's calls (collectives, point-to-point, registration, batches) take the same memory through
+//! [`NcclBuffer`] and [`NcclBufferMut`], sealed on the same base: NCCL is handed an address and an element count,
+//! and trusts them as much as a kernel does.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
+
+use crate::resources::uses::Access;
 
 use super::WindowArg;
 use crate::comm::Mode;
@@ -29,16 +35,25 @@ pub(crate) mod sealed {
         fn buffer_len(&self) -> usize;
         /// The stream the memory belongs to (its context is the device it lives on).
         fn buffer_stream(&self) -> &Arc<CudaStream>;
-        /// The address for a kernel on `stream` that reads the memory; `stream` first waits for pending writes, and
-        /// the read is recorded when the guard drops.
-        fn read_address<'a>(&'a self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>);
+        /// The address for work on `stream` (`held`: the same stream as an `Arc`, when the caller has one) that reads
+        /// the memory; `stream` first waits for pending writes on other streams, and the read is recorded when the
+        /// guard drops (drop it once the work is enqueued).
+        fn read_address<'a>(
+            &'a self,
+            stream: &'a CudaStream,
+            held: Option<&Arc<CudaStream>>,
+        ) -> Result<(u64, SyncOnDrop<'a>)>;
     }
 
-    /// [`Buffer`] that a kernel may also write.
+    /// [`Buffer`] that work may also write.
     pub trait BufferMut<T>: Buffer<T> {
-        /// The address for a kernel on `stream` that writes the memory; `stream` first waits for pending reads
-        /// and writes, and the write is recorded when the guard drops.
-        fn write_address<'a>(&'a mut self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>);
+        /// The address for work on `stream` that writes the memory; `stream` first waits for pending reads and writes
+        /// on other streams, and the write is recorded when the guard drops.
+        fn write_address<'a>(
+            &'a mut self,
+            stream: &'a CudaStream,
+            held: Option<&Arc<CudaStream>>,
+        ) -> Result<(u64, SyncOnDrop<'a>)>;
     }
 
     /// A symmetric window weft registered.
@@ -47,8 +62,13 @@ pub(crate) mod sealed {
         fn window_arg(&self) -> Result<WindowArg>;
         /// The CUDA device the window's local part lives on.
         fn cuda_device(&self) -> usize;
-        /// Records that a kernel using the window is launched on `stream` (what freeing the window waits for).
-        fn note_launch(&self, stream: &Arc<CudaStream>);
+        /// Orders a kernel using the window on `stream` after the conflicting uses of its local buffer on other
+        /// streams (the kernel may write it), and notes the launch (what freeing the window waits for).
+        fn begin_launch(&self, stream: &Arc<CudaStream>) -> Result<()>;
+        /// Claims the window's local buffer for the replays on `replay` of the graph alive while `graph` is.
+        fn claim_for_graph(&self, graph: &Arc<()>, replay: &Arc<CudaStream>) -> Result<()>;
+        /// The local buffer's address and length (what a kernel taking the window may write on this rank).
+        fn local_range(&self) -> (u64, usize);
         /// The LSA team of the window's communicator (its size bounds `window.lsa(peer)`).
         fn lsa_team(&self) -> Result<Team>;
     }
@@ -88,7 +108,34 @@ pub trait KernelSliceMut<T>: sealed::BufferMut<T> {}
 )]
 pub trait KernelWindow<T>: sealed::SymmetricWindow<T> {}
 
-/// cudarc's own types and weft's buffer: their `DevicePtr` impls report the memory they own.
+/// A buffer NCCL reads (a collective's or a send's input, a registration): cudarc's `CudaSlice<T>`,
+/// `CudaView<'_, T>`, `CudaViewMut<'_, T>`, or weft's `DeviceBuffer<T>`.
+///
+/// Sealed: NCCL is handed the address and length it reports (module docs), so a type of one's own cannot pass.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not device memory NCCL may read as `{T}`s",
+    label = "NCCL reads a buffer of `{T}`s here",
+    note = "pass a cudarc `CudaSlice<{T}>`, `CudaView<'_, {T}>` or `CudaViewMut<'_, {T}>`, or a weft \
+            `DeviceBuffer<{T}>` (the element types must match): NCCL trusts the address and length a buffer reports, \
+            so only memory weft can vouch for is accepted"
+)]
+pub trait NcclBuffer<T>: sealed::Buffer<T> {}
+
+/// A buffer NCCL writes (a collective's or a receive's output): cudarc's `CudaSlice<T>`, `CudaViewMut<'_, T>`, or
+/// weft's `DeviceBuffer<T>`.
+///
+/// Sealed: NCCL is handed the address and length it reports (module docs), so a type of one's own cannot pass.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not device memory NCCL may write as `{T}`s",
+    label = "NCCL writes a buffer of `{T}`s here",
+    note = "pass a cudarc `CudaSlice<{T}>` or `CudaViewMut<'_, {T}>`, or a weft `DeviceBuffer<{T}>` (the element \
+            types must match): NCCL trusts the address and length a buffer reports, so only memory weft can vouch for \
+            is accepted"
+)]
+pub trait NcclBufferMut<T>: sealed::BufferMut<T> + NcclBuffer<T> {}
+
+/// cudarc's own types: their `DevicePtr` impls report the memory they own and order it with cudarc's events (a
+/// stream given as an `Arc` changes nothing for them).
 macro_rules! trusted_buffer {
     ($($ty:ty),* $(,)?) => {$(
         impl<T> sealed::Buffer<T> for $ty {
@@ -98,27 +145,69 @@ macro_rules! trusted_buffer {
             fn buffer_stream(&self) -> &Arc<CudaStream> {
                 DeviceSlice::stream(self)
             }
-            fn read_address<'a>(&'a self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
-                DevicePtr::device_ptr(self, stream)
+            fn read_address<'a>(
+                &'a self,
+                stream: &'a CudaStream,
+                _held: Option<&Arc<CudaStream>>,
+            ) -> Result<(u64, SyncOnDrop<'a>)> {
+                Ok(DevicePtr::device_ptr(self, stream))
             }
         }
         impl<T> KernelSlice<T> for $ty {}
+        impl<T> NcclBuffer<T> for $ty {}
     )*};
 }
 
 macro_rules! trusted_buffer_mut {
     ($($ty:ty),* $(,)?) => {$(
         impl<T> sealed::BufferMut<T> for $ty {
-            fn write_address<'a>(&'a mut self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
-                DevicePtrMut::device_ptr_mut(self, stream)
+            fn write_address<'a>(
+                &'a mut self,
+                stream: &'a CudaStream,
+                _held: Option<&Arc<CudaStream>>,
+            ) -> Result<(u64, SyncOnDrop<'a>)> {
+                Ok(DevicePtrMut::device_ptr_mut(self, stream))
             }
         }
         impl<T> KernelSliceMut<T> for $ty {}
+        impl<T> NcclBufferMut<T> for $ty {}
     )*};
 }
 
-trusted_buffer!(CudaSlice<T>, CudaView<'_, T>, CudaViewMut<'_, T>, DeviceBuffer<T>);
-trusted_buffer_mut!(CudaSlice<T>, CudaViewMut<'_, T>, DeviceBuffer<T>);
+trusted_buffer!(CudaSlice<T>, CudaView<'_, T>, CudaViewMut<'_, T>);
+trusted_buffer_mut!(CudaSlice<T>, CudaViewMut<'_, T>);
+
+/// weft's own buffer: `ncclMemAlloc` memory of its length, its uses tracked per stream (`resources::uses`).
+impl<T> sealed::Buffer<T> for DeviceBuffer<T> {
+    fn buffer_len(&self) -> usize {
+        DeviceSlice::len(self)
+    }
+    fn buffer_stream(&self) -> &Arc<CudaStream> {
+        DeviceSlice::stream(self)
+    }
+    fn read_address<'a>(
+        &'a self,
+        stream: &'a CudaStream,
+        held: Option<&Arc<CudaStream>>,
+    ) -> Result<(u64, SyncOnDrop<'a>)> {
+        Ok((self.device_address(), self.begin_use(stream, held, Access::Read)?))
+    }
+}
+
+impl<T> sealed::BufferMut<T> for DeviceBuffer<T> {
+    fn write_address<'a>(
+        &'a mut self,
+        stream: &'a CudaStream,
+        held: Option<&Arc<CudaStream>>,
+    ) -> Result<(u64, SyncOnDrop<'a>)> {
+        Ok((self.device_address(), self.begin_use(stream, held, Access::Write)?))
+    }
+}
+
+impl<T> KernelSlice<T> for DeviceBuffer<T> {}
+impl<T> NcclBuffer<T> for DeviceBuffer<T> {}
+impl<T> KernelSliceMut<T> for DeviceBuffer<T> {}
+impl<T> NcclBufferMut<T> for DeviceBuffer<T> {}
 
 impl<T: crate::Element, M: Mode> sealed::SymmetricWindow<T> for Window<'_, T, M> {
     fn window_arg(&self) -> Result<WindowArg> {
@@ -127,8 +216,16 @@ impl<T: crate::Element, M: Mode> sealed::SymmetricWindow<T> for Window<'_, T, M>
     fn cuda_device(&self) -> usize {
         self.communicator().cuda_device()
     }
-    fn note_launch(&self, stream: &Arc<CudaStream>) {
-        self.buffer().note_launch(stream);
+    fn begin_launch(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        // A kernel may store into its window's local part (`x.local()[i] = v`): a write.
+        drop(self.buffer().begin_use(stream, Some(stream), Access::Write)?);
+        Ok(())
+    }
+    fn claim_for_graph(&self, graph: &Arc<()>, replay: &Arc<CudaStream>) -> Result<()> {
+        self.buffer().claim_for_graph(graph, replay, Access::Write)
+    }
+    fn local_range(&self) -> (u64, usize) {
+        (self.buffer().device_address(), self.buffer().num_bytes())
     }
     fn lsa_team(&self) -> Result<Team> {
         self.communicator().team_lsa()

@@ -36,6 +36,71 @@ pub struct KernelArgs<'a> {
     uses: &'a Arc<CudaStream>,
     /// The count of operations of the capture this launch is recorded into, if it is.
     capture: Option<&'a crate::graph::CaptureLog>,
+    /// The device communicator pushed ([`DevComm::identity`]), and the one an LL all-to-all handle pushed belongs
+    /// to: a handle must come from the launch's own device communicator.
+    dev_identity: Option<usize>,
+    ll_a2a_owner: Option<usize>,
+    /// The device memory each argument reaches on this rank, to refuse a launch where one that may be written
+    /// overlaps another.
+    footprint: Footprint,
+}
+
+/// The byte ranges of a launch's buffer and window arguments, and whether the kernel may write each: in a fixed
+/// array (no allocation for kernels of up to [`Footprint::INLINE`] such arguments).
+#[derive(Debug, Clone)]
+struct Footprint {
+    inline: [Reach; Footprint::INLINE],
+    count: usize,
+    more: Vec<Reach>,
+    /// Whether an argument that may be written was pushed through a shared borrow (a window, or any buffer of a
+    /// recorded launch): only then can two arguments overlap harmfully, since `&mut` arguments are exclusive.
+    shared_write: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Reach {
+    start: u64,
+    end: u64,
+    write: bool,
+    parameter: &'static str,
+}
+
+impl Footprint {
+    const INLINE: usize = 8;
+
+    fn new() -> Footprint {
+        let empty = Reach { start: 0, end: 0, write: false, parameter: "" };
+        Footprint { inline: [empty; Footprint::INLINE], count: 0, more: Vec::new(), shared_write: false }
+    }
+
+    fn add(&mut self, parameter: &'static str, start: u64, bytes: usize, write: bool, shared: bool) {
+        self.shared_write |= write && shared;
+        if bytes == 0 {
+            return;
+        }
+        let reach = Reach { start, end: start.saturating_add(bytes as u64), write, parameter };
+        match self.inline.get_mut(self.count) {
+            Some(slot) => *slot = reach,
+            None => self.more.push(reach),
+        }
+        self.count += 1;
+    }
+
+    /// Two arguments of which one may be written that reach the same bytes.
+    fn overlap(&self) -> Option<(&'static str, &'static str)> {
+        if !self.shared_write {
+            return None;
+        }
+        let all: Vec<&Reach> = self.inline[..self.count.min(Footprint::INLINE)].iter().chain(&self.more).collect();
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                if (a.write || b.write) && a.start < b.end && b.start < a.end {
+                    return Some((a.parameter, b.parameter));
+                }
+            }
+        }
+        None
+    }
 }
 
 impl std::fmt::Debug for KernelArgs<'_> {
@@ -69,6 +134,9 @@ impl<'a> KernelArgs<'a> {
             ranks_on_gpu: 1,
             uses: stream,
             capture: None,
+            dev_identity: None,
+            ll_a2a_owner: None,
+            footprint: Footprint::new(),
         }
     }
 
@@ -87,9 +155,22 @@ impl<'a> KernelArgs<'a> {
         }
     }
 
-    /// The stream the kernel is launched on (when recording into a CUDA graph, the capturing stream).
-    pub fn stream(&self) -> &'a Arc<CudaStream> {
-        self.stream
+    /// Refuses a launch with `cfg` of this kernel, which opens `gemm_tiles`, unless its blocks and shared memory are
+    /// what the loop needs on the stream's GPU ([`super::check_gemm_tiles`]).
+    pub fn check_gemm_tiles(&self, cfg: &LaunchConfig) -> Result<()> {
+        super::check_gemm_tiles(self.kernel, cfg, self.stream)
+    }
+
+    /// Refuses an eager push into a launch recorded into a CUDA graph: its events and borrows would be the
+    /// capture's, not the replays' (a recorded launch pushes with the `push_graph_*` forms).
+    fn eager_only(&self, parameter: &'static str) -> Result<()> {
+        if self.capture.is_some() {
+            return Err(Error::invalid(
+                parameter,
+                format!("`{}` is recorded into a CUDA graph: its buffers are pushed as graph buffers", self.kernel),
+            ));
+        }
+        Ok(())
     }
 
     fn wrong_device(&self, parameter: &'static str, device: usize) -> Error {
@@ -118,6 +199,7 @@ impl<'a> KernelArgs<'a> {
             log.join_group_of(dev.communicator());
         }
         self.args.push_bytes(dev.kernel_arg_bytes()?, DevComm::<C, M>::KERNEL_ARG_ALIGN)?;
+        self.dev_identity = Some(dev.identity());
         dev.note_launch(self.uses);
         Ok(())
     }
@@ -127,8 +209,20 @@ impl<'a> KernelArgs<'a> {
         let arg = self.window_arg(parameter, window)?;
         self.alignment = self.alignment.and(arg.offset_bytes as u64);
         self.args.push(arg);
-        window.note_launch(self.uses);
+        // The kernel may store into the window's local part through a shared borrow.
+        let (start, bytes) = window.local_range();
+        self.footprint.add(parameter, start, bytes, true, true);
+        self.use_window(window)?;
         Ok(arg.len)
+    }
+
+    /// Orders the launch after the conflicting uses of `window`'s local buffer (eagerly), or claims it for the
+    /// graph's replays (recording).
+    fn use_window<T>(&self, window: &(impl super::buffers::sealed::SymmetricWindow<T> + ?Sized)) -> Result<()> {
+        match self.capture {
+            Some(capture) => window.claim_for_graph(capture.token(), self.uses),
+            None => window.begin_launch(self.stream),
+        }
     }
 
     /// `window`'s argument, where it lives on the stream's device and is still registered.
@@ -145,11 +239,13 @@ impl<'a> KernelArgs<'a> {
 
     /// A `&[T]` parameter; returns its length.
     pub fn push_slice<T>(&mut self, parameter: &'static str, buffer: &'a impl KernelSlice<T>) -> Result<usize> {
+        self.eager_only(parameter)?;
         super::check_same_context(buffer.buffer_stream(), self.stream)
             .map_err(|_| self.wrong_device(parameter, buffer.buffer_stream().context().ordinal()))?;
         let len = buffer.buffer_len();
-        let (ptr, guard) = buffer.read_address(self.stream);
+        let (ptr, guard) = buffer.read_address(self.stream, Some(self.stream))?;
         self.args.keep(guard);
+        self.footprint.add(parameter, ptr, len * std::mem::size_of::<T>(), false, true);
         self.push_slice_arg(SliceArg { ptr, len });
         Ok(len)
     }
@@ -160,31 +256,55 @@ impl<'a> KernelArgs<'a> {
         parameter: &'static str,
         buffer: &'a mut impl KernelSliceMut<T>,
     ) -> Result<usize> {
+        self.eager_only(parameter)?;
         super::check_same_context(buffer.buffer_stream(), self.stream)
             .map_err(|_| self.wrong_device(parameter, buffer.buffer_stream().context().ordinal()))?;
         let len = buffer.buffer_len();
-        let (ptr, guard) = buffer.write_address(self.stream);
+        let (ptr, guard) = buffer.write_address(self.stream, Some(self.stream))?;
         self.args.keep(guard);
+        self.footprint.add(parameter, ptr, len * std::mem::size_of::<T>(), true, false);
         self.push_slice_arg(SliceArg { ptr, len });
         Ok(len)
     }
 
-    /// A `&[T]` or `&mut [T]` parameter of a launch recorded into a CUDA graph (weft memory only: see
-    /// [`crate::graph::GraphBuffer`]); returns its length. No event is recorded: the graph's replays are noted on
-    /// the buffer instead.
+    /// A `&[T]` parameter of a launch recorded into a CUDA graph (weft memory only: see
+    /// [`crate::graph::GraphBuffer`]); returns its length. No event is recorded: the buffer is claimed for the
+    /// graph's replays instead.
     pub fn push_graph_buffer<T>(
         &mut self,
         parameter: &'static str,
         buffer: &'a impl crate::graph::GraphBuffer<T>,
     ) -> Result<usize> {
+        self.push_recorded(parameter, buffer, crate::resources::uses::Access::Read)
+    }
+
+    /// A `&mut [T]` parameter of a launch recorded into a CUDA graph: as [`push_graph_buffer`](Self::push_graph_buffer),
+    /// taken through a shared borrow (the host reads it between replays), so the launch is refused if another
+    /// argument reaches the same memory, and the buffer is claimed as written by the graph.
+    pub fn push_graph_buffer_mut<T>(
+        &mut self,
+        parameter: &'static str,
+        buffer: &'a impl crate::graph::GraphBuffer<T>,
+    ) -> Result<usize> {
+        self.push_recorded(parameter, buffer, crate::resources::uses::Access::Write)
+    }
+
+    fn push_recorded<T>(
+        &mut self,
+        parameter: &'static str,
+        buffer: &'a impl crate::graph::GraphBuffer<T>,
+        access: crate::resources::uses::Access,
+    ) -> Result<usize> {
         super::check_same_context(buffer.graph_stream(), self.stream)
             .map_err(|_| self.wrong_device(parameter, buffer.graph_stream().context().ordinal()))?;
-        if self.capture.is_none() {
+        let Some(capture) = self.capture else {
             return Err(Error::invalid(parameter, "a graph buffer is pushed only by a launch recorded into a graph"));
-        }
-        buffer.graph_note_use(self.uses);
-        let len = buffer.graph_len();
-        self.push_slice_arg(SliceArg { ptr: buffer.graph_address(), len });
+        };
+        buffer.graph_claim(capture.token(), self.uses, access == crate::resources::uses::Access::Write)?;
+        let (ptr, len) = (buffer.graph_address(), buffer.graph_len());
+        let write = access == crate::resources::uses::Access::Write;
+        self.footprint.add(parameter, ptr, len * std::mem::size_of::<T>(), write, true);
+        self.push_slice_arg(SliceArg { ptr, len });
         Ok(len)
     }
 
@@ -210,7 +330,7 @@ impl<'a> KernelArgs<'a> {
         parameter: &'static str,
         operand: &'a super::TmaOperand<'a, T>,
     ) -> Result<()> {
-        let address = if self.capture.is_some() {
+        let address = if let Some(capture) = self.capture {
             let Some(graph) = operand.graph_buffer() else {
                 return Err(Error::invalid(
                     parameter,
@@ -223,16 +343,18 @@ impl<'a> KernelArgs<'a> {
             };
             super::check_same_context(graph.graph_stream(), self.stream)
                 .map_err(|_| self.wrong_device(parameter, graph.graph_stream().context().ordinal()))?;
-            graph.graph_note_use(self.uses);
+            graph.graph_claim(capture.token(), self.uses, false)?;
             graph.graph_address()
         } else {
             let buffer = operand.buffer();
             super::check_same_context(buffer.buffer_stream(), self.stream)
                 .map_err(|_| self.wrong_device(parameter, buffer.buffer_stream().context().ordinal()))?;
-            let (ptr, guard) = buffer.read_address(self.stream);
+            let (ptr, guard) = buffer.read_address(self.stream, Some(self.stream))?;
             self.args.keep(guard);
             ptr
         };
+        let bytes = operand.matrix().elements_spanned() * std::mem::size_of::<T>();
+        self.footprint.add(parameter, address, bytes, false, true);
         let image = super::tma::kernel_image(operand.matrix(), address)?;
         self.args.push_bytes(&image, super::MAX_ARG_ALIGN)
     }
@@ -246,14 +368,33 @@ impl<'a> KernelArgs<'a> {
         // Still registered (close_all_resources releases windows): the addresses in the maps are its.
         self.window_arg(parameter, window)?;
         self.args.push_bytes(shards.kernel_image(), super::MAX_ARG_ALIGN)?;
-        window.note_launch(self.uses);
-        Ok(())
+        // TMA only reads the shards; this rank's is the window's local part.
+        let (start, bytes) = window.local_range();
+        self.footprint.add(parameter, start, bytes, false, true);
+        self.use_window(window)
     }
 
-    /// An `LlA2aHandle` parameter, by value.
-    pub fn push_ll_a2a_handle<T: Copy + 'static>(&mut self, parameter: &'static str, handle: T) {
+    /// An `LlA2aHandle` parameter: NCCL's handle, by value. The launch checks that it belongs to the device
+    /// communicator it is launched with (the handle names a buffer inside that communicator's resources).
+    pub fn push_ll_a2a_handle(&mut self, parameter: &'static str, handle: &crate::devcomm::LlA2aHandle<'_>) {
         let _ = parameter;
-        self.args.push(handle);
+        self.ll_a2a_owner = Some(handle.owner());
+        self.args.push(handle.kernel_arg());
+    }
+
+    /// Whether an LL all-to-all handle pushed came with the device communicator pushed.
+    fn check_ll_a2a(&self) -> Result<()> {
+        match self.ll_a2a_owner {
+            Some(owner) if self.dev_identity != Some(owner) => Err(Error::invalid(
+                "LlA2aHandle",
+                format!(
+                    "`{}` is launched with an LL all-to-all handle of another device communicator than its own: take \
+                     it from the launch's `dev.ll_a2a_handle()`",
+                    self.kernel
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Where each argument sits in the parameter buffer, in order.
@@ -295,6 +436,20 @@ impl<'a> KernelArgs<'a> {
         checks: BoundsChecks,
     ) -> Result<()> {
         cfg.validate()?;
+        self.check_ll_a2a()?;
+        if let Some((first, second)) = self.footprint.overlap() {
+            return Err(Error::invalid(
+                second,
+                format!(
+                    "`{}` would reach the same device memory through `{first}` and `{second}`, and may write it \
+                     through one of them while it reads or writes it through the other; pass separate buffers",
+                    self.kernel
+                ),
+            ));
+        }
+        if self.capture.is_none() {
+            crate::graph::refuse_foreign_capture(spec.name, self.stream)?;
+        }
         let function = crate::jit::function_in(self.stream.context(), spec, self.alignment, checks)?;
         self.check_params(spec, &function)?;
         if self.ranks_on_gpu > 1 {
@@ -421,5 +576,52 @@ pub fn length_check_failed(kernel: &'static str, rule: &str, values: &[(&str, u6
     Error::InvalidArgument {
         argument: "len",
         problem: format!("`{kernel}` requires `{rule}`, but {seen}: pass buffers of matching lengths"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Footprint;
+
+    #[test]
+    fn a_written_argument_may_not_overlap_another() {
+        // Eager: `&mut` arguments are exclusive by borrow, so slices alone are never compared.
+        let mut eager = Footprint::new();
+        eager.add("x", 0x1000, 64, false, true);
+        eager.add("out", 0x1000, 64, true, false);
+        assert_eq!(eager.overlap(), None);
+        // A window (written through a shared borrow) over the memory of a slice argument.
+        let mut window = Footprint::new();
+        window.add("x", 0x1000, 256, true, true);
+        window.add("y", 0x1040, 64, false, true);
+        assert_eq!(window.overlap(), Some(("x", "y")));
+        // A recorded launch: input and output the same buffer, both shared in the graph.
+        let mut recorded = Footprint::new();
+        recorded.add("input", 0x2000, 128, false, true);
+        recorded.add("bias", 0x3000, 128, false, true);
+        recorded.add("out", 0x2000, 128, true, true);
+        assert_eq!(recorded.overlap(), Some(("input", "out")));
+        // Adjacent ranges and read-only overlaps are fine; empty ones reach nothing.
+        let mut fine = Footprint::new();
+        fine.add("a", 0x2000, 128, true, true);
+        fine.add("b", 0x2080, 128, true, true);
+        fine.add("c", 0x2080, 64, false, true);
+        fine.add("d", 0x2000, 0, true, true);
+        assert_eq!(fine.overlap(), Some(("b", "c")), "only the written b overlaps c");
+        let mut reads = Footprint::new();
+        reads.add("a", 0x2000, 128, false, true);
+        reads.add("b", 0x2000, 128, false, true);
+        reads.add("w", 0x9000, 8, true, true);
+        assert_eq!(reads.overlap(), None);
+    }
+
+    #[test]
+    fn many_arguments_spill_past_the_inline_array() {
+        let mut many = Footprint::new();
+        for i in 0..Footprint::INLINE as u64 + 3 {
+            many.add("slice", 0x10_0000 + i * 0x100, 0x100, false, true);
+        }
+        many.add("window", 0x10_0000 + 9 * 0x100 + 8, 8, true, true);
+        assert_eq!(many.overlap(), Some(("slice", "window")));
     }
 }

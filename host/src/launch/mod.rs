@@ -16,11 +16,11 @@ use cudarc::driver::{result as driver, CudaFunction, DevicePtr, DevicePtrMut, Sy
 use crate::error::{Error, Result};
 
 pub mod bounds;
-mod buffers;
+pub(crate) mod buffers;
 mod kernel_args;
 mod params;
 mod tma;
-pub use buffers::{KernelSlice, KernelSliceMut, KernelWindow};
+pub use buffers::{KernelSlice, KernelSliceMut, KernelWindow, NcclBuffer, NcclBufferMut};
 pub use kernel_args::{check_block_of_256, length_check_failed, KernelArgs};
 pub use params::ParamSlot;
 pub use tma::{

@@ -364,7 +364,7 @@ impl<'a, T: TmaElement + crate::Element> TmaShards<'a, T> {
         ld: usize,
     ) -> Result<TmaShards<'a, T>> {
         let team = window.communicator().team_lsa()?;
-        let (peers, rank) = (usize::try_from(team.nranks).unwrap_or(0), usize::try_from(team.rank).unwrap_or(0));
+        let (peers, rank) = (usize::try_from(team.nranks()).unwrap_or(0), usize::try_from(team.rank()).unwrap_or(0));
         check_shards(peers, rank, shard_rows)?;
         let matrix = TmaMatrix::new(shard_rows, cols, ld, [128, 64])?;
         matrix.check_span(window.len())?;

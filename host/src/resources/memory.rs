@@ -3,9 +3,9 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use cudarc::driver::{
-    sys::CUdeviceptr, CudaEvent, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice, SyncOnDrop,
-};
+use cudarc::driver::{sys::CUdeviceptr, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice, SyncOnDrop};
+
+use super::uses::{Access, StreamUses};
 
 use crate::error::Error;
 use crate::result;
@@ -17,27 +17,26 @@ use crate::sys::Library;
 /// memory [`Communicator::window`](crate::Communicator::window) accepts. Its contents start undefined:
 /// fill it before reading it.
 ///
-/// Freed with `ncclMemFree` on drop, once its last use is done: every use through weft (a launch, a collective)
-/// or cudarc's `DevicePtr` traits records an event on the stream of that use, and the drop waits for that event
-/// and for the buffer's own stream. It never waits for the whole device: on a GPU shared by several ranks, a
-/// peer's kernel may be waiting for this rank (docs/multi-rank.md). Uses on several streams must be ordered
-/// among themselves (as NCCL requires of concurrent uses anyway): the event follows the last one enqueued.
+/// It may be used on any stream of its device, and keeps track of every one (`resources::uses`): a use on one
+/// stream waits, on the device, for the pending writes on the others (a write for every pending use), as cudarc's
+/// `CudaSlice` does for its last reader and writer; host copies wait for what they must follow; and the drop, which
+/// frees it with `ncclMemFree`, waits for every stream that used it, each to its last use. It never waits for the
+/// whole device: on a GPU shared by several ranks, a peer's kernel may be waiting for this rank
+/// (docs/multi-rank.md). While a live CUDA graph records it, asynchronous uses that conflict with the graph's must
+/// be on the graph's replay stream ([`crate::graph`]).
 pub struct DeviceBuffer<T> {
     ptr: CUdeviceptr,
     len: usize,
     stream: Arc<CudaStream>,
-    /// Recorded after each use through cudarc's `DevicePtr` traits (collectives, copies, slice arguments).
-    last_use: Option<CudaEvent>,
-    /// The streams weft launched kernels on that use the buffer (as a window).
-    launches: StreamsUsed,
+    uses: StreamUses,
     library: &'static Library,
     element: PhantomData<T>,
 }
 
-// SAFETY: the buffer is plain device memory addressed by an integer; it carries no thread-bound state,
+// SAFETY: the buffer is plain device memory addressed by an integer; its use tracking is behind a lock and atomics,
 // and access through `&self`/`&mut self` follows Rust's aliasing rules for the host-side handle.
 unsafe impl<T: Send> Send for DeviceBuffer<T> {}
-// SAFETY: shared references only read the pointer and length.
+// SAFETY: shared references read the pointer and length, and note uses through the lock and atomics.
 unsafe impl<T: Sync> Sync for DeviceBuffer<T> {}
 
 impl<T: DeviceRepr> DeviceBuffer<T> {
@@ -51,7 +50,6 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             .checked_mul(std::mem::size_of::<T>())
             .ok_or_else(|| Error::invalid("len", format!("{len} elements overflow the address space")))?;
         let library = crate::sys::library()?;
-        let last_use = Some(stream.context().new_event(None)?);
         stream.context().bind_to_thread()?;
         // SAFETY: the stream's context is current on this thread.
         let ptr = unsafe { result::mem_alloc(library, bytes) }?;
@@ -59,8 +57,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             ptr: ptr as CUdeviceptr,
             len,
             stream: stream.clone(),
-            last_use,
-            launches: StreamsUsed::default(),
+            uses: StreamUses::new(stream),
             library,
             element: PhantomData,
         })
@@ -86,11 +83,12 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if host.len() != self.len {
             return Err(Error::invalid("host", format!("holds {} elements, the buffer {}", host.len(), self.len)));
         }
+        crate::graph::refuse_foreign_capture("DeviceBuffer::copy_from_host", &self.stream)?;
         self.stream.context().bind_to_thread()?;
-        // The stream's earlier work first, without holding a driver lock (crate::cuda::settle).
-        crate::cuda::settle(&self.stream)?;
-        // SAFETY: both ranges hold `len` elements of T; the copy is synchronous on the buffer's stream,
-        // which orders it after earlier work on that stream.
+        // Every use on every stream first, without holding a driver lock (crate::cuda::settle).
+        self.uses.settle_for_host(Access::Write)?;
+        // SAFETY: both ranges hold `len` elements of T; every use of the buffer enqueued so far is done (settled
+        // above), and the copy is waited for below, before any later use can be enqueued.
         unsafe {
             cudarc::driver::result::memcpy_htod_async(self.ptr, host, self.stream.cu_stream())?;
         }
@@ -104,16 +102,21 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         T: Default + Clone,
     {
         let mut host = vec![T::default(); self.len];
+        crate::graph::refuse_foreign_capture("DeviceBuffer::copy_to_host", &self.stream)?;
         self.stream.context().bind_to_thread()?;
-        crate::cuda::settle(&self.stream)?;
-        // SAFETY: both ranges hold `len` elements of T; the stream is synchronized before `host` is read.
+        // The writes on every stream first, without holding a driver lock.
+        self.uses.settle_for_host(Access::Read)?;
+        // SAFETY: both ranges hold `len` elements of T; every write enqueued so far is done (settled above); the
+        // stream is synchronized before `host` is read.
         unsafe {
             cudarc::driver::result::memcpy_dtoh_async(&mut host, self.ptr, self.stream.cu_stream())?;
         }
         crate::cuda::settle(&self.stream)?;
         Ok(host)
     }
+}
 
+impl<T> DeviceBuffer<T> {
     /// The device address of the first element.
     pub fn device_address(&self) -> CUdeviceptr {
         self.ptr
@@ -133,35 +136,63 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     pub fn num_bytes(&self) -> usize {
         self.len * std::mem::size_of::<T>()
     }
-}
 
-impl<T> DeviceBuffer<T> {
-    /// A guard that, dropped after work using the buffer was enqueued on `stream`, records that work as the
-    /// buffer's last use (what its drop waits for). Work on the buffer's own stream needs no event: the drop waits
-    /// for that stream anyway (an event record is a driver call, ~0.3 µs, on every collective's path).
+    /// Orders a use on `stream` (`held`: the same stream as an `Arc`, when the caller has one) after the conflicting
+    /// uses on other streams and notes it; drop the guard once the use is enqueued. See [`StreamUses::begin`].
+    pub(crate) fn begin_use<'a>(
+        &'a self,
+        stream: &'a CudaStream,
+        held: Option<&Arc<CudaStream>>,
+        access: Access,
+    ) -> Result<SyncOnDrop<'a>, Error> {
+        self.uses.begin(stream, held, access)
+    }
+
+    /// Claims the buffer for the replays on `replay` of the graph alive while `graph` is ([`StreamUses::claim`]).
+    pub(crate) fn claim_for_graph(
+        &self,
+        graph: &Arc<()>,
+        replay: &Arc<CudaStream>,
+        access: Access,
+    ) -> Result<(), Error> {
+        self.uses.claim(graph, replay, access)
+    }
+
+    /// [`begin_use`](Self::begin_use) for a write on a borrowed stream, where no error can be returned: a failure is
+    /// logged, and the drop then leaks the memory (`Window::put_signal`).
     pub(crate) fn use_guard<'a>(&'a self, stream: &'a CudaStream) -> SyncOnDrop<'a> {
-        if stream.cu_stream() == self.stream.cu_stream() {
-            return SyncOnDrop::Record(None);
-        }
-        SyncOnDrop::record_event(&self.last_use, stream)
+        self.begin_use(stream, None, Access::Write).unwrap_or_else(|error| {
+            self.uses.lost_track(&error);
+            SyncOnDrop::Record(None)
+        })
     }
 
-    /// Records that a kernel using the buffer was launched on `stream` (what its drop waits for).
-    pub(crate) fn note_launch(&self, stream: &Arc<CudaStream>) {
-        self.launches.note(stream);
-    }
-
-    /// Waits for the buffer's last recorded use, the streams kernels using it were launched on, and its own stream:
-    /// after this, nothing this rank enqueued still touches it. Never waits for the whole device, and polls (holds no
-    /// driver lock while waiting: a peer rank of the process may need it to launch what these wait for). A stream a
-    /// wait already gave up on, its work still unfinished, fails at once ([`crate::cuda::settle_before_free`]).
+    /// Waits for every use on every stream: after this, nothing this rank enqueued still touches it. Never waits for
+    /// the whole device, and polls (holds no driver lock while waiting: a peer rank of the process may need it to
+    /// launch what these wait for). A stream a wait already gave up on, its work still unfinished, fails at once
+    /// ([`crate::cuda::settle_before_free`]), as does a buffer one of whose uses could not be tracked.
     pub(crate) fn wait_for_uses(&self) -> Result<(), Error> {
-        if let Some(event) = &self.last_use {
-            crate::cuda::settle_event(event, crate::cuda::SETTLE_TIMEOUT)?;
-        }
-        self.launches.wait()?;
-        crate::cuda::settle_before_free(&self.stream)?;
-        Ok(())
+        self.uses.settle_before_free()
+    }
+
+    /// The device address for a read on `stream`, noting the use (the drop waits for it) but not ordering it after
+    /// pending writes on other streams: for work the caller orders itself, like a GEMM on one stream that waits for
+    /// device flags ([`DeviceBuffer::stream_wait_at_least`]) which a kernel on another stream raises as each part of
+    /// the buffer is written. Record the use by dropping the guard once the work is enqueued.
+    ///
+    /// The read is noted for the drop only: later writes on other streams and host copies do not wait for it.
+    ///
+    /// # Safety
+    /// The work enqueued on `stream` with this address only reads the buffer, and reads each element only after
+    /// every write of it enqueued so far on other streams has completed (by a stream wait on flags raised after those
+    /// writes, an event, or the host having waited); and every write of the buffer enqueued later, on another stream
+    /// or by the host, waits for that work first (an event, or a host wait).
+    pub unsafe fn device_ptr_unordered<'a>(&'a self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        let guard = self.uses.note_unordered(stream, None).unwrap_or_else(|error| {
+            self.uses.lost_track(&error);
+            SyncOnDrop::Record(None)
+        });
+        (self.ptr, guard)
     }
 }
 
@@ -201,11 +232,13 @@ impl DeviceBuffer<u32> {
                 ),
             ));
         }
+        crate::graph::refuse_foreign_capture("DeviceBuffer::stream_wait_at_least", stream)?;
         if crate::cuda::stream_wait_before_peers(stream.context().ordinal()) {
             warn_stream_wait_before_peers();
         }
-        // The drop waits for `stream` from now on: the wait reads the flag until it is satisfied.
-        self.note_launch(stream);
+        // The drop waits for `stream` from now on: the wait reads the flag until it is satisfied. Not ordered after
+        // the flags' pending writes: those are what it waits for, raised while the writer runs.
+        drop(self.uses.note_unordered(stream, Some(stream))?);
         stream.context().bind_to_thread()?;
         let address = self.ptr + (index * std::mem::size_of::<u32>()) as CUdeviceptr;
         // SAFETY: `address` is flag `index` of this live allocation (checked above), 4-byte aligned; the buffer
@@ -233,10 +266,15 @@ impl<T> DeviceSlice<T> for DeviceBuffer<T> {
     }
 }
 
+/// cudarc's traits (its copies, cuBLAS): ordered like weft's own uses. They cannot return an error: a use that could
+/// not be tracked is logged and makes the drop leak the memory (never free it under that use).
 impl<T> DevicePtr<T> for DeviceBuffer<T> {
     fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
-        // Work on other streams is ordered by the caller (as with raw NCCL); the guard records this use.
-        (self.ptr, self.use_guard(stream))
+        let guard = self.begin_use(stream, None, Access::Read).unwrap_or_else(|error| {
+            self.uses.lost_track(&error);
+            SyncOnDrop::Record(None)
+        });
+        (self.ptr, guard)
     }
 }
 
@@ -255,7 +293,7 @@ impl<T> Drop for DeviceBuffer<T> {
         }
         let _ = self.stream.context().bind_to_thread();
         // SAFETY: `ptr` came from ncclMemAlloc of this library, windows over it borrow the buffer (so they are
-        // gone), and the work this rank enqueued on it is done.
+        // gone), and the work this rank enqueued on it, on every stream, is done (waited for above).
         if let Err(error) = unsafe { result::mem_free(self.library, self.ptr as *mut core::ffi::c_void) } {
             tracing::error!(%error, "ncclMemFree failed");
         }

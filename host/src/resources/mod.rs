@@ -16,6 +16,7 @@ use crate::sys::{self, ncclComm_t, Library};
 
 mod memory;
 mod redop;
+pub(crate) mod uses;
 mod window;
 
 pub use memory::DeviceBuffer;

@@ -1,6 +1,6 @@
 //! Buffer registrations (`ncclCommRegister`) and symmetric windows (`ncclCommWindowRegister`).
 
-use cudarc::driver::{CudaStream, DevicePtr, DeviceRepr};
+use cudarc::driver::{CudaStream, DeviceRepr};
 
 use crate::comm::{Active, Communicator, Mode, Pending, Resolve};
 use crate::datatype::Element;
@@ -20,15 +20,19 @@ pub struct Registration<'a, M: Mode = crate::Blocking> {
 impl<M: Mode> Communicator<Active, M> {
     /// Registers `buffer` with NCCL for zero-copy collectives. The registration borrows the buffer, so the
     /// buffer outlives it.
-    pub fn register<'a, T>(&'a self, buffer: &'a impl DevicePtr<T>) -> Result<Registration<'a, M>, Error> {
-        let stream = buffer.stream().clone();
+    pub fn register<'a, T>(
+        &'a self,
+        buffer: &'a impl crate::launch::NcclBuffer<T>,
+    ) -> Result<Registration<'a, M>, Error> {
+        let stream = buffer.buffer_stream().clone();
         if stream.context().ordinal() != self.cuda_device() {
             return Err(Error::invalid("buffer", "lives on another device than this rank"));
         }
-        let (ptr, _guard) = buffer.device_ptr(&stream);
-        // SAFETY: our live, active communicator; the buffer is device memory of this rank and is borrowed
-        // for the registration's whole life.
-        let handle = unsafe { result::comm_register(self.library(), self.raw(), ptr as _, buffer.num_bytes()) }?;
+        let (ptr, _guard) = buffer.read_address(&stream, None)?;
+        let bytes = buffer.buffer_len() * std::mem::size_of::<T>();
+        // SAFETY: our live, active communicator; the buffer is device memory of this rank whose address and length
+        // weft vouches for (a sealed buffer type), borrowed for the registration's whole life.
+        let handle = unsafe { result::comm_register(self.library(), self.raw(), ptr as _, bytes) }?;
         Ok(Registration { comm: self, id: self.register_resource(Native::Registration(handle)) })
     }
 
@@ -321,6 +325,9 @@ impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
         signal_index: u32,
         stream: &CudaStream,
     ) -> Result<(), Error> {
+        // NCCL would enqueue it only at a group's end, or into a graph nothing borrows the windows for.
+        crate::collectives::refuse_in_group("Window::put_signal")?;
+        crate::graph::refuse_foreign_capture("Window::put_signal", stream)?;
         let raw = self.raw()?;
         source.raw()?;
         if !std::ptr::eq(source.comm, self.comm) {

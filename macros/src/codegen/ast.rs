@@ -45,8 +45,8 @@ pub(crate) enum ParamKind {
     Slice { elem: Type, mutable: bool },
     /// A scalar (or element type parameter) by value.
     Scalar { rust: Type },
-    /// `LlA2aHandle`, pushed as its `#[repr(C)]` bytes.
-    LlA2aHandle { rust: Type },
+    /// `LlA2aHandle`: the launcher takes the host's handle (made by the device communicator) and pushes NCCL's bytes.
+    LlA2aHandle,
     /// `TmaMatrix<T>` (`sharded: false`): a tensor map and the matrix's shape, by value (a `__grid_constant__`
     /// parameter); `TmaShards<T>` (`sharded: true`): one map per LSA rank, the same way.
     TmaMatrix { elem: Type, sharded: bool },
@@ -502,7 +502,7 @@ fn classify(ty: &Type, generics: &GenericNames, caps: &[CapParam], cx: &Ctxt) ->
                 return ParamKind::Scalar { rust: ty.clone() };
             }
             if name == "LlA2aHandle" {
-                return ParamKind::LlA2aHandle { rust: ty.clone() };
+                return ParamKind::LlA2aHandle;
             }
             if name == "TmaMatrix" || name == "TmaShards" {
                 if let syn::PathArguments::AngleBracketed(a) = &last.arguments {

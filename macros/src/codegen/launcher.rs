@@ -43,6 +43,9 @@ pub(crate) mod host {
     pub(super) fn tma_shards() -> TokenStream {
         quote!(::weft::host::launch::TmaShards)
     }
+    pub(super) fn ll_a2a_handle() -> TokenStream {
+        quote!(::weft::host::devcomm::LlA2aHandle)
+    }
     pub(super) fn kernel_slice() -> TokenStream {
         quote!(::weft::host::launch::KernelSlice)
     }
@@ -235,7 +238,10 @@ pub(crate) fn launch(
                 }
                 let buffer = host::graph_buffer();
                 record_params.push(quote!(#ident: &#graph impl #buffer<#elem>));
-                record_pushes.push(quote!(let #len: usize = __weft_args.push_graph_buffer(#name, #ident)?;));
+                // Shared in the graph (the host reads outputs between replays): a written one is pushed as such, so
+                // that the recording refuses another argument over the same memory.
+                let push = if *mutable { quote!(push_graph_buffer_mut) } else { quote!(push_graph_buffer) };
+                record_pushes.push(quote!(let #len: usize = __weft_args.#push(#name, #ident)?;));
             }
             ParamKind::Scalar { rust } => {
                 params.push(quote!(#ident: #rust));
@@ -243,9 +249,12 @@ pub(crate) fn launch(
                 pushes.push(quote!(__weft_args.push_scalar(#name, #ident);));
                 record_pushes.push(quote!(__weft_args.push_scalar(#name, #ident);));
             }
-            ParamKind::LlA2aHandle { rust } => {
-                params.push(quote!(#ident: #rust));
-                record_params.push(quote!(#ident: #rust));
+            ParamKind::LlA2aHandle => {
+                // The host's handle, which only the device communicator makes (the kernel's `LlA2aHandle` type is
+                // the device vocabulary's, for rustc to check the body against).
+                let handle = host::ll_a2a_handle();
+                params.push(quote!(#ident: &#handle<'_>));
+                record_params.push(quote!(#ident: &#handle<'_>));
                 pushes.push(quote!(__weft_args.push_ll_a2a_handle(#name, #ident);));
                 record_pushes.push(quote!(__weft_args.push_ll_a2a_handle(#name, #ident);));
             }
@@ -312,7 +321,7 @@ pub(crate) fn launch(
             #(#checks)*
             let mut __weft_args = #start;
             if __WEFT_USAGE[1] & #GEMM_TILES_BIT != 0 {
-                ::weft::host::launch::check_gemm_tiles(NAME, &#cfg, __weft_args.stream())?;
+                __weft_args.check_gemm_tiles(&#cfg)?;
             }
             #(#pushes)*
             #declared

@@ -74,6 +74,17 @@ fn launcher_names_avoid_the_kernels_parameters() {
 }
 
 #[test]
+fn an_ll_a2a_handle_parameter_takes_the_hosts_handle() {
+    // Not the vocabulary's struct (public fields, any value): the host's, which only the device communicator makes.
+    let out = squeeze(expand_kernel(
+        quote!(),
+        quote! { fn k(dev: &DevComm<Lsa>, h: LlA2aHandle, out: &mut [f32]) { let a = dev.ll_a2a(Warp, h, 0, 4); out[0] = a.recv(0); } },
+    ));
+    assert_has(&out, "h: &::weft::host::devcomm::LlA2aHandle<'_>,");
+    assert_has(&out, r#"__weft_args.push_ll_a2a_handle("h", h);"#);
+}
+
+#[test]
 fn capability_generic_communicator_keeps_its_parameter() {
     let out = squeeze(expand_kernel(quote!(), quote! { fn k<C: HasLsa + HasGin>(dev: &DevComm<C>) {} }));
     assert_has(&out, r#"C: ::weft::device::caps::HasLsa + ::weft::device::caps::HasGin"#);
@@ -132,11 +143,13 @@ fn launch_checks_proven_bounds_and_launch_unchecked_does_not() {
     let (unchecked, record) = unchecked.split_at(unchecked.find("pubfnrecord").expect("record"));
     assert!(!unchecked.contains("require_index"), "{unchecked}");
     assert_has(unchecked, "unsafe{__weft_args.launch(&__weft_spec,cfg,::weft::host::jit::BoundsChecks::Off)}");
-    // `record` (into a CUDA graph) borrows everything for the graph's life, takes weft buffers for both slices,
-    // and makes `launch`'s checks.
+    // `record` (into a CUDA graph) borrows everything for the graph's life, takes weft buffers for both slices (the
+    // `&mut [T]` one pushed as an output, so an overlap with another argument is refused), and makes `launch`'s
+    // checks.
     assert_has(record, "pubfnrecord<'__weft_graph>(capture:&mut::weft::host::graph::Capture<'__weft_graph>,cfg:::weft::host::LaunchConfig,x:&'__weft_graphimpl::weft::host::graph::GraphBuffer<f32>,out:&'__weft_graphimpl::weft::host::graph::GraphBuffer<f32>,n:usize)");
     assert_has(record, r#"::weft::host::launch::KernelArgs::for_capture(NAME,&["x","out","n"],capture)"#);
-    assert_has(record, r#"__weft_args.push_graph_buffer("out",out)?;"#);
+    assert_has(record, r#"__weft_args.push_graph_buffer("x",x)?;"#);
+    assert_has(record, r#"__weft_args.push_graph_buffer_mut("out",out)?;"#);
     assert!(record.contains("require_index"), "{record}");
     assert_has(record, "unsafe{__weft_args.launch(&__weft_spec,cfg,__WEFT_CHECKED_FORM)}");
 }
