@@ -58,13 +58,24 @@ pub(crate) struct CaptureLog {
     recorded: std::cell::Cell<usize>,
     /// The group of ranks of this process sharing the GPU with a recorded communicator (its `LocalGroup`), if any.
     group: std::cell::RefCell<Option<Arc<crate::placement::LocalGroup>>>,
+    /// One per communicator recorded: a replay refuses once one released its resources (`close_all_resources`).
+    closes: std::cell::RefCell<Vec<crate::resources::CloseWatch>>,
 }
 
 impl CaptureLog {
     /// Counts one recorded collective of `comm`.
-    pub(crate) fn note<S: crate::comm::State, M: crate::comm::Mode>(&self, comm: &Communicator<S, M>) {
+    pub(crate) fn note<M: crate::comm::Mode>(&self, comm: &Communicator<Active, M>) {
         self.note_plain();
         self.join_group_of(comm);
+        self.watch(comm.close_watch());
+    }
+
+    /// Notes that what is recorded uses resources of the communicator `watch` watches.
+    pub(crate) fn watch(&self, watch: crate::resources::CloseWatch) {
+        let mut closes = self.closes.borrow_mut();
+        if !closes.iter().any(|known| known.same_registry(&watch)) {
+            closes.push(watch);
+        }
     }
 
     /// Notes that what is recorded runs `comm`'s work (a kernel taking its device communicator).
@@ -90,6 +101,8 @@ pub struct Graph<'g> {
     replayed: CudaEvent,
     replays: u64,
     recorded: usize,
+    /// The recorded communicators' resource registries, checked before each replay.
+    closes: Vec<crate::resources::CloseWatch>,
     borrows: PhantomData<fn(&'g ()) -> &'g ()>,
 }
 
@@ -253,11 +266,16 @@ impl<'g> Graph<'g> {
         if let Some(group) = capture.log.group.take() {
             group.line_up("CUDA graph instantiation", crate::placement::LINE_UP_TIMEOUT)?;
         }
-        Ok(Graph { graph, stream: stream.clone(), replayed, replays: 0, recorded, borrows: PhantomData })
+        let closes = capture.log.closes.take();
+        Ok(Graph { graph, stream: stream.clone(), replayed, replays: 0, recorded, closes, borrows: PhantomData })
     }
 
-    /// Enqueues one replay of the whole graph on its stream (asynchronous, like a launch).
+    /// Enqueues one replay of the whole graph on its stream (asynchronous, like a launch). Refused once
+    /// `close_all_resources` released resources of a communicator the graph was recorded on.
     pub fn replay(&mut self) -> Result<(), Error> {
+        for watch in &self.closes {
+            watch.check()?;
+        }
         self.stream.context().bind_to_thread()?;
         // SAFETY: the executable graph is live (owned by `self.graph`); everything it touches is borrowed for
         // `'g`, which `self` does not outlive, and the drop waits for this replay before those borrows end.

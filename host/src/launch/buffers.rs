@@ -8,7 +8,9 @@
 //!
 //! - cudarc's [`CudaSlice`], [`CudaView`] and [`CudaViewMut`] (allocated by cudarc, or cut from such an allocation
 //!   by its bounds-checked `slice`; every way to make one from a raw address is `unsafe`);
-//! - weft's [`DeviceBuffer`] (allocated by `ncclMemAlloc`) for slices, and weft's [`Window`] for windows.
+//! - weft's [`DeviceBuffer`] (allocated by `ncclMemAlloc`) and the views of registered memory ([`Registered`],
+//!   [`RegisteredMut`]: a window's or registration's elements, cut by bounds-checked `slice`) for slices, and weft's
+//!   [`Window`] for windows.
 
 use std::sync::Arc;
 
@@ -18,7 +20,7 @@ use super::WindowArg;
 use crate::comm::Mode;
 use crate::devcomm::Team;
 use crate::error::Result;
-use crate::resources::{DeviceBuffer, Window};
+use crate::resources::{CloseWatch, DeviceBuffer, Registered, RegisteredMut, Window};
 
 pub(crate) mod sealed {
     use super::*;
@@ -51,30 +53,36 @@ pub(crate) mod sealed {
         fn note_launch(&self, stream: &Arc<CudaStream>);
         /// The LSA team of the window's communicator (its size bounds `window.lsa(peer)`).
         fn lsa_team(&self) -> Result<Team>;
+        /// The NCCL communicator the window is registered on: a launch's windows and device communicator share one.
+        fn communicator_handle(&self) -> usize;
+        /// What a CUDA graph recording a kernel over the window keeps, to refuse replays once the window's
+        /// communicator released its resources.
+        fn close_watch(&self) -> CloseWatch;
     }
 }
 
 /// A buffer a kernel reads through a `&[T]` parameter: cudarc's `CudaSlice<T>`, `CudaView<'_, T>`,
-/// `CudaViewMut<'_, T>`, or weft's `DeviceBuffer<T>`.
+/// `CudaViewMut<'_, T>`, weft's `DeviceBuffer<T>`, or a view of a window's or registration's elements
+/// (`Registered<'_, T>`, `RegisteredMut<'_, T>`).
 ///
 /// Sealed: a launch trusts the address and length it reports (module docs).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not device memory a weft kernel can read as `&[{T}]`",
     label = "a `&[{T}]` kernel parameter takes a buffer of `{T}`s",
-    note = "pass a cudarc `CudaSlice<{T}>`, `CudaView<'_, {T}>` or `CudaViewMut<'_, {T}>`, or a weft \
-            `DeviceBuffer<{T}>` (the element types must match)"
+    note = "pass a cudarc `CudaSlice<{T}>`, `CudaView<'_, {T}>` or `CudaViewMut<'_, {T}>`, a weft \
+            `DeviceBuffer<{T}>`, or a window's `view()` / `buffer_mut()` (the element types must match)"
 )]
 pub trait KernelSlice<T>: sealed::Buffer<T> {}
 
-/// A buffer a kernel writes through a `&mut [T]` parameter: cudarc's `CudaSlice<T>`, `CudaViewMut<'_, T>`, or
-/// weft's `DeviceBuffer<T>`.
+/// A buffer a kernel writes through a `&mut [T]` parameter: cudarc's `CudaSlice<T>`, `CudaViewMut<'_, T>`,
+/// weft's `DeviceBuffer<T>`, or a writable view of a window's or registration's elements (`RegisteredMut<'_, T>`).
 ///
 /// Sealed: a launch trusts the address and length it reports (module docs).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not device memory a weft kernel can write as `&mut [{T}]`",
     label = "a `&mut [{T}]` kernel parameter takes a writable buffer of `{T}`s",
-    note = "pass a cudarc `CudaSlice<{T}>` or `CudaViewMut<'_, {T}>`, or a weft `DeviceBuffer<{T}>` (the element \
-            types must match)"
+    note = "pass a cudarc `CudaSlice<{T}>` or `CudaViewMut<'_, {T}>`, a weft `DeviceBuffer<{T}>`, or a window's \
+            `buffer_mut()` (the element types must match)"
 )]
 pub trait KernelSliceMut<T>: sealed::BufferMut<T> {}
 
@@ -120,6 +128,34 @@ macro_rules! trusted_buffer_mut {
 trusted_buffer!(CudaSlice<T>, CudaView<'_, T>, CudaViewMut<'_, T>, DeviceBuffer<T>);
 trusted_buffer_mut!(CudaSlice<T>, CudaViewMut<'_, T>, DeviceBuffer<T>);
 
+/// The views of registered memory: their `DevicePtr` impls report the view's part of the owner's buffer, which a view
+/// never outgrows (`slice` checks), and record the use on that buffer.
+macro_rules! trusted_view {
+    ($($ty:ident),* $(,)?) => {$(
+        impl<T: cudarc::driver::DeviceRepr> sealed::Buffer<T> for $ty<'_, T> {
+            fn buffer_len(&self) -> usize {
+                DeviceSlice::len(self)
+            }
+            fn buffer_stream(&self) -> &Arc<CudaStream> {
+                DeviceSlice::stream(self)
+            }
+            fn read_address<'a>(&'a self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
+                DevicePtr::device_ptr(self, stream)
+            }
+        }
+        impl<T: cudarc::driver::DeviceRepr> KernelSlice<T> for $ty<'_, T> {}
+    )*};
+}
+
+trusted_view!(Registered, RegisteredMut);
+
+impl<T: cudarc::driver::DeviceRepr> sealed::BufferMut<T> for RegisteredMut<'_, T> {
+    fn write_address<'a>(&'a mut self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
+        DevicePtrMut::device_ptr_mut(self, stream)
+    }
+}
+impl<T: cudarc::driver::DeviceRepr> KernelSliceMut<T> for RegisteredMut<'_, T> {}
+
 impl<T: crate::Element, M: Mode> sealed::SymmetricWindow<T> for Window<'_, T, M> {
     fn window_arg(&self) -> Result<WindowArg> {
         self.kernel_arg()
@@ -132,6 +168,12 @@ impl<T: crate::Element, M: Mode> sealed::SymmetricWindow<T> for Window<'_, T, M>
     }
     fn lsa_team(&self) -> Result<Team> {
         self.communicator().team_lsa()
+    }
+    fn communicator_handle(&self) -> usize {
+        Window::communicator_handle(self)
+    }
+    fn close_watch(&self) -> CloseWatch {
+        Window::close_watch(self)
     }
 }
 

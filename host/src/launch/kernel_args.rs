@@ -36,6 +36,30 @@ pub struct KernelArgs<'a> {
     uses: &'a Arc<CudaStream>,
     /// The count of operations of the capture this launch is recorded into, if it is.
     capture: Option<&'a crate::graph::CaptureLog>,
+    /// The NCCL communicator of the first device communicator or window pushed: every other one must be of the
+    /// same ([`Error::MixedCommunicators`]).
+    communicator: OneCommunicator,
+}
+
+/// The NCCL communicator a launch's device communicator and windows belong to: the first one pushed sets it, with
+/// its parameter's name.
+#[derive(Debug, Default, Clone, Copy)]
+struct OneCommunicator(Option<(usize, &'static str)>);
+
+impl OneCommunicator {
+    /// Requires `parameter`'s communicator, `handle`, to be the launch's: a kernel indexes every window's peers by the
+    /// device communicator's teams (by the first window's LSA team without one), which mean other ranks, or more of
+    /// them, in another communicator — a split or shrunk child and its parent included.
+    fn require(&mut self, kernel: &'static str, parameter: &'static str, handle: usize) -> Result<()> {
+        match self.0 {
+            None => {
+                self.0 = Some((handle, parameter));
+                Ok(())
+            }
+            Some((first_handle, _)) if first_handle == handle => Ok(()),
+            Some((_, first)) => Err(Error::MixedCommunicators { kernel, parameter, first }),
+        }
+    }
 }
 
 impl std::fmt::Debug for KernelArgs<'_> {
@@ -69,6 +93,7 @@ impl<'a> KernelArgs<'a> {
             ranks_on_gpu: 1,
             uses: stream,
             capture: None,
+            communicator: OneCommunicator::default(),
         }
     }
 
@@ -104,6 +129,12 @@ impl<'a> KernelArgs<'a> {
         )
     }
 
+    /// Requires the device communicator or window `parameter` to belong to NCCL communicator `handle`, the one of
+    /// the first pushed ([`OneCommunicator::require`]).
+    fn same_communicator(&mut self, parameter: &'static str, handle: usize) -> Result<()> {
+        self.communicator.require(self.kernel, parameter, handle)
+    }
+
     /// A `&DevComm<C>` parameter: NCCL's `ncclDevComm` bytes.
     pub fn push_dev_comm<C: CapabilitySet, M: Mode>(
         &mut self,
@@ -113,9 +144,11 @@ impl<'a> KernelArgs<'a> {
         if dev.cuda_device() != self.stream.context().ordinal() {
             return Err(self.wrong_device(parameter, dev.cuda_device()));
         }
+        self.same_communicator(parameter, dev.communicator_handle())?;
         self.ranks_on_gpu = self.ranks_on_gpu.max(dev.communicator().ranks_on_gpu());
         if let Some(log) = self.capture {
             log.join_group_of(dev.communicator());
+            log.watch(dev.communicator().close_watch());
         }
         self.args.push_bytes(dev.kernel_arg_bytes()?, DevComm::<C, M>::KERNEL_ARG_ALIGN)?;
         dev.note_launch(self.uses);
@@ -125,6 +158,10 @@ impl<'a> KernelArgs<'a> {
     /// A `&Window<T>` parameter; returns the window's length (for the bounds checks).
     pub fn push_window<T>(&mut self, parameter: &'static str, window: &'a impl KernelWindow<T>) -> Result<usize> {
         let arg = self.window_arg(parameter, window)?;
+        self.same_communicator(parameter, window.communicator_handle())?;
+        if let Some(log) = self.capture {
+            log.watch(window.close_watch());
+        }
         self.alignment = self.alignment.and(arg.offset_bytes as u64);
         self.args.push(arg);
         window.note_launch(self.uses);
@@ -245,6 +282,10 @@ impl<'a> KernelArgs<'a> {
         let window = shards.window();
         // Still registered (close_all_resources releases windows): the addresses in the maps are its.
         self.window_arg(parameter, window)?;
+        self.same_communicator(parameter, window.communicator_handle())?;
+        if let Some(log) = self.capture {
+            log.watch(window.close_watch());
+        }
         self.args.push_bytes(shards.kernel_image(), super::MAX_ARG_ALIGN)?;
         window.note_launch(self.uses);
         Ok(())
@@ -421,5 +462,29 @@ pub fn length_check_failed(kernel: &'static str, rule: &str, values: &[(&str, u6
     Error::InvalidArgument {
         argument: "len",
         problem: format!("`{kernel}` requires `{rule}`, but {seen}: pass buffers of matching lengths"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_launch_takes_the_device_communicator_and_windows_of_one_communicator() {
+        let (parent, child) = (0x1000, 0x2000);
+        let mut launch = OneCommunicator::default();
+        launch.require("k", "dev", parent).unwrap();
+        launch.require("k", "x", parent).unwrap();
+        launch.require("k", "y", parent).unwrap();
+        // A window of a split child next to the parent's device communicator, and the other way round.
+        match launch.require("k", "z", child) {
+            Err(Error::MixedCommunicators { kernel: "k", parameter: "z", first: "dev" }) => {}
+            other => panic!("a window of another communicator was accepted: {other:?}"),
+        }
+        let mut windows_only = OneCommunicator::default();
+        windows_only.require("k", "x", child).unwrap();
+        let refused = windows_only.require("k", "y", parent).unwrap_err().to_string();
+        assert!(refused.contains("`y` belongs to another NCCL communicator than `x`"), "{refused}");
+        assert!(refused.contains("create them on the same one"), "{refused}");
     }
 }
