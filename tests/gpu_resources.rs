@@ -1,5 +1,6 @@
 //! GPU tests of the guards on registered resources (docs/host.md, "Resources"): `close_all_resources` never frees
-//! what a running kernel or a CUDA graph uses, and launches and replays refuse released resources afterwards; a
+//! what a running kernel or a CUDA graph uses, and launches and replays refuse released resources afterwards (and a
+//! graph keeps its kernels' modules loaded); a
 //! launch takes the device communicator and windows of one communicator only; every rank refuses a window whose
 //! parts differ in size. The tests named `…_on_every_rank` run every rank of the placement (`WEFT_RANKS`, else one
 //! per visible GPU). Run on a GPU machine with `--include-ignored`.
@@ -88,6 +89,25 @@ fn close_all_resources_waits_for_running_kernels_then_refuses_launches_and_repla
     assert!(comm.close_all_resources().is_empty(), "idempotent");
     drop(graph);
     drop((window, dev, recorded_done));
+    comm.finalize().unwrap().destroy().unwrap();
+}
+
+/// A graph keeps the modules of the kernels it recorded loaded: clearing the kernel registry (which unloads modules
+/// nothing else holds) leaves its replays working.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_graph_keeps_its_kernels_loaded_when_the_kernel_registry_is_cleared() {
+    let comm = one_rank();
+    let s = stream(&comm);
+    let n = 4096;
+    let out = DeviceBuffer::from_host(&s, &vec![0.0f32; n]).unwrap();
+    let mut graph =
+        Graph::capture(&s, |c| kernels::bounded_fill::record(c, LaunchConfig::linear(8, 128), &out, 3.0, n)).unwrap();
+    weft::host::jit::KernelRegistry::global().clear();
+    graph.replay().unwrap();
+    assert!(graph.read(&out).unwrap().iter().all(|&v| v == 3.0), "the replay ran the recorded kernel");
+    drop(graph);
+    drop(out);
     comm.finalize().unwrap().destroy().unwrap();
 }
 

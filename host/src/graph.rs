@@ -60,6 +60,9 @@ pub(crate) struct CaptureLog {
     group: std::cell::RefCell<Option<Arc<crate::placement::LocalGroup>>>,
     /// One per communicator recorded: a replay refuses once one released its resources (`close_all_resources`).
     closes: std::cell::RefCell<Vec<crate::resources::CloseWatch>>,
+    /// The kernels recorded: each holds its module loaded, which `KernelRegistry::clear` would otherwise unload
+    /// under the graph.
+    functions: std::cell::RefCell<Vec<cudarc::driver::CudaFunction>>,
 }
 
 impl CaptureLog {
@@ -85,6 +88,11 @@ impl CaptureLog {
         }
     }
 
+    /// Keeps the module of a recorded kernel loaded for the graph's life.
+    pub(crate) fn keep_function(&self, function: &cudarc::driver::CudaFunction) {
+        self.functions.borrow_mut().push(function.clone());
+    }
+
     /// Counts one recorded operation.
     pub(crate) fn note_plain(&self) {
         self.recorded.set(self.recorded.get() + 1);
@@ -103,6 +111,8 @@ pub struct Graph<'g> {
     recorded: usize,
     /// The recorded communicators' resource registries, checked before each replay.
     closes: Vec<crate::resources::CloseWatch>,
+    /// The recorded kernels, whose modules stay loaded until the executable graph (dropped first) is gone.
+    _functions: Vec<cudarc::driver::CudaFunction>,
     borrows: PhantomData<fn(&'g ()) -> &'g ()>,
 }
 
@@ -266,8 +276,17 @@ impl<'g> Graph<'g> {
         if let Some(group) = capture.log.group.take() {
             group.line_up("CUDA graph instantiation", crate::placement::LINE_UP_TIMEOUT)?;
         }
-        let closes = capture.log.closes.take();
-        Ok(Graph { graph, stream: stream.clone(), replayed, replays: 0, recorded, closes, borrows: PhantomData })
+        let (closes, _functions) = (capture.log.closes.take(), capture.log.functions.take());
+        Ok(Graph {
+            graph,
+            stream: stream.clone(),
+            replayed,
+            replays: 0,
+            recorded,
+            closes,
+            _functions,
+            borrows: PhantomData,
+        })
     }
 
     /// Enqueues one replay of the whole graph on its stream (asynchronous, like a launch). Refused once
@@ -391,6 +410,7 @@ impl<'g> Capture<'g> {
         // SAFETY: the caller's contract above; the capturing stream is of the function's context (checked by the
         // driver: a function of another context fails the launch).
         unsafe { crate::launch::launch_raw(function, &self.stream, cfg, args) }?;
+        self.log.keep_function(function);
         self.log.note_plain();
         Ok(())
     }

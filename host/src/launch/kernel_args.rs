@@ -366,6 +366,8 @@ impl<'a> KernelArgs<'a> {
         }
         if launched.is_ok() {
             if let Some(log) = self.capture {
+                // The replays run this function: its module stays loaded as long as the graph.
+                log.keep_function(&function);
                 log.note_plain();
             }
         }
