@@ -423,7 +423,7 @@ impl<'a, T: Real> Fused<'a, T> {
             &self.recv,
             &self.recv_expert,
             &self.recv_total,
-            self.y.buffer_mut(),
+            &mut self.y.buffer_mut(),
             self.hidden,
         )?;
         moe_combine::launch(

@@ -97,7 +97,7 @@ export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
 # docs/multi-rank.md, "Launch mode"), or WEFT_GPU_CHECK_LAUNCH_MODE=PARALLEL for NCCL's default.
 launch_mode=${WEFT_GPU_CHECK_LAUNCH_MODE:-GROUP}
 # The multi-rank tests and the fault tests; everything else is one rank (or several on several GPUs).
-multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_graphs "every_rank" test-gpu_lamport "every_rank" test-gpu_multimem "" test-gpu_faults "" test-gpu_mma "every_rank")
+multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_graphs "every_rank" test-gpu_lamport "every_rank" test-gpu_multimem "" test-gpu_faults "" test-gpu_mma "every_rank" test-gpu_resources "every_rank")
 
 run() { # name, timeout (s), command...
   local name=$1 limit=${WEFT_GPU_CHECK_TIMEOUT:-$2}; shift 2
@@ -159,7 +159,7 @@ suite() { # tag
   # codegen test (nvcc compiles every kernel against each NCCL's headers, ~50 s here) needs no GPU: CI runs it, and
   # WEFT_GPU_CHECK_CODEGEN=1 runs it here too.
   local tests="weft_host weft_device gpu gpu_kernels gpu_graphs gpu_lamport gpu_multimem gpu_pdl gpu_mma gpu_flags gpu_bounds"
-  tests="$tests gpu_group_outputs"
+  tests="$tests gpu_group_outputs gpu_resources"
   tests="$tests gpu_timeout gpu_waits gpu_faults"
   [ "${WEFT_GPU_CHECK_CODEGEN:-0}" = 1 ] && tests="$tests codegen"
   for t in $tests; do

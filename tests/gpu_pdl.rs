@@ -157,7 +157,7 @@ fn a_fused_allreduce_after_its_producer_with_and_without_programmatic_launches()
             let (fill_at, reduce_at) =
                 if programmatic { (fill_cfg.programmatic(), cfg.programmatic()) } else { (fill_cfg, cfg) };
             for k in 0..LENGTH {
-                pdl_fill::launch(&s, fill_at, x.buffer_mut(), k as f32, n).unwrap();
+                pdl_fill::launch(&s, fill_at, &mut x.buffer_mut(), k as f32, n).unwrap();
                 one_shot::launch(&s, reduce_at, &dev, &*x, &bias, &residual, out, n, HIDDEN).unwrap();
             }
         };

@@ -2,13 +2,15 @@
 //! on several streams is freed only after every stream's use, a use on one stream waits for the writes (a write for
 //! every use) on the others, host copies wait for writes on any stream; a launch or a recording whose output is also
 //! one of its inputs is refused, and so are uses that would race with a live CUDA graph's replays on another stream;
-//! an LL all-to-all handle works with its own device communicator only.
+//! an LL all-to-all handle works with its own device communicator only. The views of registered memory (a window's
+//! or registration's `view()` / `buffer_mut()`) are tracked on the owner's buffer: ordered, claimed and waited for
+//! like it.
 //!
 //! Each test makes a stream busy with the spin kernel first, so that work enqueued behind it is still pending when
 //! the host goes on: without the guard, the free, the other stream's kernel or the host copy would not wait for it.
 
 use weft_kit::spin::{spin, SPIN};
-use weft_kit::test_kernels::{add_into_window, copy_f32, fill_f32, ll_a2a_round};
+use weft_kit::test_kernels::{add_into_window, copy_f32, fill_f32, fill_window, ll_a2a_round};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +18,8 @@ use std::time::Duration;
 use cudarc::driver::{CudaFunction, CudaStream};
 use weft::host::caps::Lsa;
 use weft::host::{
-    Communicator, Config, DevComm, DeviceBuffer, Error, Graph, LaunchConfig, Requirements, UniqueId, WindowFlags,
+    Communicator, Config, DevComm, DeviceBuffer, Error, Graph, LaunchConfig, ReduceOp, Requirements, UniqueId,
+    WindowFlags,
 };
 
 const N: usize = 1 << 20;
@@ -200,4 +203,88 @@ fn an_ll_a2a_handle_works_with_its_own_device_communicator_only() {
     refused(ll_a2a_round::launch(&s, cfg, &mine, &other, &mut out), "another device communicator");
     ll_a2a_round::launch(&s, cfg, &mine, &handle, &mut out).unwrap();
     assert_eq!(out.copy_to_host().unwrap(), vec![1.0], "the value went through the LL all-to-all buffer");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn views_of_a_window_are_ordered_across_streams_like_its_buffer() {
+    let comm = one_rank();
+    let [own, writer, reader] = streams::<3>(&comm);
+    let busy = spinner(&comm);
+    let mut window = comm.alloc_window::<f32>(&own, N, WindowFlags::COLL_SYMMETRIC).unwrap();
+    window.buffer_mut().copy_from_host(&vec![0.0f32; N]).unwrap();
+    // A kernel on `writer` writes the elements through the writable view once the spinner is done; a collective on
+    // `reader` reads them through the read-only view. Without the view's use on the window's buffer, nothing ordered
+    // the reader after the writer and the all-reduce (a copy at one rank) read the zeros.
+    spin(&busy, &writer, BUSY_NS).unwrap();
+    fill_f32::launch(&writer, cfg(), &mut window.buffer_mut(), 5.0, N).unwrap();
+    let mut out = reader.alloc_zeros::<f32>(N).unwrap();
+    comm.all_reduce(&window.view(), &mut out, ReduceOp::Sum, &reader).unwrap();
+    settle(&reader);
+    assert!(weft::host::cuda::download(&reader, &out).unwrap().iter().all(|&v| v == 5.0), "the read saw the write");
+    // A host copy through the view waits for a write of a sub-view on another stream (not only the window's own).
+    spin(&busy, &writer, BUSY_NS).unwrap();
+    {
+        let mut whole = window.buffer_mut();
+        let mut head = whole.slice_mut(..N / 2).unwrap();
+        fill_f32::launch(&writer, cfg(), &mut head, 6.0, N / 2).unwrap();
+    }
+    let seen = window.view().copy_to_host().unwrap();
+    assert!(seen[..N / 2].iter().all(|&v| v == 6.0), "the host saw the sub-view's write");
+    assert!(seen[N / 2..].iter().all(|&v| v == 5.0), "which wrote only its part");
+    // A host write through the view waits for a pending read on another stream.
+    spin(&busy, &reader, BUSY_NS).unwrap();
+    copy_f32::launch(&reader, cfg(), &window.view(), &mut out, N).unwrap();
+    window.buffer_mut().copy_from_host(&vec![1.0f32; N]).unwrap();
+    settle(&reader);
+    let read = weft::host::cuda::download(&reader, &out).unwrap();
+    assert!(read[..N / 2].iter().all(|&v| v == 6.0) && read[N / 2..].iter().all(|&v| v == 5.0), "the read came first");
+    // The window's drop (deregistration, then the free) waits for a read of its view still queued on another stream.
+    spin(&busy, &reader, BUSY_NS).unwrap();
+    let mut last = reader.alloc_zeros::<f32>(N).unwrap();
+    copy_f32::launch(&reader, cfg(), &window.view(), &mut last, N).unwrap();
+    drop(window);
+    let reuse: Vec<_> = (0..4).map(|_| DeviceBuffer::from_host(&own, &vec![-1.0f32; N]).unwrap()).collect();
+    settle(&reader);
+    drop(reuse);
+    assert!(weft::host::cuda::download(&reader, &last).unwrap().iter().all(|&v| v == 1.0), "the last read");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_registration_s_view_written_on_another_stream_is_seen_by_the_host() {
+    let comm = one_rank();
+    let [own, writer] = streams::<2>(&comm);
+    let busy = spinner(&comm);
+    let mut registration = comm.register(DeviceBuffer::from_host(&own, &vec![0.0f32; N]).unwrap()).unwrap();
+    let twos = writer.clone_htod(&vec![2.0f32; N]).unwrap();
+    spin(&busy, &writer, BUSY_NS).unwrap();
+    comm.all_reduce(&twos, &mut registration.buffer_mut(), ReduceOp::Sum, &writer).unwrap();
+    // Before: the view's copy waited for the registered buffer's own stream only, and read the zeros.
+    assert!(registration.view().copy_to_host().unwrap().iter().all(|&v| v == 2.0), "the host saw the write");
+    let back = registration.into_buffer().unwrap();
+    assert!(back.copy_to_host().unwrap().iter().all(|&v| v == 2.0));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_live_graph_s_claim_on_a_window_covers_its_views() {
+    let comm = one_rank();
+    let [replay, other] = streams::<2>(&comm);
+    let window = comm.alloc_window::<f32>(&replay, N, WindowFlags::COLL_SYMMETRIC).unwrap();
+    let mut out = other.alloc_zeros::<f32>(N).unwrap();
+    let want: Vec<f32> = (0..N).map(|i| 3.0 * i as f32).collect();
+    let mut graph = Graph::capture(&replay, |c| fill_window::record(c, cfg(), &window, 3.0, N)).unwrap();
+    graph.replay().unwrap();
+    // Reads of the window's elements on another stream would race with the replays' writes.
+    refused(copy_f32::launch(&other, cfg(), &window.view(), &mut out, N), "live CUDA graph");
+    refused(comm.all_reduce(&window.view(), &mut out, ReduceOp::Sum, &other), "live CUDA graph");
+    // On the replay stream they follow the replays.
+    let mut same = replay.alloc_zeros::<f32>(N).unwrap();
+    copy_f32::launch(&replay, cfg(), &window.view(), &mut same, N).unwrap();
+    assert_eq!(weft::host::cuda::download(&replay, &same).unwrap(), want);
+    // Once the graph is gone, any stream may read them, after the replays.
+    drop(graph);
+    copy_f32::launch(&other, cfg(), &window.view(), &mut out, N).unwrap();
+    assert_eq!(weft::host::cuda::download(&other, &out).unwrap(), want);
 }

@@ -57,7 +57,7 @@ fn rank_part(
         let mut recv = comm.alloc_window::<f32>(&s, LEN, WindowFlags::COLL_SYMMETRIC)?;
         send.buffer_mut().copy_from_host(&vec![1.0; LEN])?;
         if rank == 0 {
-            comm.all_reduce(send.buffer(), recv.buffer_mut(), ReduceOp::Sum, &s)?;
+            comm.all_reduce(send.buffer(), &mut recv.buffer_mut(), ReduceOp::Sum, &s)?;
         }
         Ok::<_, Error>((send, recv))
     })();

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream};
 use weft::host::jit;
-use weft::host::{Active, Communicator, DeviceBuffer, Error, LaunchConfig};
+use weft::host::{Active, Communicator, DeviceBuffer, Error, LaunchConfig, RegisteredMut};
 
 use crate::options::{Dtype, Options};
 use crate::report::Row;
@@ -130,6 +130,11 @@ pub fn widen<T: BenchFloat>(values: &[T]) -> Vec<f64> {
 /// Overwrites `buffer` with NaN, so an element the kernel does not write fails the check.
 pub fn poison<T: BenchFloat>(buffer: &mut DeviceBuffer<T>) -> Result<()> {
     buffer.copy_from_host(&vec![T::round_from(f32::NAN); buffer.len()])
+}
+
+/// [`poison`] for a window's elements (`window.buffer_mut()`).
+pub fn poison_window<T: BenchFloat>(mut part: RegisteredMut<'_, T>) -> Result<()> {
+    part.copy_from_host(&vec![T::round_from(f32::NAN); part.len()])
 }
 
 /// One rank's view while it benchmarks: its communicator and the stream every case runs on.

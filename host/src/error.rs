@@ -117,6 +117,40 @@ pub enum Error {
         reason: String,
     },
 
+    /// Ranks registered parts of different sizes for one window. A kernel bounds its accesses to a peer's part by
+    /// this rank's own length (docs/macro.md, "Bounds"), so every rank refuses the window (and deregisters it).
+    #[error(
+        "window registration: rank {rank} registered {bytes} bytes but rank {other_rank} {other_bytes}: every rank of \
+         the communicator registers a part of the same size (same element type and length)"
+    )]
+    AsymmetricWindow {
+        /// This rank.
+        rank: usize,
+        /// The size of this rank's part, in bytes.
+        bytes: u64,
+        /// The first rank whose part differs.
+        other_rank: usize,
+        /// The size of its part, in bytes.
+        other_bytes: u64,
+    },
+
+    /// A launch passed resources of different NCCL communicators (a window of one and a device communicator of
+    /// another — a split or shrunk child and its parent, say — or windows of two): a kernel indexes every window by
+    /// the device communicator's teams, which mean other ranks, or other sizes, in another communicator. Nothing was
+    /// launched.
+    #[error(
+        "`{kernel}`: `{parameter}` belongs to another NCCL communicator than `{first}`: pass the device communicator \
+         and windows of one communicator (create them on the same one)"
+    )]
+    MixedCommunicators {
+        /// The kernel launched.
+        kernel: &'static str,
+        /// The parameter whose communicator differs.
+        parameter: &'static str,
+        /// The earlier parameter whose communicator the launch took.
+        first: &'static str,
+    },
+
     /// No CUDA driver library (libcuda) could be loaded: this machine has no NVIDIA driver, or it is not on the
     /// library path.
     #[error(

@@ -62,13 +62,27 @@ pub(crate) struct CaptureLog {
     /// The graph's identity for the buffers it claims (`resources::uses`): alive while the capture, then the graph,
     /// is.
     token: Arc<()>,
+    /// One per communicator recorded: a replay refuses once one released its resources (`close_all_resources`).
+    closes: std::cell::RefCell<Vec<crate::resources::CloseWatch>>,
+    /// The kernels recorded: each holds its module loaded, which `KernelRegistry::clear` would otherwise unload
+    /// under the graph.
+    functions: std::cell::RefCell<Vec<cudarc::driver::CudaFunction>>,
 }
 
 impl CaptureLog {
     /// Counts one recorded collective of `comm`.
-    pub(crate) fn note<S: crate::comm::State, M: crate::comm::Mode>(&self, comm: &Communicator<S, M>) {
+    pub(crate) fn note<M: crate::comm::Mode>(&self, comm: &Communicator<Active, M>) {
         self.note_plain();
         self.join_group_of(comm);
+        self.watch(comm.close_watch());
+    }
+
+    /// Notes that what is recorded uses resources of the communicator `watch` watches.
+    pub(crate) fn watch(&self, watch: crate::resources::CloseWatch) {
+        let mut closes = self.closes.borrow_mut();
+        if !closes.iter().any(|known| known.same_registry(&watch)) {
+            closes.push(watch);
+        }
     }
 
     /// Notes that what is recorded runs `comm`'s work (a kernel taking its device communicator).
@@ -81,6 +95,11 @@ impl CaptureLog {
     /// The identity of the graph being captured, for the buffers it claims.
     pub(crate) fn token(&self) -> &Arc<()> {
         &self.token
+    }
+
+    /// Keeps the module of a recorded kernel loaded for the graph's life.
+    pub(crate) fn keep_function(&self, function: &cudarc::driver::CudaFunction) {
+        self.functions.borrow_mut().push(function.clone());
     }
 
     /// Counts one recorded operation.
@@ -99,6 +118,10 @@ pub struct Graph<'g> {
     replayed: CudaEvent,
     replays: u64,
     recorded: usize,
+    /// The recorded communicators' resource registries, checked before each replay.
+    closes: Vec<crate::resources::CloseWatch>,
+    /// The recorded kernels, whose modules stay loaded until the executable graph (dropped first) is gone.
+    _functions: Vec<cudarc::driver::CudaFunction>,
     /// Keeps the claims on the recorded buffers alive (`resources::uses`); dropped after the last replay settled.
     _claims: Arc<()>,
     borrows: PhantomData<fn(&'g ()) -> &'g ()>,
@@ -295,19 +318,26 @@ impl<'g> Graph<'g> {
         if let Some(group) = capture.log.group.take() {
             group.line_up("CUDA graph instantiation", crate::placement::LINE_UP_TIMEOUT)?;
         }
+        let (closes, _functions) = (capture.log.closes.take(), capture.log.functions.take());
         Ok(Graph {
             graph,
             stream: stream.clone(),
             replayed,
             replays: 0,
             recorded,
+            closes,
+            _functions,
             _claims: capture.log.token.clone(),
             borrows: PhantomData,
         })
     }
 
-    /// Enqueues one replay of the whole graph on its stream (asynchronous, like a launch).
+    /// Enqueues one replay of the whole graph on its stream (asynchronous, like a launch). Refused once
+    /// `close_all_resources` released resources of a communicator the graph was recorded on.
     pub fn replay(&mut self) -> Result<(), Error> {
+        for watch in &self.closes {
+            watch.check()?;
+        }
         self.stream.context().bind_to_thread()?;
         // SAFETY: the executable graph is live (owned by `self.graph`); everything it touches is borrowed for
         // `'g`, which `self` does not outlive, and the drop waits for this replay before those borrows end.
@@ -429,6 +459,7 @@ impl<'g> Capture<'g> {
         // SAFETY: the caller's contract above; the capturing stream is of the function's context (checked by the
         // driver: a function of another context fails the launch).
         unsafe { crate::launch::launch_raw(function, &self.stream, cfg, args) }?;
+        self.log.keep_function(function);
         self.log.note_plain();
         Ok(())
     }

@@ -48,6 +48,8 @@ pub use group::{group, Group};
 pub use job::{Job, Launcher};
 pub use launch::{LaunchConfig, NcclBuffer, NcclBufferMut};
 pub use placement::Placement;
-pub use resources::{CustomOp, DeviceBuffer, PreMulSum, Registration, Scalar, Window, WindowFlags};
+pub use resources::{
+    CustomOp, DeviceBuffer, PreMulSum, Registered, RegisteredMut, Registration, Scalar, Window, WindowFlags,
+};
 pub use spmd::{local_devices, spmd};
 pub use weft_device::caps;

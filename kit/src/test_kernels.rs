@@ -51,6 +51,15 @@ pub fn fill_window(x: &Window<f32>, scale: f32, n: usize) {
     }
 }
 
+/// Copies the local part of one window into the local part of another: a kernel with two windows and no device
+/// communicator (the launch requires both of one communicator).
+#[weft::kernel]
+pub fn copy_window(src: &Window<f32>, dst: &Window<f32>, n: usize) {
+    for i in grid_stride(n) {
+        dst.local()[i] = src.local()[i];
+    }
+}
+
 /// Waits on an LSA barrier with a deadline and records the outcome per block: 0 ok, 1 timed out, 2 aborted.
 #[weft::kernel]
 pub fn barrier_wait_with_deadline(dev: &DevComm<Lsa>, timeout_ns: u64, outcome: &mut [u32]) {
@@ -335,6 +344,7 @@ pub const ALL: &[(&str, &str)] = &[
     (barrier_round_trips::NAME, barrier_round_trips::SOURCE),
     (barrier_at::NAME, barrier_at::SOURCE),
     (fill_window::NAME, fill_window::SOURCE),
+    (copy_window::NAME, copy_window::SOURCE),
     (barrier_wait_with_deadline::NAME, barrier_wait_with_deadline::SOURCE),
     (gin_ring_put::NAME, gin_ring_put::SOURCE),
     (pack_axpy::NAME, pack_axpy::SOURCE),

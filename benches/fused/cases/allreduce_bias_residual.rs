@@ -19,7 +19,9 @@ use weft::host::jit::{self, KernelSpec};
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Active, Capture, Communicator, DevComm, DeviceBuffer, LaunchConfig, ReduceOp, Window, WindowFlags};
 
-use crate::harness::{grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result, Side};
+use crate::harness::{
+    grid_for, poison, poison_window, random_values, widen, BenchFloat, Case, Instance, Rank, Result, Side,
+};
 use crate::kernels::allreduce_epilogue::{allreduce_bias_residual_one_shot, allreduce_bias_residual_two_shot};
 use crate::kernels::allreduce_lamport::allreduce_bias_residual_lamport;
 use crate::options::Dtype;
@@ -240,7 +242,7 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
         poison(&mut s.out)?;
         poison(&mut s.reduced)?;
         if let Some(y) = &mut s.y {
-            poison(y.buffer_mut())?;
+            poison_window(y.buffer_mut())?;
         }
         Ok(())
     }

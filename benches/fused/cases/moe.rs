@@ -258,7 +258,15 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
             hidden,
             self.capacity,
         )?;
-        moe_toy_expert::launch(stream, k.expert_cfg, &s.recv, &s.recv_expert, &s.recv_total, s.y.buffer_mut(), hidden)?;
+        moe_toy_expert::launch(
+            stream,
+            k.expert_cfg,
+            &s.recv,
+            &s.recv_expert,
+            &s.recv_total,
+            &mut s.y.buffer_mut(),
+            hidden,
+        )?;
         moe_combine::launch(
             stream,
             k.combine_cfg,

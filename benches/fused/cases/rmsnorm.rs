@@ -18,7 +18,9 @@ use weft::host::jit::{self, KernelSpec};
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Active, Communicator, DevComm, DeviceBuffer, LaunchConfig, ReduceOp, Window, WindowFlags};
 
-use crate::harness::{grid_for_rows, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
+use crate::harness::{
+    grid_for_rows, poison, poison_window, random_values, widen, BenchFloat, Case, Instance, Rank, Result,
+};
 use crate::kernels::rmsnorm::rmsnorm_residual_tp;
 use crate::options::Dtype;
 use crate::stats::seed;
@@ -170,7 +172,7 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
 
     fn poison(&mut self, set: usize) -> Result<()> {
         let s = &mut self.sets[set];
-        poison(s.out.buffer_mut())?;
+        poison_window(s.out.buffer_mut())?;
         poison(&mut s.residual_out)?;
         poison(&mut s.reduced)?;
         poison(&mut s.normed)
@@ -212,7 +214,7 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
         // `hidden`, all on this stream's device, and all outlive the run (the instance is dropped only after the
         // stream is synchronized, and DeviceBuffer's drop synchronizes too).
         unsafe { launch_raw(&self.epilogue, &self.stream, &self.epilogue_cfg, &mut args)? };
-        self.comm.all_gather(&s.normed, s.out.buffer_mut(), &self.stream)
+        self.comm.all_gather(&s.normed, &mut s.out.buffer_mut(), &self.stream)
     }
 
     fn outputs(&mut self, set: usize) -> Result<Vec<Vec<f64>>> {

@@ -15,7 +15,7 @@ use weft::host::jit::{self, KernelSpec};
 use weft::host::launch::{launch_raw, ArgBuffer};
 use weft::host::{Active, Communicator, DevComm, DeviceBuffer, LaunchConfig, ReduceOp, Window, WindowFlags};
 
-use crate::harness::{grid_for, poison, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
+use crate::harness::{grid_for, poison, poison_window, random_values, widen, BenchFloat, Case, Instance, Rank, Result};
 use crate::kernels::zero_adam::zero_adam_step;
 use crate::options::Dtype;
 use crate::stats::seed;
@@ -214,7 +214,7 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
 
     fn poison(&mut self, set: usize) -> Result<()> {
         let s = &mut self.sets[set];
-        poison(s.params.buffer_mut())?;
+        poison_window(s.params.buffer_mut())?;
         poison(&mut s.grad)?;
         poison(&mut s.param)
     }
@@ -266,7 +266,7 @@ impl<T: BenchFloat> Instance for Run<'_, T> {
         // drop synchronizes too).
         unsafe { launch_raw(&self.epilogue, &self.stream, &self.epilogue_cfg, &mut args)? };
         mark(1)?;
-        self.comm.all_gather(&s.param, s.params.buffer_mut(), &self.stream)?;
+        self.comm.all_gather(&s.param, &mut s.params.buffer_mut(), &self.stream)?;
         Ok(mark(2)?)
     }
 

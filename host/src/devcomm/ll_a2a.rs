@@ -55,7 +55,7 @@ impl<C: CapabilitySet, M: Mode> DevComm<'_, C, M> {
     /// The LL all-to-all handle, if the device communicator was created with
     /// [`Requirements::ll_a2a`](super::Requirements::ll_a2a) and NCCL has written it.
     pub fn ll_a2a_handle(&self) -> Option<LlA2aHandle<'_>> {
-        self.id?;
+        self.id.as_ref()?;
         let raw = self.outputs.ll_a2a?;
         Some(LlA2aHandle { raw, owner: self.identity(), dev: std::marker::PhantomData })
     }

@@ -9,6 +9,7 @@
 //! writes, laid out for the loaded release, in `layout.rs`.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use weft_device::caps::{Capabilities, CapabilitySet};
 
@@ -17,7 +18,7 @@ use crate::comm::{Active, Communicator, Mode, Pending, Resolve};
 use crate::error::Error;
 use crate::group::{Completion, Group};
 use crate::properties::GinType;
-use crate::resources::{Native, ResourceId};
+use crate::resources::{InUse, Liveness, Native, ResourceId, StreamsUsed};
 use crate::result;
 use crate::sys;
 
@@ -31,18 +32,22 @@ pub use ll_a2a::LlA2aHandle;
 pub use requirements::{Requirements, Team};
 
 /// A device communicator with capability set `C` (type state): the handle kernels receive, bound to its
-/// communicator. Destroyed (`ncclDevCommDestroy`) on drop.
+/// communicator. Destroyed (`ncclDevCommDestroy`) on drop, once the kernels this rank launched with it have finished.
+///
+/// A launch takes it only with windows of the same communicator ([`Error::MixedCommunicators`] otherwise): its teams
+/// are what a kernel indexes the windows' peers by.
 pub struct DevComm<'comm, C: CapabilitySet, M: Mode = crate::Blocking> {
     comm: &'comm Communicator<Active, M>,
     /// Set once NCCL has written the device communicator and it is registered; a `DevComm` without it is only ever
     /// inside a [`Pending`].
-    id: Option<ResourceId>,
+    id: Option<(ResourceId, Liveness)>,
     /// Everything NCCL reads or writes until the creation completed, on the heap, owned here.
     outputs: Box<DevCommOutputs>,
     completion: Completion,
     requirements: Requirements,
-    /// The streams kernels taking this device communicator were launched on: what its destruction waits for.
-    launches: crate::resources::StreamsUsed,
+    /// The streams kernels taking this device communicator were launched on (a CUDA graph's replay stream among
+    /// them): what its destruction waits for, here and in `close_all_resources` (which shares it).
+    launches: Arc<StreamsUsed>,
     capabilities: PhantomData<C>,
 }
 
@@ -154,7 +159,9 @@ impl<C: CapabilitySet, M: Mode> Resolve for DevComm<'_, C, M> {
     fn finish(mut self) -> Result<Self, Error> {
         if self.id.is_none() {
             self.completion.settle();
-            self.id = Some(self.comm.register_resource(Native::DevComm(Box::new(self.outputs.dev_comm.clone()))));
+            let uses: Arc<dyn InUse> = self.launches.clone();
+            let native = Native::DevComm(Box::new(self.outputs.dev_comm.clone()));
+            self.id = Some(self.comm.register_tracked(native, Some(uses)));
             // Ranks sharing this GPU in this process go on together (placement::LocalGroup); never inside a group.
             self.comm.line_up("device communicator creation")?;
         }
@@ -249,8 +256,10 @@ impl<'comm, C: CapabilitySet, M: Mode> DevComm<'comm, C, M> {
     /// The `ncclDevComm` bytes NCCL wrote, as the kernel parameter expects them (the loaded release's size).
     /// Fails if `close_all_resources` destroyed the device communicator.
     pub fn kernel_arg_bytes(&self) -> Result<&[u8], Error> {
-        let id = self.id.ok_or_else(|| Error::invalid("dev", "NCCL has not written this device communicator yet"))?;
-        self.comm.check_live(id, "dev")?;
+        match &self.id {
+            Some((_, liveness)) => liveness.check("dev")?,
+            None => return Err(Error::invalid("dev", "NCCL has not written this device communicator yet")),
+        }
         Ok(self.outputs.dev_comm.bytes())
     }
 
@@ -291,14 +300,14 @@ impl<'comm, C: CapabilitySet, M: Mode> DevComm<'comm, C, M> {
 
     /// The handle of resource buffer `index` (in the order of [`Requirements::resource_buffer`] calls).
     pub fn resource_buffer(&self, index: usize) -> Option<u32> {
-        self.id?;
+        self.id.as_ref()?;
         self.outputs.resource_handles.get(index).copied()
     }
 
     /// The multimem handle NCCL assigned to team requirement `index` (its 8 bytes, as a kernel argument
     /// passes them), if that team asked for one.
     pub fn team_multimem_handle(&self, index: usize) -> Option<[u8; 8]> {
-        self.id?;
+        self.id.as_ref()?;
         let handle = self.outputs.multimem_handles.get(index).map(|h| h._bindgen_opaque_blob.0);
         self.requirements.teams.get(index).filter(|(_, multimem)| *multimem).and(handle)
     }
@@ -311,6 +320,12 @@ impl<'comm, C: CapabilitySet, M: Mode> DevComm<'comm, C, M> {
     /// The CUDA device ordinal it runs on.
     pub fn cuda_device(&self) -> usize {
         self.comm.cuda_device()
+    }
+
+    /// The NCCL communicator it was created on, for the launch's check that a kernel's windows and device
+    /// communicator belong to one ([`Error::MixedCommunicators`]).
+    pub(crate) fn communicator_handle(&self) -> usize {
+        self.comm.raw() as usize
     }
 }
 
@@ -335,7 +350,7 @@ impl<C: weft_device::caps::HasGin, M: Mode> DevComm<'_, C, M> {
 
 impl<C: CapabilitySet, M: Mode> Drop for DevComm<'_, C, M> {
     fn drop(&mut self) {
-        let Some(id) = self.id else {
+        let Some((id, _)) = &self.id else {
             return self.drop_unresolved();
         };
         // A kernel this rank launched may still use it: wait for the last one before destroying. Never for the
@@ -350,7 +365,7 @@ impl<C: CapabilitySet, M: Mode> Drop for DevComm<'_, C, M> {
             );
             return;
         }
-        if let Err(error) = self.comm.release_resource(id) {
+        if let Err(error) = self.comm.release_resource(*id) {
             tracing::error!(%error, "ncclDevCommDestroy failed");
         }
     }

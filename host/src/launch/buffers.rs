@@ -8,11 +8,14 @@
 //!
 //! - cudarc's [`CudaSlice`], [`CudaView`] and [`CudaViewMut`] (allocated by cudarc, or cut from such an allocation
 //!   by its bounds-checked `slice`; every way to make one from a raw address is `unsafe`);
-//! - weft's [`DeviceBuffer`] (allocated by `ncclMemAlloc`) for slices, and weft's [`Window`] for windows.
+//! - weft's [`DeviceBuffer`] (allocated by `ncclMemAlloc`) and the views of registered memory ([`Registered`],
+//!   [`RegisteredMut`]: a window's or registration's elements, cut by bounds-checked `slice`) for slices, and weft's
+//!   [`Window`] for windows.
 //!
-//! NCCL's calls (collectives, point-to-point, registration, batches) take the same memory through
-//! [`NcclBuffer`] and [`NcclBufferMut`], sealed on the same base: NCCL is handed an address and an element count,
-//! and trusts them as much as a kernel does.
+//! NCCL's calls (collectives, point-to-point, batches) take the same memory through [`NcclBuffer`] and
+//! [`NcclBufferMut`], sealed on the same base: NCCL is handed an address and an element count, and trusts them as
+//! much as a kernel does. A view's uses are tracked on the owner's `DeviceBuffer`, so they are ordered across streams
+//! (and waited for by its release and free) like the buffer's own.
 
 use std::sync::Arc;
 
@@ -24,7 +27,7 @@ use super::WindowArg;
 use crate::comm::Mode;
 use crate::devcomm::Team;
 use crate::error::Result;
-use crate::resources::{DeviceBuffer, Window};
+use crate::resources::{CloseWatch, DeviceBuffer, Registered, RegisteredMut, Window};
 
 pub(crate) mod sealed {
     use super::*;
@@ -71,30 +74,36 @@ pub(crate) mod sealed {
         fn local_range(&self) -> (u64, usize);
         /// The LSA team of the window's communicator (its size bounds `window.lsa(peer)`).
         fn lsa_team(&self) -> Result<Team>;
+        /// The NCCL communicator the window is registered on: a launch's windows and device communicator share one.
+        fn communicator_handle(&self) -> usize;
+        /// What a CUDA graph recording a kernel over the window keeps, to refuse replays once the window's
+        /// communicator released its resources.
+        fn close_watch(&self) -> CloseWatch;
     }
 }
 
 /// A buffer a kernel reads through a `&[T]` parameter: cudarc's `CudaSlice<T>`, `CudaView<'_, T>`,
-/// `CudaViewMut<'_, T>`, or weft's `DeviceBuffer<T>`.
+/// `CudaViewMut<'_, T>`, weft's `DeviceBuffer<T>`, or a view of a window's or registration's elements
+/// (`Registered<'_, T>`, `RegisteredMut<'_, T>`).
 ///
 /// Sealed: a launch trusts the address and length it reports (module docs).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not device memory a weft kernel can read as `&[{T}]`",
     label = "a `&[{T}]` kernel parameter takes a buffer of `{T}`s",
-    note = "pass a cudarc `CudaSlice<{T}>`, `CudaView<'_, {T}>` or `CudaViewMut<'_, {T}>`, or a weft \
-            `DeviceBuffer<{T}>` (the element types must match)"
+    note = "pass a cudarc `CudaSlice<{T}>`, `CudaView<'_, {T}>` or `CudaViewMut<'_, {T}>`, a weft \
+            `DeviceBuffer<{T}>`, or a window's `view()` / `buffer_mut()` (the element types must match)"
 )]
 pub trait KernelSlice<T>: sealed::Buffer<T> {}
 
-/// A buffer a kernel writes through a `&mut [T]` parameter: cudarc's `CudaSlice<T>`, `CudaViewMut<'_, T>`, or
-/// weft's `DeviceBuffer<T>`.
+/// A buffer a kernel writes through a `&mut [T]` parameter: cudarc's `CudaSlice<T>`, `CudaViewMut<'_, T>`,
+/// weft's `DeviceBuffer<T>`, or a writable view of a window's or registration's elements (`RegisteredMut<'_, T>`).
 ///
 /// Sealed: a launch trusts the address and length it reports (module docs).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not device memory a weft kernel can write as `&mut [{T}]`",
     label = "a `&mut [{T}]` kernel parameter takes a writable buffer of `{T}`s",
-    note = "pass a cudarc `CudaSlice<{T}>` or `CudaViewMut<'_, {T}>`, or a weft `DeviceBuffer<{T}>` (the element \
-            types must match)"
+    note = "pass a cudarc `CudaSlice<{T}>` or `CudaViewMut<'_, {T}>`, a weft `DeviceBuffer<{T}>`, or a window's \
+            `buffer_mut()` (the element types must match)"
 )]
 pub trait KernelSliceMut<T>: sealed::BufferMut<T> {}
 
@@ -108,29 +117,30 @@ pub trait KernelSliceMut<T>: sealed::BufferMut<T> {}
 )]
 pub trait KernelWindow<T>: sealed::SymmetricWindow<T> {}
 
-/// A buffer NCCL reads (a collective's or a send's input, a registration): cudarc's `CudaSlice<T>`,
-/// `CudaView<'_, T>`, `CudaViewMut<'_, T>`, or weft's `DeviceBuffer<T>`.
+/// A buffer NCCL reads (a collective's or a send's input): cudarc's `CudaSlice<T>`, `CudaView<'_, T>`,
+/// `CudaViewMut<'_, T>`, weft's `DeviceBuffer<T>`, or a view of a window's or registration's elements
+/// (`Registered<'_, T>`, `RegisteredMut<'_, T>`).
 ///
 /// Sealed: NCCL is handed the address and length it reports (module docs), so a type of one's own cannot pass.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not device memory NCCL may read as `{T}`s",
     label = "NCCL reads a buffer of `{T}`s here",
-    note = "pass a cudarc `CudaSlice<{T}>`, `CudaView<'_, {T}>` or `CudaViewMut<'_, {T}>`, or a weft \
-            `DeviceBuffer<{T}>` (the element types must match): NCCL trusts the address and length a buffer reports, \
-            so only memory weft can vouch for is accepted"
+    note = "pass a cudarc `CudaSlice<{T}>`, `CudaView<'_, {T}>` or `CudaViewMut<'_, {T}>`, a weft \
+            `DeviceBuffer<{T}>`, or a window's `view()` / `buffer_mut()` (the element types must match): NCCL trusts \
+            the address and length a buffer reports, so only memory weft can vouch for is accepted"
 )]
 pub trait NcclBuffer<T>: sealed::Buffer<T> {}
 
-/// A buffer NCCL writes (a collective's or a receive's output): cudarc's `CudaSlice<T>`, `CudaViewMut<'_, T>`, or
-/// weft's `DeviceBuffer<T>`.
+/// A buffer NCCL writes (a collective's or a receive's output): cudarc's `CudaSlice<T>`, `CudaViewMut<'_, T>`,
+/// weft's `DeviceBuffer<T>`, or a writable view of a window's or registration's elements (`RegisteredMut<'_, T>`).
 ///
 /// Sealed: NCCL is handed the address and length it reports (module docs), so a type of one's own cannot pass.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not device memory NCCL may write as `{T}`s",
     label = "NCCL writes a buffer of `{T}`s here",
-    note = "pass a cudarc `CudaSlice<{T}>` or `CudaViewMut<'_, {T}>`, or a weft `DeviceBuffer<{T}>` (the element \
-            types must match): NCCL trusts the address and length a buffer reports, so only memory weft can vouch for \
-            is accepted"
+    note = "pass a cudarc `CudaSlice<{T}>` or `CudaViewMut<'_, {T}>`, a weft `DeviceBuffer<{T}>`, or a window's \
+            `buffer_mut()` (the element types must match): NCCL trusts the address and length a buffer reports, so \
+            only memory weft can vouch for is accepted"
 )]
 pub trait NcclBufferMut<T>: sealed::BufferMut<T> + NcclBuffer<T> {}
 
@@ -209,6 +219,45 @@ impl<T> NcclBuffer<T> for DeviceBuffer<T> {}
 impl<T> KernelSliceMut<T> for DeviceBuffer<T> {}
 impl<T> NcclBufferMut<T> for DeviceBuffer<T> {}
 
+/// The views of registered memory: the view's part of the owner's `DeviceBuffer`, which a view never outgrows
+/// (`slice` checks), its uses tracked on that buffer like the buffer's own (`resources::uses`).
+macro_rules! trusted_view {
+    ($($ty:ident),* $(,)?) => {$(
+        impl<T: cudarc::driver::DeviceRepr> sealed::Buffer<T> for $ty<'_, T> {
+            fn buffer_len(&self) -> usize {
+                DeviceSlice::len(self)
+            }
+            fn buffer_stream(&self) -> &Arc<CudaStream> {
+                DeviceSlice::stream(self)
+            }
+            fn read_address<'a>(
+                &'a self,
+                stream: &'a CudaStream,
+                held: Option<&Arc<CudaStream>>,
+            ) -> Result<(u64, SyncOnDrop<'a>)> {
+                self.begin_use(stream, held, Access::Read)
+            }
+        }
+        impl<T: cudarc::driver::DeviceRepr> KernelSlice<T> for $ty<'_, T> {}
+        impl<T: cudarc::driver::DeviceRepr> NcclBuffer<T> for $ty<'_, T> {}
+    )*};
+}
+
+trusted_view!(Registered, RegisteredMut);
+
+/// Only the writable view, made from a mutable borrow of its owner, is written.
+impl<T: cudarc::driver::DeviceRepr> sealed::BufferMut<T> for RegisteredMut<'_, T> {
+    fn write_address<'a>(
+        &'a mut self,
+        stream: &'a CudaStream,
+        held: Option<&Arc<CudaStream>>,
+    ) -> Result<(u64, SyncOnDrop<'a>)> {
+        self.begin_use(stream, held, Access::Write)
+    }
+}
+impl<T: cudarc::driver::DeviceRepr> KernelSliceMut<T> for RegisteredMut<'_, T> {}
+impl<T: cudarc::driver::DeviceRepr> NcclBufferMut<T> for RegisteredMut<'_, T> {}
+
 impl<T: crate::Element, M: Mode> sealed::SymmetricWindow<T> for Window<'_, T, M> {
     fn window_arg(&self) -> Result<WindowArg> {
         self.kernel_arg()
@@ -229,6 +278,12 @@ impl<T: crate::Element, M: Mode> sealed::SymmetricWindow<T> for Window<'_, T, M>
     }
     fn lsa_team(&self) -> Result<Team> {
         self.communicator().team_lsa()
+    }
+    fn communicator_handle(&self) -> usize {
+        Window::communicator_handle(self)
+    }
+    fn close_watch(&self) -> CloseWatch {
+        Window::close_watch(self)
     }
 }
 

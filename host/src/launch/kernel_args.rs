@@ -43,6 +43,9 @@ pub struct KernelArgs<'a> {
     /// The device memory each argument reaches on this rank, to refuse a launch where one that may be written
     /// overlaps another.
     footprint: Footprint,
+    /// The NCCL communicator of the first device communicator or window pushed: every other one must be of the
+    /// same ([`Error::MixedCommunicators`]).
+    communicator: OneCommunicator,
 }
 
 /// The byte ranges of a launch's buffer and window arguments, and whether the kernel may write each: in a fixed
@@ -103,6 +106,27 @@ impl Footprint {
     }
 }
 
+/// The NCCL communicator a launch's device communicator and windows belong to: the first one pushed sets it, with
+/// its parameter's name.
+#[derive(Debug, Default, Clone, Copy)]
+struct OneCommunicator(Option<(usize, &'static str)>);
+
+impl OneCommunicator {
+    /// Requires `parameter`'s communicator, `handle`, to be the launch's: a kernel indexes every window's peers by the
+    /// device communicator's teams (by the first window's LSA team without one), which mean other ranks, or more of
+    /// them, in another communicator — a split or shrunk child and its parent included.
+    fn require(&mut self, kernel: &'static str, parameter: &'static str, handle: usize) -> Result<()> {
+        match self.0 {
+            None => {
+                self.0 = Some((handle, parameter));
+                Ok(())
+            }
+            Some((first_handle, _)) if first_handle == handle => Ok(()),
+            Some((_, first)) => Err(Error::MixedCommunicators { kernel, parameter, first }),
+        }
+    }
+}
+
 impl std::fmt::Debug for KernelArgs<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KernelArgs")
@@ -137,6 +161,7 @@ impl<'a> KernelArgs<'a> {
             dev_identity: None,
             ll_a2a_owner: None,
             footprint: Footprint::new(),
+            communicator: OneCommunicator::default(),
         }
     }
 
@@ -185,6 +210,12 @@ impl<'a> KernelArgs<'a> {
         )
     }
 
+    /// Requires the device communicator or window `parameter` to belong to NCCL communicator `handle`, the one of
+    /// the first pushed ([`OneCommunicator::require`]).
+    fn same_communicator(&mut self, parameter: &'static str, handle: usize) -> Result<()> {
+        self.communicator.require(self.kernel, parameter, handle)
+    }
+
     /// A `&DevComm<C>` parameter: NCCL's `ncclDevComm` bytes.
     pub fn push_dev_comm<C: CapabilitySet, M: Mode>(
         &mut self,
@@ -194,9 +225,11 @@ impl<'a> KernelArgs<'a> {
         if dev.cuda_device() != self.stream.context().ordinal() {
             return Err(self.wrong_device(parameter, dev.cuda_device()));
         }
+        self.same_communicator(parameter, dev.communicator_handle())?;
         self.ranks_on_gpu = self.ranks_on_gpu.max(dev.communicator().ranks_on_gpu());
         if let Some(log) = self.capture {
             log.join_group_of(dev.communicator());
+            log.watch(dev.communicator().close_watch());
         }
         self.args.push_bytes(dev.kernel_arg_bytes()?, DevComm::<C, M>::KERNEL_ARG_ALIGN)?;
         self.dev_identity = Some(dev.identity());
@@ -207,6 +240,10 @@ impl<'a> KernelArgs<'a> {
     /// A `&Window<T>` parameter; returns the window's length (for the bounds checks).
     pub fn push_window<T>(&mut self, parameter: &'static str, window: &'a impl KernelWindow<T>) -> Result<usize> {
         let arg = self.window_arg(parameter, window)?;
+        self.same_communicator(parameter, window.communicator_handle())?;
+        if let Some(log) = self.capture {
+            log.watch(window.close_watch());
+        }
         self.alignment = self.alignment.and(arg.offset_bytes as u64);
         self.args.push(arg);
         // The kernel may store into the window's local part through a shared borrow.
@@ -367,6 +404,10 @@ impl<'a> KernelArgs<'a> {
         let window = shards.window();
         // Still registered (close_all_resources releases windows): the addresses in the maps are its.
         self.window_arg(parameter, window)?;
+        self.same_communicator(parameter, window.communicator_handle())?;
+        if let Some(log) = self.capture {
+            log.watch(window.close_watch());
+        }
         self.args.push_bytes(shards.kernel_image(), super::MAX_ARG_ALIGN)?;
         // TMA only reads the shards; this rank's is the window's local part.
         let (start, bytes) = window.local_range();
@@ -480,6 +521,8 @@ impl<'a> KernelArgs<'a> {
         }
         if launched.is_ok() {
             if let Some(log) = self.capture {
+                // The replays run this function: its module stays loaded as long as the graph.
+                log.keep_function(&function);
                 log.note_plain();
             }
         }
@@ -581,7 +624,7 @@ pub fn length_check_failed(kernel: &'static str, rule: &str, values: &[(&str, u6
 
 #[cfg(test)]
 mod tests {
-    use super::Footprint;
+    use super::*;
 
     #[test]
     fn a_written_argument_may_not_overlap_another() {
@@ -623,5 +666,24 @@ mod tests {
         }
         many.add("window", 0x10_0000 + 9 * 0x100 + 8, 8, true, true);
         assert_eq!(many.overlap(), Some(("slice", "window")));
+    }
+
+    #[test]
+    fn a_launch_takes_the_device_communicator_and_windows_of_one_communicator() {
+        let (parent, child) = (0x1000, 0x2000);
+        let mut launch = OneCommunicator::default();
+        launch.require("k", "dev", parent).unwrap();
+        launch.require("k", "x", parent).unwrap();
+        launch.require("k", "y", parent).unwrap();
+        // A window of a split child next to the parent's device communicator, and the other way round.
+        match launch.require("k", "z", child) {
+            Err(Error::MixedCommunicators { kernel: "k", parameter: "z", first: "dev" }) => {}
+            other => panic!("a window of another communicator was accepted: {other:?}"),
+        }
+        let mut windows_only = OneCommunicator::default();
+        windows_only.require("k", "x", child).unwrap();
+        let refused = windows_only.require("k", "y", parent).unwrap_err().to_string();
+        assert!(refused.contains("`y` belongs to another NCCL communicator than `x`"), "{refused}");
+        assert!(refused.contains("create them on the same one"), "{refused}");
     }
 }

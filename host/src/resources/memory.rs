@@ -83,14 +83,24 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if host.len() != self.len {
             return Err(Error::invalid("host", format!("holds {} elements, the buffer {}", host.len(), self.len)));
         }
-        crate::graph::refuse_foreign_capture("DeviceBuffer::copy_from_host", &self.stream)?;
+        self.write_elements_from_host(0, host, "DeviceBuffer::copy_from_host")
+    }
+
+    /// Copies `host` into elements `offset..offset + host.len()` (blocking), after every use of the buffer on every
+    /// stream: [`copy_from_host`](Self::copy_from_host), and a view of registered memory's
+    /// ([`super::RegisteredMut::copy_from_host`]). `call` names the caller in errors.
+    pub(crate) fn write_elements_from_host(&self, offset: usize, host: &[T], call: &'static str) -> Result<(), Error> {
+        self.check_elements(offset, host.len())?;
+        crate::graph::refuse_foreign_capture(call, &self.stream)?;
         self.stream.context().bind_to_thread()?;
         // Every use on every stream first, without holding a driver lock (crate::cuda::settle).
         self.uses.settle_for_host(Access::Write)?;
-        // SAFETY: both ranges hold `len` elements of T; every use of the buffer enqueued so far is done (settled
-        // above), and the copy is waited for below, before any later use can be enqueued.
+        let address = self.ptr + (offset * std::mem::size_of::<T>()) as CUdeviceptr;
+        // SAFETY: `host` holds as many Ts as elements `offset..` of the buffer that it is copied to, which lie inside
+        // the allocation (checked above); every use of the buffer enqueued so far is done (settled above), and the
+        // copy is waited for below, before any later use can be enqueued.
         unsafe {
-            cudarc::driver::result::memcpy_htod_async(self.ptr, host, self.stream.cu_stream())?;
+            cudarc::driver::result::memcpy_htod_async(address, host, self.stream.cu_stream())?;
         }
         crate::cuda::settle(&self.stream)?;
         Ok(())
@@ -101,18 +111,42 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     where
         T: Default + Clone,
     {
-        let mut host = vec![T::default(); self.len];
-        crate::graph::refuse_foreign_capture("DeviceBuffer::copy_to_host", &self.stream)?;
+        self.read_elements_to_host(0, self.len, "DeviceBuffer::copy_to_host")
+    }
+
+    /// Copies elements `offset..offset + len` to a new host vector (blocking), after the writes of the buffer on
+    /// every stream: [`copy_to_host`](Self::copy_to_host), and a view of registered memory's. `call` names the
+    /// caller in errors.
+    pub(crate) fn read_elements_to_host(&self, offset: usize, len: usize, call: &'static str) -> Result<Vec<T>, Error>
+    where
+        T: Default + Clone,
+    {
+        self.check_elements(offset, len)?;
+        let mut host = vec![T::default(); len];
+        crate::graph::refuse_foreign_capture(call, &self.stream)?;
         self.stream.context().bind_to_thread()?;
         // The writes on every stream first, without holding a driver lock.
         self.uses.settle_for_host(Access::Read)?;
-        // SAFETY: both ranges hold `len` elements of T; every write enqueued so far is done (settled above); the
-        // stream is synchronized before `host` is read.
+        let address = self.ptr + (offset * std::mem::size_of::<T>()) as CUdeviceptr;
+        // SAFETY: `host` holds `len` Ts, as many as elements `offset..offset + len` of the buffer, which lie inside
+        // the allocation (checked above); every write enqueued so far is done (settled above); the stream is
+        // synchronized before `host` is read.
         unsafe {
-            cudarc::driver::result::memcpy_dtoh_async(&mut host, self.ptr, self.stream.cu_stream())?;
+            cudarc::driver::result::memcpy_dtoh_async(&mut host, address, self.stream.cu_stream())?;
         }
         crate::cuda::settle(&self.stream)?;
         Ok(host)
+    }
+
+    /// Refuses elements `offset..offset + len` unless they lie inside the buffer.
+    fn check_elements(&self, offset: usize, len: usize) -> Result<(), Error> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::invalid(
+                "range",
+                format!("elements {offset}..{offset}+{len} reach past the buffer's {} elements", self.len),
+            )),
+        }
     }
 }
 
@@ -161,7 +195,13 @@ impl<T> DeviceBuffer<T> {
     /// [`begin_use`](Self::begin_use) for a write on a borrowed stream, where no error can be returned: a failure is
     /// logged, and the drop then leaks the memory (`Window::put_signal`).
     pub(crate) fn use_guard<'a>(&'a self, stream: &'a CudaStream) -> SyncOnDrop<'a> {
-        self.begin_use(stream, None, Access::Write).unwrap_or_else(|error| {
+        self.untracked_use_guard(stream, Access::Write)
+    }
+
+    /// [`begin_use`](Self::begin_use) on a borrowed stream where no error can be returned (cudarc's `DevicePtr`
+    /// traits): a failure is logged, and the drop then leaks the memory rather than free it under that use.
+    pub(crate) fn untracked_use_guard<'a>(&'a self, stream: &'a CudaStream, access: Access) -> SyncOnDrop<'a> {
+        self.begin_use(stream, None, access).unwrap_or_else(|error| {
             self.uses.lost_track(&error);
             SyncOnDrop::Record(None)
         })
@@ -270,11 +310,7 @@ impl<T> DeviceSlice<T> for DeviceBuffer<T> {
 /// not be tracked is logged and makes the drop leak the memory (never free it under that use).
 impl<T> DevicePtr<T> for DeviceBuffer<T> {
     fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
-        let guard = self.begin_use(stream, None, Access::Read).unwrap_or_else(|error| {
-            self.uses.lost_track(&error);
-            SyncOnDrop::Record(None)
-        });
-        (self.ptr, guard)
+        (self.ptr, self.untracked_use_guard(stream, Access::Read))
     }
 }
 
@@ -292,8 +328,9 @@ impl<T> Drop for DeviceBuffer<T> {
             return;
         }
         let _ = self.stream.context().bind_to_thread();
-        // SAFETY: `ptr` came from ncclMemAlloc of this library, windows over it borrow the buffer (so they are
-        // gone), and the work this rank enqueued on it, on every stream, is done (waited for above).
+        // SAFETY: `ptr` came from ncclMemAlloc of this library; a window or registration over it owns the buffer and
+        // deregisters it before letting it go (or leaks it), so none is left; and the work this rank enqueued on it,
+        // on every stream, is done (waited for above).
         if let Err(error) = unsafe { result::mem_free(self.library, self.ptr as *mut core::ffi::c_void) } {
             tracing::error!(%error, "ncclMemFree failed");
         }

@@ -14,7 +14,7 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use crate::comm::{Active, Communicator, Mode};
 use crate::datatype::Element;
 use crate::error::Error;
-use crate::resources::{Native, ResourceId};
+use crate::resources::{Liveness, Native, ResourceId};
 use crate::result;
 use crate::sys::{self, ncclComm_t};
 
@@ -33,7 +33,9 @@ pub enum Scalar<'a, T> {
 /// scalar, to the scalar (`'a` is the shorter of the two borrows).
 pub struct PreMulSum<'a, T: Element, M: Mode = crate::Blocking> {
     comm: &'a Communicator<Active, M>,
-    id: ResourceId,
+    /// The registry key, and the flag `close_all_resources` sets when it destroys the op (read by every operation
+    /// with the op, through its `CustomOp`s too).
+    id: (ResourceId, Liveness),
     raw: sys::ncclRedOp_t,
     /// The device scalar and the streams of the operations that read it, if the scalar is on the device.
     device: Option<(&'a CudaSlice<T>, ScalarUses)>,
@@ -90,14 +92,17 @@ pub struct CustomOp<'op> {
     raw: sys::ncclRedOp_t,
     datatype: sys::ncclDataType_t,
     comm: ncclComm_t,
-    live: bool,
+    /// Read at each use, not when the handle was taken: `close_all_resources` may destroy the op while copies of
+    /// the handle live.
+    live: &'op Liveness,
     /// The uses of a device scalar, which every operation with the op notes.
     uses: Option<&'op ScalarUses>,
 }
 
 impl PartialEq for CustomOp<'_> {
     fn eq(&self, other: &Self) -> bool {
-        (self.raw, self.datatype, self.comm, self.live) == (other.raw, other.datatype, other.comm, other.live)
+        (self.raw, self.datatype, self.comm) == (other.raw, other.datatype, other.comm)
+            && std::ptr::eq(self.live, other.live)
             && self.uses.map(std::ptr::from_ref) == other.uses.map(std::ptr::from_ref)
     }
 }
@@ -118,9 +123,17 @@ impl CustomOp<'_> {
         name: &str,
         stream: &CudaStream,
     ) -> Result<(), Error> {
-        if !self.live {
-            return Err(Error::invalid("op", "the custom op was released by close_all_resources"));
+        self.check_matches(comm, datatype, name)?;
+        if let Some(uses) = self.uses {
+            uses.prepare(stream)?;
         }
+        Ok(())
+    }
+
+    /// Whether the op is still created (read now: `close_all_resources` may have destroyed it since this handle was
+    /// taken) and is of `comm` and `datatype`.
+    fn check_matches(self, comm: ncclComm_t, datatype: sys::ncclDataType_t, name: &str) -> Result<(), Error> {
+        self.live.check("op")?;
         if self.comm != comm {
             return Err(Error::invalid("op", "the custom op belongs to another communicator; create it on this one"));
         }
@@ -129,9 +142,6 @@ impl CustomOp<'_> {
                 "op",
                 format!("the custom op was created for another element type than {name}"),
             ));
-        }
-        if let Some(uses) = self.uses {
-            uses.prepare(stream)?;
         }
         Ok(())
     }
@@ -194,7 +204,7 @@ impl<M: Mode> Communicator<Active, M> {
         // drop orders the memory's stream after every operation that read it.
         let raw =
             unsafe { result::red_op_create_pre_mul_sum(self.library(), self.raw(), ptr, T::DATATYPE, residence) }?;
-        let id = self.register_resource(Native::RedOp(raw));
+        let id = self.register_tracked(Native::RedOp(raw), None);
         Ok(PreMulSum { comm: self, id, raw, device, element: PhantomData })
     }
 }
@@ -206,7 +216,7 @@ impl<T: Element, M: Mode> PreMulSum<'_, T, M> {
             raw: self.raw,
             datatype: T::DATATYPE,
             comm: self.comm.raw(),
-            live: self.comm.check_live(self.id, "op").is_ok(),
+            live: &self.id.1,
             uses: self.device.as_ref().map(|(_, uses)| uses),
         }
     }
@@ -226,7 +236,7 @@ impl<T: Element, M: Mode> Drop for PreMulSum<'_, T, M> {
                 }
             }
         }
-        if let Err(error) = self.comm.release_resource(self.id) {
+        if let Err(error) = self.comm.release_resource(self.id.0) {
             tracing::error!(%error, "ncclRedOpDestroy failed");
         }
     }
@@ -235,5 +245,32 @@ impl<T: Element, M: Mode> Drop for PreMulSum<'_, T, M> {
 impl<T: Element, M: Mode> std::fmt::Debug for PreMulSum<'_, T, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PreMulSum").field("element", &T::NAME).field("op", &self.raw.0).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_custom_op_taken_before_close_all_resources_is_refused_after_it() {
+        let registry = super::super::RegistryCell::default();
+        let raw = sys::ncclRedOp_t(5);
+        let (_, live) = super::super::insert(&registry, Native::RedOp(raw), None);
+        let comm: ncclComm_t = std::ptr::null_mut();
+        let datatype = <f32 as Element>::DATATYPE;
+        let op = CustomOp { raw, datatype, comm, live: &live, uses: None };
+        let copy = op;
+        assert!(copy.check_matches(comm, datatype, "f32").is_ok());
+        assert!(super::super::close_all(&registry, |_| Ok(())).is_empty());
+        // Before: the handle carried whether the op was live when it was taken, and NCCL got the destroyed op.
+        for handle in [op, copy] {
+            match handle.check_matches(comm, datatype, "f32") {
+                Err(Error::InvalidArgument { argument: "op", problem }) => {
+                    assert!(problem.contains("close_all_resources"), "{problem}")
+                }
+                other => panic!("a destroyed op was accepted: {other:?}"),
+            }
+        }
     }
 }

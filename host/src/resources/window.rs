@@ -1,7 +1,11 @@
-//! Buffer registrations (`ncclCommRegister`) and symmetric windows (`ncclCommWindowRegister`).
+//! Symmetric windows (`ncclCommWindowRegister`).
+
+use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DeviceRepr};
 
+use super::symmetry::SizeExchange;
+use super::{InUse, Liveness, Registered, RegisteredMut};
 use crate::comm::{Active, Communicator, Mode, Pending, Resolve};
 use crate::datatype::Element;
 use crate::error::Error;
@@ -11,34 +15,14 @@ use crate::result;
 use crate::sys;
 use crate::version::{Version, V2_29};
 
-/// A buffer registered for zero-copy collectives (`ncclCommRegister`); deregistered on drop.
-pub struct Registration<'a, M: Mode = crate::Blocking> {
-    comm: &'a Communicator<Active, M>,
-    id: ResourceId,
-}
-
 impl<M: Mode> Communicator<Active, M> {
-    /// Registers `buffer` with NCCL for zero-copy collectives. The registration borrows the buffer, so the
-    /// buffer outlives it.
-    pub fn register<'a, T>(
-        &'a self,
-        buffer: &'a impl crate::launch::NcclBuffer<T>,
-    ) -> Result<Registration<'a, M>, Error> {
-        let stream = buffer.buffer_stream().clone();
-        if stream.context().ordinal() != self.cuda_device() {
-            return Err(Error::invalid("buffer", "lives on another device than this rank"));
-        }
-        let (ptr, _guard) = buffer.read_address(&stream, None)?;
-        let bytes = buffer.buffer_len() * std::mem::size_of::<T>();
-        // SAFETY: our live, active communicator; the buffer is device memory of this rank whose address and length
-        // weft vouches for (a sealed buffer type), borrowed for the registration's whole life.
-        let handle = unsafe { result::comm_register(self.library(), self.raw(), ptr as _, bytes) }?;
-        Ok(Registration { comm: self, id: self.register_resource(Native::Registration(handle)) })
-    }
-
     /// Registers `buffer` as this rank's part of a symmetric window (`ncclCommWindowRegister`): collective,
-    /// every rank calls it with a buffer of the same length. The window owns the buffer
-    /// ([`Window::into_buffer`] gives it back).
+    /// every rank calls it with a buffer of the same size. The window owns the buffer
+    /// ([`Window::into_buffer`] gives it back) and lends only its elements ([`Window::buffer_mut`]).
+    ///
+    /// Kernels bound their accesses to a peer's part by this rank's length, so the sizes must be equal: the ranks
+    /// gather them (an `ncclAllGather` over the communicator, on the buffer's stream, with the registration) and
+    /// each refuses unequal ones with [`Error::AsymmetricWindow`], deregistering its part.
     ///
     /// On a blocking communicator this returns the window; on a non-blocking one a [`Pending`]
     /// window, reachable once NCCL has written its handle. Inside an NCCL group a blocking communicator cannot
@@ -66,7 +50,8 @@ impl<M: Mode> Communicator<Active, M> {
 
     /// [`window`](Communicator::window) inside an open NCCL group: the window is [`Pending`] until
     /// the outermost group ends (and, on a non-blocking communicator, until NCCL reports completion). Collective:
-    /// every rank's registration must be in a group that ends, in one thread or in each rank's own.
+    /// every rank's registration must be in a group that ends, in one thread or in each rank's own. The sizes are
+    /// gathered in the same group.
     pub fn window_in<T: Element>(
         &self,
         group: &Group,
@@ -77,7 +62,9 @@ impl<M: Mode> Communicator<Active, M> {
         Ok(Pending::new(self.register_window(buffer, flags)?))
     }
 
-    /// Queues or makes the registration; the handle is read by `Window::finish` once NCCL has written it.
+    /// Queues or makes the registration; the handle is read by `Window::finish` once NCCL has written it. Where NCCL
+    /// completes the registration later (inside a group, or on a non-blocking communicator) the all-gather of the
+    /// sizes is queued with it, in one group, and read by `finish`; otherwise `finish` runs it.
     fn register_window<T: Element>(
         &self,
         buffer: DeviceBuffer<T>,
@@ -88,6 +75,15 @@ impl<M: Mode> Communicator<Active, M> {
             return Err(Error::invalid("buffer", "lives on another device than this rank"));
         }
         flags.check(self.library().version())?;
+        if self.nranks() > 1 {
+            // The sizes' all-gather is enqueued on the buffer's stream: not into a graph weft did not start.
+            crate::graph::refuse_foreign_capture("Communicator::window", buffer.stream())?;
+        }
+        let gather_with_registration = self.nranks() > 1 && (!M::BLOCKING || crate::group::in_group());
+        // A non-blocking communicator takes no call while one is in progress: the registration and the all-gather go
+        // in one group of weft's (nested in the caller's, if open).
+        let own_group =
+            if gather_with_registration && !crate::group::in_group() { Some(Group::start()?) } else { None };
         let mut slot: Box<sys::ncclWindow_t> = Box::new(std::ptr::null_mut());
         let out: *mut sys::ncclWindow_t = &mut *slot;
         // SAFETY: our live, active communicator; the buffer is ncclMemAlloc memory of this rank, owned by the
@@ -104,14 +100,25 @@ impl<M: Mode> Communicator<Active, M> {
             )
         }?;
         debug_assert!(progress == result::Progress::Done || !M::BLOCKING || crate::group::in_group());
-        Ok(Window {
+        // Made before anything else can fail: its drop knows what NCCL may still write (the slot, the buffer, the
+        // sizes) and leaks it rather than free it under NCCL.
+        let mut window = Window {
             comm: self,
             id: None,
             slot,
             completion: Completion::new(self.library(), self.raw(), M::BLOCKING),
             flags,
-            buffer: Some(buffer),
-        })
+            buffer: Some(Arc::new(buffer)),
+            sizes: None,
+        };
+        if gather_with_registration {
+            let stream = window.buffer().stream().clone();
+            window.sizes = Some(SizeExchange::enqueue(self, window.buffer().num_bytes(), &stream)?);
+        }
+        if let Some(group) = own_group {
+            group.end()?;
+        }
+        Ok(window)
     }
 
     /// Allocates `len` elements with `ncclMemAlloc` on `stream`'s device and registers them as a window
@@ -123,20 +130,6 @@ impl<M: Mode> Communicator<Active, M> {
         flags: WindowFlags,
     ) -> Result<M::Wrap<Window<'_, T, M>>, Error> {
         self.window(DeviceBuffer::new(stream, len)?, flags)
-    }
-}
-
-impl<M: Mode> Drop for Registration<'_, M> {
-    fn drop(&mut self) {
-        if let Err(error) = self.comm.release_resource(self.id) {
-            tracing::error!(%error, "ncclCommDeregister failed");
-        }
-    }
-}
-
-impl<M: Mode> std::fmt::Debug for Registration<'_, M> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registration").finish_non_exhaustive()
     }
 }
 
@@ -178,19 +171,27 @@ impl WindowFlags {
 }
 
 /// This rank's part of a symmetric window over `T`s: the memory peers reach by load/store (LSA) or GIN
-/// from kernels, through a [`DevComm`](crate::DevComm). Deregistered on drop (not collective); the buffer
-/// is freed with it unless taken back with [`into_buffer`](Window::into_buffer).
+/// from kernels, through a [`DevComm`](crate::DevComm). Deregistered on drop (not collective), once the work this rank
+/// enqueued on it has finished; the buffer is freed with it unless taken back with
+/// [`into_buffer`](Window::into_buffer).
+///
+/// The window owns its buffer and never lends it mutably: [`buffer_mut`](Window::buffer_mut) gives a view of the
+/// elements, so registered memory cannot be replaced or freed while NCCL and the peers map it, and its length is
+/// fixed for the window's life.
 pub struct Window<'comm, T: DeviceRepr, M: Mode = crate::Blocking> {
     comm: &'comm Communicator<Active, M>,
     /// Set once NCCL has written the handle and it is registered; a window without it is only ever inside a
     /// [`Pending`].
-    id: Option<ResourceId>,
+    id: Option<(ResourceId, Liveness)>,
     /// Where NCCL writes the handle, at the call or when the group / non-blocking operation completes: on the heap,
     /// owned by the window, read only once `completion` says it is written.
     slot: Box<sys::ncclWindow_t>,
     completion: Completion,
     flags: WindowFlags,
-    buffer: Option<DeviceBuffer<T>>,
+    /// Shared only with the registry entry, whose release (`close_all_resources`) waits for the buffer's uses.
+    buffer: Option<Arc<DeviceBuffer<T>>>,
+    /// Every rank's size, being gathered with a registration NCCL completes later; checked by `finish`.
+    sizes: Option<SizeExchange>,
 }
 
 impl<T: Element, M: Mode> Resolve for Window<'_, T, M> {
@@ -206,7 +207,8 @@ impl<T: Element, M: Mode> Resolve for Window<'_, T, M> {
         self.completion.awaits_group()
     }
 
-    /// Reads the handle NCCL wrote (a null one is [`Error::MissingCapability`]) and registers it.
+    /// Reads the handle NCCL wrote (a null one is [`Error::MissingCapability`]), registers it, and checks that every
+    /// rank registered the same size ([`Error::AsymmetricWindow`]: the window is deregistered on the way out).
     fn finish(mut self) -> Result<Self, Error> {
         if self.id.is_some() {
             return Ok(self);
@@ -222,9 +224,19 @@ impl<T: Element, M: Mode> Resolve for Window<'_, T, M> {
                     .into(),
             });
         }
-        self.id = Some(self.comm.register_resource(Native::Window(raw)));
+        let uses: Arc<dyn InUse> = self.buffer.clone().expect("a window holds its buffer until into_buffer");
+        self.id = Some(self.comm.register_tracked(Native::Window(raw), Some(uses)));
         // Ranks sharing this GPU in this process go on together (placement::LocalGroup); never inside a group.
         self.comm.line_up("window registration")?;
+        let exchange = match self.sizes.take() {
+            Some(exchange) => exchange,
+            None if self.comm.nranks() > 1 => {
+                let stream = cudarc::driver::DeviceSlice::stream(self.buffer()).clone();
+                SizeExchange::enqueue(self.comm, self.buffer().num_bytes(), &stream)?
+            }
+            None => return Ok(self),
+        };
+        exchange.agree(self.comm.rank())?;
         Ok(self)
     }
 }
@@ -232,9 +244,16 @@ impl<T: Element, M: Mode> Resolve for Window<'_, T, M> {
 impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
     /// The raw `ncclWindow_t`, for kernel arguments; fails if `close_all_resources` released the window.
     pub fn raw(&self) -> Result<sys::ncclWindow_t, Error> {
-        let id = self.id.ok_or_else(|| Error::invalid("window", "NCCL has not written this window yet"))?;
-        self.comm.check_live(id, "window")?;
+        self.liveness()?.check("window")?;
         Ok(*self.slot)
+    }
+
+    /// The registered window's liveness flag (an error if NCCL has not written it yet).
+    fn liveness(&self) -> Result<&Liveness, Error> {
+        match &self.id {
+            Some((_, liveness)) => Ok(liveness),
+            None => Err(Error::invalid("window", "NCCL has not written this window yet")),
+        }
     }
 
     /// The kernel argument for a `&Window<T>` parameter of a `#[weft::kernel]` (see docs/kernel-abi.md).
@@ -242,7 +261,7 @@ impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
         Ok(crate::launch::WindowArg { win: self.raw()?.cast(), offset_bytes: 0, len: self.len() })
     }
 
-    /// The number of elements in this rank's part.
+    /// The number of elements in this rank's part (every rank's part holds as many bytes).
     pub fn len(&self) -> usize {
         self.buffer().len()
     }
@@ -252,14 +271,21 @@ impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
         self.buffer().is_empty()
     }
 
-    /// The local buffer (to fill it, read it, or pass it to collectives).
+    /// The local buffer, read-only (to read it, pass it to collectives as a source, or record it into a CUDA graph).
     pub fn buffer(&self) -> &DeviceBuffer<T> {
-        self.buffer.as_ref().expect("the buffer is only taken by into_buffer, which consumes the window")
+        self.buffer.as_deref().expect("the buffer is only taken by into_buffer, which consumes the window")
     }
 
-    /// The local buffer, mutably.
-    pub fn buffer_mut(&mut self) -> &mut DeviceBuffer<T> {
-        self.buffer.as_mut().expect("the buffer is only taken by into_buffer, which consumes the window")
+    /// The local part's elements, writable: fill them from the host, or pass the view as a collective's destination
+    /// or a kernel's `&mut [T]`. The view lends the elements only, never the buffer, so the registered memory cannot
+    /// be replaced while the window lives.
+    pub fn buffer_mut(&mut self) -> RegisteredMut<'_, T> {
+        RegisteredMut::whole(self.buffer())
+    }
+
+    /// The local part's elements, read-only, as a view that can be narrowed ([`Registered::slice`]).
+    pub fn view(&self) -> Registered<'_, T> {
+        Registered::whole(self.buffer())
     }
 
     /// The communicator the window belongs to.
@@ -267,14 +293,17 @@ impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
         self.comm
     }
 
-    /// Deregisters the window and returns its buffer.
+    /// Deregisters the window, once the work this rank enqueued on it has finished, and returns its buffer.
     pub fn into_buffer(mut self) -> Result<DeviceBuffer<T>, Error> {
         // Kernels and collectives this rank enqueued may still use the window: finish them before deregistering.
         self.buffer().wait_for_uses()?;
-        if let Some(id) = self.id {
-            self.comm.release_resource(id)?;
+        if let Some((id, _)) = &self.id {
+            self.comm.release_resource(*id)?;
         }
-        Ok(self.buffer.take().expect("a live window always holds its buffer"))
+        self.id = None;
+        let buffer = self.buffer.take().expect("a live window always holds its buffer");
+        // The registry entry, the only other holder, went with the release.
+        Arc::try_unwrap(buffer).map_err(|_| Error::invalid("window", "its buffer is still shared; drop the window"))
     }
 
     /// The local buffer NCCL has on record for this window (`ncclWinGetUserPtr`, NCCL 2.29+): this rank's
@@ -386,17 +415,30 @@ impl<'comm, T: Element, M: Mode> Window<'comm, T, M> {
     }
 }
 
+impl<T: Element, M: Mode> Window<'_, T, M> {
+    /// The NCCL communicator the window is registered on, for the launch's check that a kernel's windows and device
+    /// communicator belong to one ([`Error::MixedCommunicators`]).
+    pub(crate) fn communicator_handle(&self) -> usize {
+        self.comm.raw() as usize
+    }
+
+    /// What a CUDA graph recording a kernel over this window keeps ([`super::CloseWatch`]).
+    pub(crate) fn close_watch(&self) -> super::CloseWatch {
+        self.comm.close_watch()
+    }
+}
+
 impl<T: DeviceRepr, M: Mode> Drop for Window<'_, T, M> {
     fn drop(&mut self) {
-        if self.buffer.is_none() {
-            return;
-        }
-        let Some(id) = self.id else {
+        let Some(buffer) = self.buffer.as_ref() else {
+            return; // into_buffer took it (and deregistered the window)
+        };
+        let Some((id, _)) = &self.id else {
             return self.drop_unresolved();
         };
         // Kernels and collectives this rank enqueued may still use the window: finish them before deregistering.
         // Never the whole device: on a shared GPU a peer's kernel may be waiting for this rank (docs/multi-rank.md).
-        if let Some(Err(error)) = self.buffer.as_ref().map(DeviceBuffer::wait_for_uses) {
+        if let Err(error) = buffer.wait_for_uses() {
             // Work may still read or write the window, this rank's memory or (through its peers' mappings) theirs:
             // deregistering or freeing it now would pull it from under that work. Leak both; NCCL frees the
             // registration with the communicator.
@@ -408,7 +450,7 @@ impl<T: DeviceRepr, M: Mode> Drop for Window<'_, T, M> {
             std::mem::forget(self.buffer.take());
             return;
         }
-        if let Err(error) = self.comm.release_resource(id) {
+        if let Err(error) = self.comm.release_resource(*id) {
             tracing::error!(%error, "ncclCommWindowDeregister failed");
         }
     }
@@ -416,8 +458,8 @@ impl<T: DeviceRepr, M: Mode> Drop for Window<'_, T, M> {
 
 impl<T: DeviceRepr, M: Mode> Window<'_, T, M> {
     /// Drop of a window whose handle was never read (a `Pending` dropped or failed): deregisters it if NCCL has
-    /// written it by now; leaks the slot and the buffer if NCCL may still write (its group is open, or the
-    /// operation still runs), since freeing either under NCCL's feet is what this type exists to prevent.
+    /// written it by now; leaks the slot, the buffer and the size exchange if NCCL may still write (its group is open,
+    /// or the operation still runs), since freeing any under NCCL's feet is what this type exists to prevent.
     fn drop_unresolved(&mut self) {
         if self.completion.settled() {
             return; // NCCL finished and wrote no window: nothing to deregister, the buffer is ours to free
@@ -433,6 +475,8 @@ impl<T: DeviceRepr, M: Mode> Window<'_, T, M> {
                         tracing::error!(%error, "ncclCommWindowDeregister of an unresolved window failed");
                     }
                 }
+                // The size exchange's all-gather, if any, was enqueued on its buffers' own stream: their frees are
+                // ordered after it.
             }
             outcome => {
                 tracing::warn!(
@@ -441,6 +485,7 @@ impl<T: DeviceRepr, M: Mode> Window<'_, T, M> {
                      failed): leaking its handle slot and buffer, which NCCL may still use"
                 );
                 std::mem::forget(self.buffer.take());
+                std::mem::forget(self.sizes.take());
                 Box::leak(std::mem::replace(&mut self.slot, Box::new(std::ptr::null_mut())));
             }
         }
@@ -449,7 +494,7 @@ impl<T: DeviceRepr, M: Mode> Window<'_, T, M> {
 
 impl<T: DeviceRepr, M: Mode> std::fmt::Debug for Window<'_, T, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let raw = self.id.map(|_| *self.slot);
+        let raw = self.id.as_ref().map(|_| *self.slot);
         f.debug_struct("Window").field("raw", &raw).field("buffer", &self.buffer).finish()
     }
 }
