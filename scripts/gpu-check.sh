@@ -23,6 +23,11 @@
 #   gin       NCCL 2.30.7 and 2.32.3, weft's loopback GIN backend (docs/gin.md; NCCL_RMA_PLUGIN=.gpu/lib/...): its
 #             CUDA engine's GPU test, then at 2, 4 and 8 ranks (WEFT_GPU_CHECK_GIN_RANKS) example 07 (which must gather
 #             correctly: no "no GIN" way out) and the GIN tests
+#   soundness NCCL 2.30.7: the run-time guards of docs/soundness.md at 1 rank (gpu_soundness, gpu_streams,
+#             gpu_resources, gpu_bounds), then the multi-rank ones at 2 and 4 ranks
+#   overhead  NCCL 2.28.9, 1 rank: launch and all_reduce host overhead (benches dsl and allreduce_overhead), and, where
+#             .gpu/base/ holds the same benchmarks built from an earlier commit, those too, alternating (a before/after
+#             on one machine)
 #   bench     the benchmarks: 1 rank on 2.28.9, 1/2/4/8 ranks on 2.30.7, several ranks with NCCL_LAUNCH_MODE=GROUP
 #             (as `ranks`; the block GEMM against cuBLAS at 1 rank;
 #             WEFT_GPU_CHECK_QUICK=1: quick mode;
@@ -97,7 +102,7 @@ export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
 # docs/multi-rank.md, "Launch mode"), or WEFT_GPU_CHECK_LAUNCH_MODE=PARALLEL for NCCL's default.
 launch_mode=${WEFT_GPU_CHECK_LAUNCH_MODE:-GROUP}
 # The multi-rank tests and the fault tests; everything else is one rank (or several on several GPUs).
-multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_graphs "every_rank" test-gpu_lamport "every_rank" test-gpu_multimem "" test-gpu_faults "" test-gpu_mma "every_rank" test-gpu_resources "every_rank")
+multi_rank_tests=(test-gpu "every_rank" test-gpu_kernels "every_rank" test-gpu_graphs "every_rank" test-gpu_lamport "every_rank" test-gpu_multimem "" test-gpu_faults "" test-gpu_mma "every_rank" test-gpu_resources "every_rank" test-gpu_soundness "every_rank")
 
 run() { # name, timeout (s), command...
   local name=$1 limit=${WEFT_GPU_CHECK_TIMEOUT:-$2}; shift 2
@@ -159,7 +164,7 @@ suite() { # tag
   # codegen test (nvcc compiles every kernel against each NCCL's headers, ~50 s here) needs no GPU: CI runs it, and
   # WEFT_GPU_CHECK_CODEGEN=1 runs it here too.
   local tests="weft_host weft_device gpu gpu_kernels gpu_graphs gpu_lamport gpu_multimem gpu_pdl gpu_mma gpu_flags gpu_bounds"
-  tests="$tests gpu_group_outputs gpu_resources"
+  tests="$tests gpu_group_outputs gpu_resources gpu_streams gpu_soundness"
   tests="$tests gpu_timeout gpu_waits gpu_faults"
   [ "${WEFT_GPU_CHECK_CODEGEN:-0}" = 1 ] && tests="$tests codegen"
   for t in $tests; do
@@ -204,6 +209,33 @@ gin() { # release: the loopback GIN backend (docs/gin.md)
       run "$release x$n lsa2 test-gpu_gin" 300 .gpu/bin/test-gpu_gin --include-ignored --test-threads=1 --nocapture
   done
   unset NCCL_RMA_PLUGIN NCCL_LAUNCH_MODE
+}
+
+soundness() {
+  local t
+  for t in gpu_soundness gpu_streams gpu_resources gpu_bounds; do
+    [ -x ".gpu/bin/test-$t" ] && run "2.30.7 x1 test-$t" 120 ".gpu/bin/test-$t" --include-ignored --test-threads=1 --nocapture
+  done
+  for n in 2 4; do
+    for t in gpu_soundness gpu_resources; do
+      [ -x ".gpu/bin/test-$t" ] && WEFT_RANKS=$n NCCL_LAUNCH_MODE=$launch_mode run "2.30.7 x$n test-$t" 120 \
+        ".gpu/bin/test-$t" --include-ignored --test-threads=1 --nocapture every_rank
+    done
+  done
+}
+
+overhead() {
+  local round b
+  for round in 1 2; do
+    for b in allreduce_overhead dsl; do
+      for side in base bin; do
+        local exe
+        exe=$(ls .gpu/$side/*"$b"* 2>/dev/null | head -1)
+        [ -x "$exe" ] && WEFT_BENCH_QUICK=1 WEFT_BENCH_OUT="$out/overhead-$side-$b-$round" \
+          run "2.28.9 x1 $side $b #$round" 150 "$exe"
+      done
+    done
+  done
 }
 
 smoke() {
@@ -525,6 +557,8 @@ case $parts in *,variants,*) with_nccl 2.30.7 variants ;; esac
 case $parts in *,suite,*) with_nccl 2.28.9 suite 2.28.9 ;; esac
 case $parts in *,suite30,*) with_nccl 2.30.7 suite 2.30.7 ;; esac
 case $parts in *,ranks,*) with_nccl 2.30.7 ranks 2.30.7 ;; esac
+case $parts in *,soundness,*) with_nccl 2.30.7 soundness ;; esac
+case $parts in *,overhead,*) with_nccl 2.28.9 overhead ;; esac
 case $parts in *,gin,*) with_nccl 2.30.7 gin 2.30.7; with_nccl 2.32.3 gin 2.32.3 ;; esac
 case $parts in *,gin30,*) with_nccl 2.30.7 gin 2.30.7 ;; esac
 case $parts in *,suite32,*) with_nccl 2.32.3 suite 2.32.3 ;; esac
