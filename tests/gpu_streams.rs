@@ -1,4 +1,4 @@
-//! GPU tests of the guards on device memory that kernels reach (docs/soundness/host-a.md), one rank: a buffer used
+//! GPU tests of the guards on device memory that kernels reach (docs/soundness.md), one rank: a buffer used
 //! on several streams is freed only after every stream's use, a use on one stream waits for the writes (a write for
 //! every use) on the others, host copies wait for writes on any stream; a launch or a recording whose output is also
 //! one of its inputs is refused, and so are uses that would race with a live CUDA graph's replays on another stream;

@@ -1,4 +1,4 @@
-//! GPU tests of the run-time guards on weft-host's NCCL call path (docs/soundness/host-a.md): element counts that
+//! GPU tests of the run-time guards on weft-host's NCCL call path (docs/soundness.md): element counts that
 //! would let NCCL run past a buffer are typed errors; buffer-taking calls refuse to run inside an open NCCL group and
 //! a `Batch` launches them instead; nothing is enqueued on a stream that something other than weft is capturing into
 //! a CUDA graph; a custom op's device scalar is read as it was when the op was made; a team of another communicator
