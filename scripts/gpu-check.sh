@@ -120,10 +120,15 @@ run() { # name, timeout (s), command...
     limit=$((WEFT_GPU_CHECK_DEADLINE - SECONDS))
   fi
   # hang-dump prints every thread's stack (kernel view) before killing a run that passes its limit.
-  "$root/scripts/hang-dump.sh" "$limit" "$@" > "$out/$name.log" 2>&1; local rc=$?
+  # Log names keep to letters, digits and . _ - (a device tool may not bring back files with other names).
+  local log
+  log="$out/$(printf '%s' "$name" | tr -c 'A-Za-z0-9._-' '_').log"
+  "$root/scripts/hang-dump.sh" "$limit" "$@" > "$log" 2>&1; local rc=$?
   local last
-  last=$(grep -E 'test result:|check against|speedup|FAILED|panicked|Error|error:' "$out/$name.log" | tail -1 | cut -c1-110)
+  last=$(grep -E 'test result:|check against|speedup|FAILED|panicked|Error|error:' "$log" | tail -1 | cut -c1-110)
   printf '%-44s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - started))" "$last" | tee -a "$summary"
+  # The logs so far, packed after every run: a call cut short by its time limit still brings them back.
+  mkdir -p "${OUT:-.}" && tar czf "${OUT:-.}/gpu-logs.tgz" -C "$out" . 2>/dev/null
 }
 
 # One NCCL release's environment, in a subshell per part.
@@ -231,6 +236,7 @@ overhead() {
       for side in base bin; do
         local exe
         exe=$(ls .gpu/$side/*"$b"* 2>/dev/null | head -1)
+        mkdir -p "$out/overhead-$side-$b-$round"
         [ -x "$exe" ] && WEFT_BENCH_QUICK=1 WEFT_BENCH_OUT="$out/overhead-$side-$b-$round" \
           run "2.28.9 x1 $side $b #$round" 150 "$exe"
       done
