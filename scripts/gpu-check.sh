@@ -22,7 +22,7 @@
 #   ranks32   NCCL 2.32.3: the same as ranks
 #   gin       NCCL 2.30.7 and 2.32.3, weft's loopback GIN backend (docs/gin.md; NCCL_RMA_PLUGIN=.gpu/lib/...): its
 #             CUDA engine's GPU test, then at 2, 4 and 8 ranks (WEFT_GPU_CHECK_GIN_RANKS) example 07 (which must gather
-#             correctly: no "no GIN" way out) and the GIN tests
+#             correctly: no "no GIN" way out), the GIN tests and the GIN fault tests
 #   soundness NCCL 2.30.7: the run-time guards of docs/soundness.md at 1 rank (gpu_soundness, gpu_streams,
 #             gpu_resources, gpu_bounds), then the multi-rank ones at 2 and 4 ranks
 #   overhead  NCCL 2.28.9, 1 rank: launch and all_reduce host overhead (benches dsl and allreduce_overhead), and, where
@@ -209,6 +209,8 @@ gin() { # release: the loopback GIN backend (docs/gin.md)
       bash -c '"$0" | tee /dev/stderr | grep -q "check: every rank holds every rail peer"' .gpu/bin/example-gin_ring
     [ -x .gpu/bin/test-gpu_gin ] && NCCL_LSA_TEAM_SIZE=1 WEFT_RANKS=$n WEFT_TEST_REQUIRE_GIN=1 \
       run "$release x$n test-gpu_gin" 300 .gpu/bin/test-gpu_gin --include-ignored --test-threads=1 --nocapture
+    [ -x .gpu/bin/test-gpu_gin_faults ] && NCCL_LSA_TEAM_SIZE=1 WEFT_RANKS=$n WEFT_TEST_REQUIRE_GIN=1 \
+      run "$release x$n test-gpu_gin_faults" 300 .gpu/bin/test-gpu_gin_faults --include-ignored --test-threads=1 --nocapture
     # LSA teams of 2 and rails across them: the hybrid kernel's two levels both span ranks.
     [ "$n" -ge 4 ] && [ -x .gpu/bin/test-gpu_gin ] && NCCL_LSA_TEAM_SIZE=2 WEFT_RANKS=$n WEFT_TEST_REQUIRE_GIN=1 \
       run "$release x$n lsa2 test-gpu_gin" 300 .gpu/bin/test-gpu_gin --include-ignored --test-threads=1 --nocapture

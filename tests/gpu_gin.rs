@@ -7,11 +7,14 @@
 //! ranks). Without a GIN backend each test skips, saying why — unless `WEFT_TEST_REQUIRE_GIN=1`, where a missing
 //! GIN is a failure (scripts/gpu-check.sh sets it where it provides the backend).
 
+#[path = "support/gin.rs"]
+mod gin;
+
 use std::sync::Arc;
 use weft::host::caps::{Gin, LsaGin};
 
 use weft::host::cudarc::driver::CudaStream;
-use weft::host::{Communicator, Config, DevComm, Error, LaunchConfig, Placement, ReduceOp, WindowFlags};
+use weft::host::{Communicator, Config, Error, LaunchConfig, Placement, ReduceOp, WindowFlags};
 
 fn placement() -> Placement {
     let placement = Placement::from_env().expect("WEFT_RANKS");
@@ -19,32 +22,7 @@ fn placement() -> Placement {
     placement
 }
 
-/// Whether GIN tests must run here: where the environment promises a GIN backend, its absence fails the test.
-fn gin_required() -> bool {
-    std::env::var("WEFT_TEST_REQUIRE_GIN").is_ok_and(|v| v == "1")
-}
-
-/// The device communicator a test needs, or `None` (after saying why) where the communicator has no GIN and GIN is
-/// not required.
-fn gin_dev_comm<'c, C>(
-    comm: &'c Communicator,
-    requirements: &weft::host::Requirements,
-) -> Result<Option<DevComm<'c, C>>, Error>
-where
-    C: weft::host::caps::CapabilitySet,
-{
-    match comm.dev_comm::<C>(requirements) {
-        Ok(dev) => Ok(Some(dev)),
-        Err(error @ Error::MissingCapability { .. }) if !gin_required() => {
-            if comm.rank() == 0 {
-                println!("skipped: no GIN here ({error}); docs/gin.md says how to run GIN on one machine");
-            }
-            Ok(None)
-        }
-        Err(error) => Err(error),
-    }
-}
-
+use gin::gin_dev_comm;
 use weft_kit::test_kernels::gin::{gin_barrier_rounds, gin_put_everywhere, gin_put_value_ring, hybrid_allreduce};
 
 /// Returns once every rank has got here with its earlier work on `s` done (a settled one-element all-reduce):

@@ -361,6 +361,8 @@ pub const ALL: &[(&str, &str)] = &[
     (gin::gin_put_value_ring::NAME, gin::gin_put_value_ring::SOURCE),
     (gin::gin_barrier_rounds::NAME, gin::gin_barrier_rounds::SOURCE),
     (gin::hybrid_allreduce::NAME, gin::hybrid_allreduce::SOURCE),
+    (gin::gin_put_then_wait_with_deadline::NAME, gin::gin_put_then_wait_with_deadline::SOURCE),
+    (gin::gin_wait_with_deadline::NAME, gin::gin_wait_with_deadline::SOURCE),
     (copy_f32::NAME, copy_f32::SOURCE),
     (fill_f32::NAME, fill_f32::SOURCE),
     (add_into_window::NAME, add_into_window::SOURCE),

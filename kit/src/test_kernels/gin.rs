@@ -104,3 +104,51 @@ pub fn hybrid_allreduce(dev: &DevComm<LsaGin>, x: &Window<f32>, parts: &Window<f
     }
     bar.sync(Cta, Order::Release);
 }
+
+/// Puts `count` elements to the next rail rank (raising its signal 0), then waits, bounded by `timeout_ns`, until
+/// signal 0 here reaches `least`: `outcome[0]` is 0 when it did, 1 when the wait timed out (a peer that never
+/// signals), 2 when the communicator was aborted (NCCL 2.32+ headers report it).
+#[weft::kernel]
+pub fn gin_put_then_wait_with_deadline(
+    dev: &DevComm<Gin>,
+    dst: &Window<f32>,
+    src: &Window<f32>,
+    count: usize,
+    least: u64,
+    timeout_ns: u64,
+    outcome: &mut [u32],
+) {
+    let gin = dev.gin(0);
+    let rail = dev.rail();
+    if count > 0 {
+        gin.put(rail, (rail.rank + 1) % rail.nranks, dst, src, count, SignalInc(0), NoAction, Cta);
+    }
+    let result = gin.wait_signal_timeout(Cta, 0, least, timeout_ns);
+    gin.flush(Cta, Order::Release);
+    if thread_idx_x() == 0 {
+        outcome[0] = if result.is_ok() {
+            0u32
+        } else if result.is_timed_out() {
+            1u32
+        } else {
+            2u32
+        };
+    }
+}
+
+/// Waits, bounded by `timeout_ns`, until signal 0 here reaches `least`; `outcome[0]` as in
+/// [`gin_put_then_wait_with_deadline`]. No windows: the fault tests' waiting ranks need nothing else.
+#[weft::kernel]
+pub fn gin_wait_with_deadline(dev: &DevComm<Gin>, least: u64, timeout_ns: u64, outcome: &mut [u32]) {
+    let gin = dev.gin(0);
+    let result = gin.wait_signal_timeout(Cta, 0, least, timeout_ns);
+    if thread_idx_x() == 0 {
+        outcome[0] = if result.is_ok() {
+            0u32
+        } else if result.is_timed_out() {
+            1u32
+        } else {
+            2u32
+        };
+    }
+}
