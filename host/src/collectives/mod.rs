@@ -4,7 +4,7 @@
 //! through the sealed [`NcclBuffer`] / [`NcclBufferMut`] traits: NCCL is handed each buffer's address and an element
 //! count, so only memory whose address and length weft can vouch for is accepted (cudarc's `DevicePtr` traits are
 //! safe to implement with any address). Lengths, roots, peers and devices are checked before NCCL sees them
-//! ([`counts`]); a mismatch is [`Error::InvalidArgument`] naming the expected value.
+//! (`counts`); a mismatch is [`Error::InvalidArgument`] naming the expected value.
 //!
 //! Inside an NCCL group NCCL only queues an operation and enqueues it at the group's end, when the borrows of a
 //! call like these have long ended: so these calls refuse to run inside a group, and [`Batch`] groups operations

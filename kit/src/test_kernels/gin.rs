@@ -137,7 +137,7 @@ pub fn gin_put_then_wait_with_deadline(
 }
 
 /// Waits, bounded by `timeout_ns`, until signal 0 here reaches `least`; `outcome[0]` as in
-/// [`gin_put_then_wait_with_deadline`]. No windows: the fault tests' waiting ranks need nothing else.
+/// [`gin_put_then_wait_with_deadline()`]. No windows: the fault tests' waiting ranks need nothing else.
 #[weft::kernel]
 pub fn gin_wait_with_deadline(dev: &DevComm<Gin>, least: u64, timeout_ns: u64, outcome: &mut [u32]) {
     let gin = dev.gin(0);
